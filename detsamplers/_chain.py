@@ -1,0 +1,94 @@
+"""``make_batch_sampler``: the seeds' helper that builds a chain in the right order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.utils.data as tud
+
+from ._errors import check_int, check_one_of
+from ._repeat import RepeatSampler
+from ._shard import DistributedSampler
+from ._shuffle import ReproducibleShuffleSampler
+from ._skip import SkipBatchSampler
+
+__all__ = ["make_batch_sampler"]
+
+
+def make_batch_sampler(
+    sampler_or_dataset: Any,
+    mode: str,
+    shuffle_seed: int,
+    num_workers: int,
+    rank: int,
+    batch_size: int,
+    skip: int = 0,
+) -> tud.BatchSampler:
+    """Build shuffle → repeat → shard → batch → skip for training, or shard → batch else.
+
+    This is the helper of Determined's "Customizing a Reproducible Dataset", working:
+    the seed's own call passes ``dataset=`` and ``seed=``, which its signature does not
+    have. Batching uses torch's ``BatchSampler`` with ``drop_last=False``, as there.
+
+    Args:
+        sampler_or_dataset: A sampler, or a map-style dataset (read with a
+            ``SequentialSampler``).
+        mode: ``"training"`` (shuffle, repeat and skip) or ``"validation"`` (neither:
+            each rank gets its shard of one pass, NOTE [ shard lengths ]).
+        shuffle_seed: The shuffle's seed, e.g. ``context.get_trial_seed()``.
+        num_workers: The world size.
+        rank: This process's rank.
+        batch_size: Records per batch on this rank (the per-slot batch size).
+        skip: Batches already trained (``context.get_initial_batch()``), training only.
+
+    Returns:
+        A batch sampler to pass as ``DataLoader(dataset, batch_sampler=...)``.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range, or ``skip`` is set in validation mode.
+
+    Example:
+        >>> from itertools import islice
+        >>> from detsamplers import make_batch_sampler
+        >>> batches = make_batch_sampler(range(10), "training", shuffle_seed=0,
+        ...                              num_workers=2, rank=0, batch_size=3, skip=0)
+        >>> first = list(islice(batches, 2))
+        >>> [len(b) for b in first]
+        [3, 3]
+        >>> list(make_batch_sampler(range(5), "validation", 0, 2, 1, 2))
+        [[1, 3]]
+    """
+    mode = check_one_of("mode", mode, ("training", "validation"))
+    check_int("shuffle_seed", shuffle_seed)
+    size = check_int("num_workers", num_workers, minimum=1)
+    check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("skip", skip, minimum=0)
+    if mode == "validation" and skip:
+        raise ValueError(
+            f"skip should be 0 in validation mode, but got skip={skip}: validation passes "
+            "are never resumed mid-way; pass mode='training' to skip"
+        )
+    if isinstance(sampler_or_dataset, (tud.Sampler, range)):
+        sampler: Any = sampler_or_dataset
+    elif isinstance(sampler_or_dataset, tud.IterableDataset):
+        raise TypeError(
+            "sampler_or_dataset should be a sampler or a map-style dataset, but got an "
+            f"IterableDataset ({type(sampler_or_dataset).__name__}), which has no indices "
+            "to sample; use a map-style dataset"
+        )
+    elif hasattr(sampler_or_dataset, "__len__") and hasattr(sampler_or_dataset, "__getitem__"):
+        sampler = tud.SequentialSampler(sampler_or_dataset)
+    else:
+        raise TypeError(
+            "sampler_or_dataset should be a sampler or a map-style dataset (with __len__ "
+            f"and __getitem__), but got {type(sampler_or_dataset).__name__}"
+        )
+    if mode == "training":
+        sampler = RepeatSampler(ReproducibleShuffleSampler(sampler, shuffle_seed))
+    sampler = DistributedSampler(sampler, num_workers=size, rank=rank)
+    batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last=False)
+    if mode == "training":
+        return SkipBatchSampler(batch_sampler, skip)
+    return batch_sampler

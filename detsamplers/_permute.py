@@ -1,0 +1,219 @@
+"""Keyed permutations of ``[0, n)``, evaluated pointwise over numpy blocks.
+
+NOTE [ keyed permutation ]
+A shuffle that must seek in O(1) cannot materialise its permutation: at n = 1e9 that is
+8 GB per epoch per rank. ``FeistelPermutation`` instead evaluates ``perm(i)`` for any ``i``
+directly, with a Feistel network over a mixed-radix domain (the construction of
+format-preserving encryption, as in NIST's FF1). A value ``x`` is split into
+``low = x mod 2**k`` and ``high = x // 2**k``, with ``2**k >= sqrt(n)`` and
+``b = ceil(n / 2**k)`` values for ``high``. Rounds alternate between the halves:
+
+- ``low ^= top_k_bits(hash(high, key_r))``, a bijection of the power-of-two half;
+- ``high = (high + hash(low, key_r) // ceil(2**32 / b)) mod b``, a bijection of the
+  other half (the addend lies in ``[0, b)``).
+
+Each round is invertible whatever the hash, so the network is a bijection of
+``[0, b 2**k)``. That domain exceeds ``n`` by less than ``2**k``, a fraction below
+``2 / sqrt(n)``; the few values that land in ``[n, b 2**k)`` are sent through the network
+again until they fall inside (cycle walking), which restricts the bijection to ``[0, n)``.
+A power-of-two domain would overshoot by up to 2x and spend most of its time walking.
+
+The hash is a keyed murmur3-style multiply-xorshift on 32-bit words, and the reductions
+use only shifts, masks and division by a constant (which numpy vectorises), so one
+evaluation is about forty vector operations on 32-bit lanes, in O(block) memory, for any
+``n <= 2**62``. The round keys hash (seed key, epoch, round), NOTE [ seed mixing ].
+
+The permutation is keyed pseudo-random, not uniform over all n! orders; its positional
+chi-square and adjacent-pair statistics, next to numpy's exact permutation, are measured
+by benchmarks/shuffle_quality.py and recorded in docs/shuffle-quality.md.
+``ExactPermutation`` is the opt-in uniform alternative for small n: a numpy Generator keyed
+the same way, one cached array per epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ._seeds import derive, mix64
+
+__all__ = ["ExactPermutation", "FeistelPermutation", "Permutation", "make_permutation"]
+
+I64 = npt.NDArray[np.int64]
+U32 = npt.NDArray[np.uint32]
+
+_M1 = np.uint32(0x85EBCA6B)
+_M2 = np.uint32(0xC2B2AE35)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_S15 = np.uint32(15)
+
+#: Rounds of the Feistel network (each updates one half). Luby-Rackoff needs four rounds
+#: of random functions; four matched numpy's permutation on positional and lag-1
+#: chi-square for large domains, where three showed lag-1 structure. Below 2**16 values
+#: the halves are a few bits wide, each round expresses little, and eight are used
+#: (docs/shuffle-quality.md has the figures).
+ROUNDS = 4
+SMALL_DOMAIN_ROUNDS = 8
+SMALL_DOMAIN = 2**16
+#: Each half has at least 2**MIN_SIDE_BITS values: cycle walking from a domain of 64 or
+#: more keeps tiny n (2, 3, 7, ...) from inheriting the few permutations a tiny network can
+#: express.
+MIN_SIDE_BITS = 3
+#: The largest n: both halves, and their sum before reduction, fit in 32 bits.
+MAX_N = 2**62
+
+
+class Permutation(Protocol):
+    """A family of permutations of ``[0, n)``, one per epoch."""
+
+    def __call__(self, index: I64, epoch: I64) -> I64:
+        """Return ``perm_epoch(index)`` elementwise."""
+        ...
+
+
+class FeistelPermutation:
+    """A keyed permutation of ``[0, n)`` for each epoch, in O(1) memory.
+
+    Args:
+        n: The size of the domain, ``1 <= n < 2**63``.
+        key: A 64-bit key, usually ``derive(seed, ...)``.
+
+    Determinism:
+        ``perm(i, e)`` depends only on ``(n, key, i, e)``; there is no hidden state.
+
+    Example:
+        >>> import numpy as np
+        >>> perm = FeistelPermutation(10, key=42)
+        >>> out = perm(np.arange(10), np.zeros(10, dtype=np.int64))
+        >>> sorted(out.tolist()) == list(range(10))
+        True
+    """
+
+    def __init__(self, n: int, key: int) -> None:
+        if not 1 <= n <= MAX_N:
+            raise ValueError(f"n should be in [1, 2**62], but got n={n}")
+        self.n = n
+        # x = high * 2**k + low: low is a power-of-two half, high counts to b = ceil(n / 2**k).
+        self._k = max(MIN_SIDE_BITS, (math.isqrt(n - 1) + 1 - 1).bit_length())
+        self._b = max(2**MIN_SIDE_BITS, -(-n // 2**self._k))
+        self._divisor = np.uint32(-(-(2**32) // self._b))
+        rounds = SMALL_DOMAIN_ROUNDS if self._b << self._k < SMALL_DOMAIN else ROUNDS
+        self._round_seeds = np.array(
+            [derive(key, "feistel-round", r) for r in range(rounds)], dtype=np.uint64
+        )
+        self._cached_epoch = -1
+        self._cached_keys: list[np.uint32] = []
+
+    def _keys_for(self, epochs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint32]:
+        """Round keys, shape (rounds, len(epochs)): a hash of (round seed, epoch)."""
+        mixed = mix64(epochs)
+        return (mix64(self._round_seeds[:, None] ^ mixed[None, :]) & _LOW32).astype(np.uint32)
+
+    def _round_keys(self, epoch: I64) -> list[U32] | list[np.uint32]:
+        first, low, high = int(epoch[0]), int(epoch.min()), int(epoch.max())
+        if low == high:
+            if self._cached_epoch != first:
+                keys = self._keys_for(np.array([first], dtype=np.uint64))
+                self._cached_keys = [np.uint32(k) for k in keys[:, 0].tolist()]
+                self._cached_epoch = first
+            return self._cached_keys
+        if high - low < len(epoch):
+            # A block spanning few epochs: hash each epoch once, then gather per element.
+            table = self._keys_for(np.arange(low, high + 1, dtype=np.uint64))
+            slot = epoch - low
+            return [row[slot] for row in table]
+        return list(self._keys_for(epoch.astype(np.uint64)))
+
+    def _hash(self, half: U32, key: U32 | np.uint32, h: U32, scratch: U32) -> U32:
+        """A keyed 32-bit hash of ``half`` into ``h`` (murmur3-style multiply-xorshift)."""
+        np.bitwise_xor(half, key, out=h)
+        np.multiply(h, _M1, out=h)
+        np.bitwise_xor(h, np.right_shift(h, _S15, out=scratch), out=h)
+        return np.multiply(h, _M2, out=h)
+
+    def _network(self, x: I64, keys: list[U32] | list[np.uint32]) -> I64:
+        k, b = self._k, np.uint32(self._b)
+        low = (x & ((1 << k) - 1)).astype(np.uint32)
+        high = (x >> k).astype(np.uint32)
+        h, scratch = np.empty_like(low), np.empty_like(low)
+        top = np.uint32(32 - k)
+        for i, key in enumerate(keys):
+            if i % 2 == 0:
+                # low ^= the top k bits of hash(high): a bijection of the power-of-two half.
+                self._hash(high, key, h, scratch)
+                np.bitwise_xor(low, np.right_shift(h, top, out=h), out=low)
+            else:
+                # high = (high + hash(low) // ceil(2**32 / b)) mod b, the addend in [0, b).
+                self._hash(low, key, h, scratch)
+                np.add(high, np.floor_divide(h, self._divisor, out=h), out=high)
+                np.minimum(high, np.subtract(high, b, out=scratch), out=high)
+        out: I64 = (high.astype(np.int64) << k) | low
+        return out
+
+    def __call__(self, index: I64, epoch: I64) -> I64:
+        """Return ``perm_epoch(index)`` for each element (``index`` in ``[0, n)``)."""
+        if self.n == 1 or len(index) == 0:
+            return np.zeros_like(index)
+        keys = self._round_keys(epoch)
+        out = self._network(index, keys)
+        outside = np.flatnonzero(out >= self.n)
+        while len(outside):
+            sub_keys = keys if isinstance(keys[0], np.uint32) else [k[outside] for k in keys]
+            walked = self._network(out[outside], sub_keys)
+            out[outside] = walked
+            outside = outside[walked >= self.n]
+        return out
+
+
+class ExactPermutation:
+    """A uniformly random permutation of ``[0, n)`` per epoch, cached (O(n) memory).
+
+    Each epoch's permutation comes from ``numpy.random.Generator(PCG64(key))`` with a key
+    hashed from (seed key, epoch). The two most recent epochs are kept, so a block that
+    straddles an epoch boundary does not rebuild either side.
+
+    Example:
+        >>> import numpy as np
+        >>> perm = ExactPermutation(5, key=7)
+        >>> sorted(perm(np.arange(5), np.zeros(5, dtype=np.int64)).tolist())
+        [0, 1, 2, 3, 4]
+    """
+
+    def __init__(self, n: int, key: int) -> None:
+        self.n = n
+        self._key = key
+        self._cache: OrderedDict[int, I64] = OrderedDict()
+
+    def _epoch(self, epoch: int) -> I64:
+        perm = self._cache.get(epoch)
+        if perm is None:
+            rng = np.random.Generator(np.random.PCG64(derive(self._key, "exact-epoch", epoch)))
+            perm = rng.permutation(self.n).astype(np.int64)
+            self._cache[epoch] = perm
+            while len(self._cache) > 2:
+                self._cache.popitem(last=False)
+        return perm
+
+    def __call__(self, index: I64, epoch: I64) -> I64:
+        """Return ``perm_epoch(index)`` for each element (``index`` in ``[0, n)``)."""
+        if len(index) == 0:
+            return np.zeros_like(index)
+        first = int(epoch[0])
+        if bool((epoch == first).all()):
+            return self._epoch(first)[index]
+        out = np.empty_like(index)
+        for e in np.unique(epoch).tolist():
+            mask = epoch == e
+            out[mask] = self._epoch(int(e))[index[mask]]
+        return out
+
+
+def make_permutation(kind: str, n: int, key: int) -> Permutation:
+    """Build the permutation family named ``kind`` (``"feistel"`` or ``"exact"``)."""
+    if kind == "exact":
+        return ExactPermutation(n, key)
+    return FeistelPermutation(n, key)

@@ -1,0 +1,197 @@
+"""Chain nodes: the protocol every link of a sampler chain follows, and its sources.
+
+NOTE [ position algebra ]
+A chain is read as a stream of positions 0, 1, 2, ... For a finite node, positions
+``[e * P, (e + 1) * P)`` are its pass ``e`` (P items per pass), so epoch ``e`` is just a
+larger position and ``divmod(position, P)`` recovers (epoch, offset). Every stage is a
+pure map from its own positions to its inner node's positions; the source at the bottom
+turns positions into dataset indices (``records``), or a torch ``BatchSampler`` turns
+them into lists of indices (``batches``). Nothing is replayed: any position is computed
+directly, for a whole numpy block at a time.
+
+A chain whose source cannot be addressed (a foreign sampler that only iterates) is not
+*indexable*; its stages then fall back to iterating, filtering and discarding, as
+Determined's samplers do, and stay correct but pay O(position) to seek.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from itertools import count
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch.utils.data as tud
+
+__all__ = ["Clock", "ForeignSource", "IndexSource", "Kind", "Node", "as_node", "chain_of"]
+
+I64 = npt.NDArray[np.int64]
+Kind = Literal["record", "batch"]
+
+
+class Clock:
+    """The next pass number of a finite chain segment, shared by its stages.
+
+    Every finite stage of one segment reads the same clock, so ``set_epoch`` on the inner
+    shuffle also steers the shard that wraps it. A repeat freezes the clock of what it
+    wraps: below a repeat the pass number is ``position // N`` and cannot be set.
+    """
+
+    __slots__ = ("frozen_by", "next_pass")
+
+    def __init__(self) -> None:
+        self.next_pass = 0
+        self.frozen_by: str | None = None
+
+
+class Node:
+    """One link of a chain. Stages subclass it together with ``torch.utils.data.Sampler``."""
+
+    #: What the link's items are: dataset indices, or lists of them.
+    kind: Kind = "record"
+    #: Whether ``records``/``batches`` can address any position directly.
+    indexable: bool = False
+    #: Whether the stream never ends (a repeat is inside).
+    infinite: bool = False
+    #: The stage's verb in the canonical order, or ``"source"``.
+    verb: str = "source"
+    #: Shared pass counter of a finite segment, or None.
+    clock: Clock | None = None
+
+    @property
+    def pass_length(self) -> int:
+        """Items in one pass of a finite node: exact when indexable, else ``len()`` (or 0)."""
+        raise NotImplementedError
+
+    @property
+    def records_per_item(self) -> int:
+        """Dataset indices per item: 1 for records, the batch size for batches."""
+        return 1
+
+    def inner_node(self) -> Node | None:
+        """The node this one wraps, or None for a source."""
+        return None
+
+    def records(self, positions: I64) -> I64:
+        """Dataset indices at ``positions`` (record chains only)."""
+        raise NotImplementedError
+
+    def batches(self, positions: I64) -> list[list[int]]:
+        """Batches at ``positions`` (batch chains only)."""
+        raise NotImplementedError
+
+    def fallback_pass(self, epoch: int) -> Iterator[Any]:
+        """Iterate pass ``epoch`` of a finite node without random access."""
+        raise NotImplementedError
+
+    def fallback_stream(self) -> Iterator[Any]:
+        """Iterate an infinite node from position 0 without random access."""
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """This link's part of the chain fingerprint (JSON-able)."""
+        raise NotImplementedError
+
+
+class IndexSource(Node):
+    """A source whose position ``p`` is ``values[p % n]``: SequentialSampler, range, arrays."""
+
+    indexable = True
+
+    def __init__(self, name: str, values: range | I64) -> None:
+        self._name = name
+        self._values = values
+        self._n = len(values)
+        self._identity = isinstance(values, range) and values.start == 0 and values.step == 1
+        self._digest: str | None = None
+
+    @property
+    def pass_length(self) -> int:
+        return self._n
+
+    def records(self, positions: I64) -> I64:
+        if self._n == 0:
+            return np.zeros(0, dtype=np.int64)
+        offsets = positions - (positions // self._n) * self._n
+        if self._identity:
+            return offsets
+        if isinstance(self._values, range):
+            return self._values.start + offsets * self._values.step
+        return self._values[offsets]
+
+    def fallback_pass(self, epoch: int) -> Iterator[Any]:
+        return iter(self._values.tolist() if isinstance(self._values, np.ndarray) else self._values)
+
+    def config(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self._name, "length": self._n}
+        if not self._identity:
+            if self._digest is None:
+                data = (
+                    np.asarray(self._values, dtype=np.int64).tobytes()
+                    if isinstance(self._values, np.ndarray)
+                    else repr(self._values).encode()
+                )
+                self._digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+            out["values"] = self._digest
+        return out
+
+
+class ForeignSource(Node):
+    """A sampler detsamplers cannot address: it is only iterated, pass after pass."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+        self.kind = "batch" if isinstance(obj, tud.BatchSampler) else "record"
+
+    @property
+    def pass_length(self) -> int:
+        try:
+            return len(self._obj)
+        except TypeError:
+            return 0
+
+    def fallback_pass(self, epoch: int) -> Iterator[Any]:
+        return iter(self._obj)
+
+    def fallback_stream(self) -> Iterator[Any]:  # pragma: no cover - sources are finite
+        for _ in count():
+            yield from self._obj
+
+    def config(self) -> dict[str, Any]:
+        try:
+            length: int | None = len(self._obj)
+        except TypeError:
+            length = None
+        kind = type(self._obj)
+        return {"source": f"{kind.__module__}.{kind.__qualname__}", "length": length}
+
+
+def as_node(obj: Any) -> Node:
+    """Wrap ``obj`` (one of our stages, a torch sampler, a range, an index array) as a node."""
+    if isinstance(obj, Node):
+        return obj
+    if type(obj) is tud.SequentialSampler:
+        return IndexSource("SequentialSampler", range(len(obj.data_source)))
+    if isinstance(obj, range):
+        return IndexSource("range", obj)
+    if type(obj) is tud.BatchSampler:
+        from ._batch import BatchSource
+
+        return BatchSource(obj)
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        values = np.asarray(obj)
+        if values.ndim == 1 and values.dtype.kind in "iu" and len(values):
+            return IndexSource("sequence", values.astype(np.int64))
+    return ForeignSource(obj)
+
+
+def chain_of(node: Node) -> list[Node]:
+    """The links of ``node``'s chain, outermost first, down to its source."""
+    links = [node]
+    inner = node.inner_node()
+    while inner is not None:
+        links.append(inner)
+        inner = inner.inner_node()
+    return links

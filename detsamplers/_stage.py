@@ -1,0 +1,237 @@
+"""The template every stage follows: iteration, cursor, epochs and state.
+
+A subclass validates its arguments, calls ``Stage.__init__`` and fills in ``_map`` (its
+pure index map, NOTE [ position algebra ]) plus, for chains that cannot be addressed,
+``fallback_pass``/``fallback_stream``. This class owns the rest:
+
+- ``__iter__`` returns a generator whose body runs lazily, so creating an iterator has no
+  side effect (torchdata's StatefulDataLoader creates several and uses the last);
+- a finite stage starts the next pass of its segment's clock; an infinite one continues
+  from the position the latest iterator reached (a skip or a loaded state sets it);
+- positions are turned into items a numpy block at a time, the first blocks small so the
+  first batch after a seek is quick;
+- the position is read from the block's list iterator (``length_hint``), so counting
+  costs nothing per item.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import torch.utils.data as tud
+
+from ._errors import check_int
+from ._order import check_wrap
+from ._source import Clock, Node, as_node, chain_of
+from ._state import STATE_VERSION, check_state, fingerprint
+
+__all__ = ["Stage"]
+
+I64 = npt.NDArray[np.int64]
+T = TypeVar("T")
+
+#: Records in the first block of an iteration, and the most in any block. Blocks double
+#: from the first to the last size: small first blocks keep the time to the first batch
+#: low, large later ones amortise numpy's per-call overhead.
+FIRST_BLOCK_RECORDS = 256
+MAX_BLOCK_RECORDS = 32768
+
+
+class _Cursor:
+    """Where the latest iterator is: ``base + count - (items left in the current block)``."""
+
+    __slots__ = ("base", "count", "items")
+
+    def __init__(self, position: int) -> None:
+        self.base = position
+        self.count = 0
+        self.items: Iterator[Any] | None = None
+
+    def position(self) -> int:
+        if self.items is None:
+            return self.base + self.count
+        return self.base + self.count - operator.length_hint(self.items)
+
+
+class Stage(Node, tud.Sampler[T]):
+    """Base of every stage: a torch ``Sampler`` that is a pure map over stream positions."""
+
+    #: The public class name used in messages.
+    public_name: ClassVar[str] = "Stage"
+
+    def __init__(self, inner: Any, inner_param: str) -> None:
+        node = as_node(inner)
+        check_wrap(type(self).__name__, self.verb, node, f"this {inner_param}")
+        self._inner_obj = inner
+        self._inner = node
+        self.kind = node.kind
+        self.indexable = node.indexable
+        self.infinite = self.verb == "repeat" or node.infinite
+        self._resume: int | None = None
+        if not self.infinite:
+            self.clock = node.clock if node.clock is not None else Clock()
+        self._cursor = _Cursor(self._initial_position())
+
+    # -- what subclasses fill in -------------------------------------------------------
+
+    def _map(self, positions: I64) -> I64:
+        """Map this stage's positions to its inner node's positions."""
+        return positions
+
+    def _initial_position(self) -> int:
+        return 0
+
+    def _on_start(self) -> None:
+        """Checks run when an iteration starts (before the first item)."""
+
+    # -- the node protocol -------------------------------------------------------------
+
+    def inner_node(self) -> Node:
+        return self._inner
+
+    @property
+    def records_per_item(self) -> int:
+        return self._inner.records_per_item
+
+    def records(self, positions: I64) -> I64:
+        return self._inner.records(self._map(positions))
+
+    def batches(self, positions: I64) -> list[list[int]]:
+        return self._inner.batches(self._map(positions))
+
+    # -- passes ------------------------------------------------------------------------
+
+    def _period(self) -> int:
+        """Positions per pass: pass ``e`` lies in ``[e * period, (e + 1) * period)``."""
+        return self.pass_length
+
+    def _pass_range(self, epoch: int) -> tuple[int, int]:
+        period = self._period()
+        return epoch * period, (epoch + 1) * period
+
+    def _epoch_of(self, position: int) -> int:
+        period = self._period()
+        return position // period if period else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration yield pass ``epoch`` of this finite chain.
+
+        Every ``iter()`` already starts the next pass, so this is only for code that
+        drives epochs itself (for example after loading a model checkpoint by hand).
+
+        Raises:
+            ValueError: the chain is infinite, or a repeat wraps it: its pass number is
+                ``position // N``, set through ``skip`` or ``load_state_dict`` instead.
+        """
+        epoch = check_int("epoch", epoch, minimum=0)
+        if self.clock is None:
+            raise ValueError(
+                f"set_epoch cannot be used on {type(self).__name__}, whose stream is infinite: "
+                "pass e starts at position e * N; pass skip= or use load_state_dict instead"
+            )
+        if self.clock.frozen_by is not None:
+            raise ValueError(
+                f"set_epoch cannot be used on {type(self).__name__} because a "
+                f"{self.clock.frozen_by} wraps it and numbers passes by position // N; "
+                "pass skip= to the outermost stage or use its load_state_dict instead"
+            )
+        self.clock.next_pass = epoch
+        self._resume = None
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[T]:
+        return self._generate()
+
+    def _claim(self) -> tuple[int, int | None, int]:
+        """Decide where the new iteration starts and stops; only called once it runs."""
+        if self.infinite:
+            return self._cursor.position(), None, 0
+        assert self.clock is not None
+        if self._resume is not None:
+            epoch = self._epoch_of(self._resume)
+            start = max(self._resume, self._pass_range(epoch)[0])
+            self._resume = None
+        else:
+            epoch = self.clock.next_pass
+            start = self._pass_range(epoch)[0]
+        self.clock.next_pass = epoch + 1
+        return start, self._pass_range(epoch)[1], epoch
+
+    def _generate(self) -> Iterator[Any]:
+        self._on_start()
+        start, stop, epoch = self._claim()
+        cursor = _Cursor(start)
+        self._cursor = cursor
+        if self.indexable:
+            yield from self._generate_indexed(cursor, start, stop)
+        else:
+            yield from self._generate_fallback(cursor, start, epoch)
+
+    def _generate_indexed(self, cursor: _Cursor, start: int, stop: int | None) -> Iterator[Any]:
+        per_item = max(1, self.records_per_item)
+        size = max(1, FIRST_BLOCK_RECORDS // per_item)
+        largest = max(1, MAX_BLOCK_RECORDS // per_item)
+        emit = self._emit_records if self.kind == "record" else self.batches
+        position = start
+        while stop is None or position < stop:
+            n = size if stop is None else min(size, stop - position)
+            items = iter(emit(np.arange(position, position + n, dtype=np.int64)))
+            cursor.base, cursor.count, cursor.items = position, n, items
+            yield from items
+            position += n
+            size = min(size * 2, largest)
+
+    def _emit_records(self, positions: I64) -> list[int]:
+        out: list[int] = self.records(positions).tolist()
+        return out
+
+    def _generate_fallback(self, cursor: _Cursor, start: int, epoch: int) -> Iterator[Any]:
+        if self.infinite:
+            source, offset = self.fallback_stream(), start
+        else:
+            source, offset = self.fallback_pass(epoch), start - epoch * self._period()
+        for item in islice(source, offset, None):
+            cursor.count += 1
+            yield item
+
+    # -- state -------------------------------------------------------------------------
+
+    def chain_config(self) -> list[dict[str, Any]]:
+        """Each link's configuration, from the source outwards (JSON-able)."""
+        return [link.config() for link in reversed(chain_of(self))]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position reached by the latest iterator and the chain's fingerprint.
+
+        A new dict each call, small and JSON-able: torchdata's ``StatefulDataLoader``
+        can store it as it is.
+        """
+        chain = self.chain_config()
+        return {
+            "version": STATE_VERSION,
+            "position": self._cursor.position(),
+            "fingerprint": fingerprint(chain),
+            "chain": chain,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a state saved by ``state_dict`` of an identical chain.
+
+        The next iteration starts at the saved position, in O(1) over an indexable chain.
+
+        Raises:
+            ReproducibilityError: the state comes from a chain with another configuration
+                (seed, dataset length, stages, rank...); the message names each difference.
+        """
+        position = check_state(state_dict, self.chain_config(), type(self).__name__)
+        self._cursor = _Cursor(position)
+        if not self.infinite:
+            assert self.clock is not None
+            self._resume = position
+            self.clock.next_pass = self._epoch_of(position)

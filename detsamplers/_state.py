@@ -1,0 +1,96 @@
+"""Sampler state: a format version, a position and a fingerprint, never a replay.
+
+The state of a chain is ``{"version", "position", "fingerprint", "chain"}``:
+``position`` is the stream position reached by the latest iterator (an absolute position,
+so a skip is already inside it), ``chain`` lists each link's configuration from the source
+outwards, and ``fingerprint`` is a short hash of ``chain``. Loading a state from another
+chain raises :class:`~detsamplers.ReproducibilityError` naming each field that differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import ReproducibilityError
+
+__all__ = ["STATE_VERSION", "check_state", "fingerprint"]
+
+STATE_VERSION = 1
+_KEYS = ("version", "position", "fingerprint", "chain")
+
+
+def fingerprint(chain: list[dict[str, Any]]) -> str:
+    """A 16-hex-digit hash of a chain configuration.
+
+    Example:
+        >>> fingerprint([{"source": "range", "length": 3}])
+        'e6798b9bee94c12a'
+    """
+    text = json.dumps(chain, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _describe(chain: list[dict[str, Any]]) -> str:
+    return " > ".join(str(link.get("stage", link.get("source"))) for link in chain)
+
+
+def check_state(state: Any, chain: list[dict[str, Any]], owner: str) -> int:
+    """Validate ``state`` against ``chain`` and return its position.
+
+    Raises:
+        TypeError: ``state`` is not a mapping of the right shape.
+        ValueError: its version is unknown or its position negative.
+        ReproducibilityError: it was saved from a different chain.
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state should be a dict from {owner}.state_dict(), "
+            f"but got state of type {type(state).__name__}"
+        )
+    missing = [key for key in _KEYS if key not in state]
+    if missing:
+        raise ValueError(
+            f"state should have the keys {', '.join(_KEYS)} from {owner}.state_dict(), "
+            f"but it lacks {', '.join(missing)}"
+        )
+    if state["version"] != STATE_VERSION:
+        raise ValueError(
+            f"state['version'] should be {STATE_VERSION}, but got {state['version']!r}; "
+            "it was saved by an incompatible version of detsamplers"
+        )
+    position = state["position"]
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(
+            f"state['position'] should be a non-negative integer, but got {position!r}"
+        )
+    saved = list(state["chain"])
+    if state["fingerprint"] == fingerprint(chain) and saved == chain:
+        return position
+    differences = _differences(saved, chain)
+    raise ReproducibilityError(
+        f"cannot load this state into {owner}: it was saved from a different chain "
+        f"({'; '.join(differences)}); resuming from it would train on other data. "
+        "Rebuild the chain exactly as it was when the state was saved."
+    )
+
+
+def _differences(saved: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[str]:
+    shape_saved = [link.get("stage", "source") for link in saved]
+    shape_now = [link.get("stage", "source") for link in current]
+    if shape_saved != shape_now:
+        return [
+            f"the stages differ: the state has {_describe(saved)}, this chain has "
+            f"{_describe(current)}"
+        ]
+    out = []
+    for old, new in zip(saved, current, strict=True):
+        name = str(new.get("stage", new.get("source")))
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                out.append(
+                    f"{name} {key} is {old.get(key)!r} in the state but {new.get(key)!r} here"
+                )
+    return out or ["the fingerprint differs"]
