@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data as tud
 
-from ._source import Node, as_node
+from ._source import Node, as_node, check_reach
 
 __all__ = ["BatchSource", "split_batches"]
 
@@ -59,6 +59,7 @@ class BatchSource(Node):
     def batches(self, positions: I64) -> list[list[int]]:
         size = self._size
         if self.infinite:
+            check_reach(positions, size, size, "BatchSampler")
             starts = positions * size
             sizes = None
         else:

@@ -31,6 +31,9 @@ class ReproducibilityError(ValueError):
     """
 
 
+ReproducibilityError.__module__ = "detsamplers"  # its public home, as tracebacks show it
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -45,6 +46,8 @@ __all__ = ["ExactPermutation", "FeistelPermutation", "Permutation", "make_permut
 
 I64 = npt.NDArray[np.int64]
 U32 = npt.NDArray[np.uint32]
+#: Round keys: one scalar per round, or one array per round (a key per element).
+Keys = Sequence[U32 | np.uint32]
 
 _M1 = np.uint32(0x85EBCA6B)
 _M2 = np.uint32(0xC2B2AE35)
@@ -106,14 +109,14 @@ class FeistelPermutation:
             [derive(key, "feistel-round", r) for r in range(rounds)], dtype=np.uint64
         )
         self._cached_epoch = -1
-        self._cached_keys: list[np.uint32] = []
+        self._cached_keys: Keys = []
 
     def _keys_for(self, epochs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint32]:
         """Round keys, shape (rounds, len(epochs)): a hash of (round seed, epoch)."""
         mixed = mix64(epochs)
         return (mix64(self._round_seeds[:, None] ^ mixed[None, :]) & _LOW32).astype(np.uint32)
 
-    def _round_keys(self, epoch: I64) -> list[U32] | list[np.uint32]:
+    def _round_keys(self, epoch: I64) -> Keys:
         first, low, high = int(epoch[0]), int(epoch.min()), int(epoch.max())
         if low == high:
             if self._cached_epoch != first:
@@ -135,7 +138,7 @@ class FeistelPermutation:
         np.bitwise_xor(h, np.right_shift(h, _S15, out=scratch), out=h)
         return np.multiply(h, _M2, out=h)
 
-    def _network(self, x: I64, keys: list[U32] | list[np.uint32]) -> I64:
+    def _network(self, x: I64, keys: Keys) -> I64:
         k, b = self._k, np.uint32(self._b)
         low = (x & ((1 << k) - 1)).astype(np.uint32)
         high = (x >> k).astype(np.uint32)
@@ -162,7 +165,7 @@ class FeistelPermutation:
         out = self._network(index, keys)
         outside = np.flatnonzero(out >= self.n)
         while len(outside):
-            sub_keys = keys if isinstance(keys[0], np.uint32) else [k[outside] for k in keys]
+            sub_keys = [k[outside] if isinstance(k, np.ndarray) else k for k in keys]
             walked = self._network(out[outside], sub_keys)
             out[outside] = walked
             outside = outside[walked >= self.n]

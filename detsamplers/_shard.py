@@ -22,6 +22,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int
+from ._source import check_reach
 from ._stage import Stage
 
 __all__ = ["DistributedBatchSampler", "DistributedSampler"]
@@ -84,6 +85,7 @@ class _Shard(Stage[T]):
 
     def _map(self, positions: I64) -> I64:
         if self.infinite:
+            check_reach(positions, self._world, self._rank, type(self).__name__)
             return positions * self._world + self._rank
         length = self.pass_length
         epoch = positions // length

@@ -25,7 +25,16 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data as tud
 
-__all__ = ["Clock", "ForeignSource", "IndexSource", "Kind", "Node", "as_node", "chain_of"]
+__all__ = [
+    "Clock",
+    "ForeignSource",
+    "IndexSource",
+    "Kind",
+    "Node",
+    "as_node",
+    "chain_of",
+    "check_reach",
+]
 
 I64 = npt.NDArray[np.int64]
 Kind = Literal["record", "batch"]
@@ -114,11 +123,12 @@ class IndexSource(Node):
     def records(self, positions: I64) -> I64:
         if self._n == 0:
             return np.zeros(0, dtype=np.int64)
-        offsets = positions - (positions // self._n) * self._n
+        offsets: I64 = positions - (positions // self._n) * self._n
         if self._identity:
             return offsets
         if isinstance(self._values, range):
-            return self._values.start + offsets * self._values.step
+            out: I64 = self._values.start + offsets * self._values.step
+            return out
         return self._values[offsets]
 
     def fallback_pass(self, epoch: int) -> Iterator[Any]:
@@ -166,6 +176,20 @@ class ForeignSource(Node):
             length = None
         kind = type(self._obj)
         return {"source": f"{kind.__module__}.{kind.__qualname__}", "length": length}
+
+
+#: Positions are int64; a stage that multiplies them checks that the product still fits.
+MAX_POSITION = 2**63 - 1
+
+
+def check_reach(positions: I64, factor: int, offset: int, owner: str) -> None:
+    """Raise ``OverflowError`` if ``positions * factor + offset`` would not fit in int64."""
+    if len(positions) and int(positions.max()) > (MAX_POSITION - offset) // factor:
+        raise OverflowError(
+            f"{owner} cannot address position {int(positions.max())}: times {factor} it "
+            "exceeds the int64 positions of the stream (2**63); the skip or the number of "
+            "passes is too large for this chain"
+        )
 
 
 def as_node(obj: Any) -> Node:

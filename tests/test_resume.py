@@ -199,3 +199,23 @@ def test_torchdata_stateful_dataloader_checkpoints_and_resumes_the_chain() -> No
     second.load_state_dict(state)
     tail = take(second, 18)
     assert [b[0].tolist() for b in head + tail] == [b[0].tolist() for b in reference]
+
+
+def test_a_skip_of_a_quadrillion_batches_is_computed_not_replayed() -> None:
+    batch = take(training_chain(10**9, 1, 8, 5, 32, 10**15), 1)[0]
+    assert len(batch) == 32 and all(0 <= x < 10**9 for x in batch)
+
+
+def test_a_position_beyond_int64_is_refused_instead_of_wrapping() -> None:
+    with pytest.raises(OverflowError, match="exceeds the int64 positions of the stream"):
+        take(training_chain(100, 1, 8, 5, 32, 2**60), 1)
+
+
+def test_a_chain_pickles_mid_iteration_and_the_copy_continues_the_stream() -> None:
+    import pickle
+
+    chain = training_chain(50, 2, 2, 1, 4, 3)
+    iterator = iter(chain)
+    [next(iterator) for _ in range(5)]
+    copy = pickle.loads(pickle.dumps(chain))
+    assert take(copy, 4) == take(chain, 4)

@@ -1,0 +1,22 @@
+"""detsamplers.loader: a DataLoader whose order and random draws resume exactly.
+
+``DataLoader`` takes torch's arguments plus ``seed``; ``get_data_loader`` returns a
+torch DataLoader over the core chain (shuffle → repeat → shard → batch → skip) that seeds
+torch, numpy and ``random`` per batch from ``(seed, global batch position)``, and whose
+batch sampler saves a state with a divergence digest. ``check_reproducible`` explains
+what in a loader or sampler would break a reproducible resume.
+
+Example:
+    >>> from detsamplers.loader import DataLoader, check_reproducible
+    >>> loader = DataLoader(range(8), batch_size=2, shuffle=True, seed=3)
+    >>> check_reproducible(loader)
+    >>> train = loader.get_data_loader(repeat=True, skip=2)
+    >>> state = train.batch_sampler.state_dict()
+    >>> state["position"]
+    2
+"""
+
+from ._check import check_reproducible
+from ._dataloader import DataLoader
+
+__all__ = ["DataLoader", "check_reproducible"]

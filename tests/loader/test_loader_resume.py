@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loader_helpers import Noisy, indices, take
+
+from detsamplers.loader import DataLoader
+
+N, B, PASSES = 7, 2, 2
+
+
+def make(num_workers: int = 0, length: int = N, **kwargs: object) -> DataLoader:
+    options: dict[str, object] = {"batch_size": B, "shuffle": True, "seed": 11}
+    options.update(kwargs)
+    return DataLoader(Noisy(length), num_workers=num_workers, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_resuming_at_every_skip_repeats_the_uninterrupted_batches_and_draws(world: int) -> None:
+    loader = make()
+    for rank in range(world):
+        steps = PASSES * -(-N // (B * world)) + 1
+        reference = take(loader.get_data_loader(True, 0, world, rank), steps + 2)
+        for skip in range(steps):
+            resumed = take(loader.get_data_loader(True, skip, world, rank), 2)
+            assert resumed == reference[skip : skip + 2]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_resuming_with_two_workers_at_every_skip_repeats_the_uninterrupted_run(world: int) -> None:
+    reference_loader = make()
+    loader = make(num_workers=2)
+    for rank in range(world):
+        steps = -(-N // (B * world)) + 1
+        reference = take(reference_loader.get_data_loader(True, 0, world, rank), steps + 3)
+        for skip in range(steps):
+            resumed = take(loader.get_data_loader(True, skip, world, rank), 3)
+            assert resumed == reference[skip : skip + 3]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")
+def test_batches_and_draws_do_not_depend_on_num_workers() -> None:
+    training = [take(make(num_workers=w).get_data_loader(repeat=True), 9) for w in (0, 1, 2, 3)]
+    validation = [take(make(num_workers=w, shuffle=False), 4) for w in (0, 2)]
+    assert all(run == training[0] for run in training)
+    assert validation[0] == validation[1]
+    assert indices(validation[0]) == [[0, 1], [2, 3], [4, 5], [6]]
+
+
+def test_the_order_and_draws_do_not_depend_on_the_global_rng() -> None:
+    runs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        np.random.seed(global_seed)
+        random.seed(global_seed)
+        runs.append(take(make().get_data_loader(repeat=True), 6))
+    assert runs[0] == runs[1]
+
+
+def test_loading_in_the_main_process_leaves_the_global_rng_where_it_was() -> None:
+    def draws() -> list[float]:
+        return [torch.rand(()).item(), float(np.random.rand()), random.random()]
+
+    torch.manual_seed(3)
+    np.random.seed(3)
+    random.seed(3)
+    expected = draws()
+    torch.manual_seed(3)
+    np.random.seed(3)
+    random.seed(3)
+    take(make().get_data_loader(repeat=True), 3)
+    list(make())
+    assert draws() == expected
+
+
+def test_a_loaded_state_continues_the_uninterrupted_run() -> None:
+    loader = make()
+    reference = take(loader.get_data_loader(repeat=True), 12)
+    for consumed in range(9):
+        first = loader.get_data_loader(repeat=True)
+        assert take(first, consumed) == reference[:consumed]
+        state = first.batch_sampler.state_dict()  # type: ignore[union-attr]
+        second = loader.get_data_loader(repeat=True, skip=5)
+        second.batch_sampler.load_state_dict(state)  # type: ignore[union-attr]
+        assert take(second, 3) == reference[consumed : consumed + 3]
+
+
+def test_a_validation_pass_shards_unevenly_without_padding() -> None:
+    loader = make(shuffle=False, length=5)
+    per_rank = [indices(take(loader.get_data_loader(False, 0, 3, r), 9)) for r in range(3)]
+    assert per_rank == [[[0, 3]], [[1, 4]], [[2]]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    length=st.integers(1, 12),
+    per_rank=st.integers(1, 3),
+    world=st.sampled_from([1, 2, 4]),
+    step=st.integers(0, 6),
+)
+def test_global_batches_are_the_same_for_any_world_size_with_the_same_global_batch(
+    length: int, per_rank: int, world: int, step: int
+) -> None:
+    global_batch = per_rank * world
+    single = DataLoader(range(length), batch_size=global_batch, shuffle=True, seed=4)
+    expected = next(iter(single.get_data_loader(repeat=True, skip=step))).tolist()
+    sharded = DataLoader(range(length), batch_size=per_rank, shuffle=True, seed=4)
+    got = []
+    for rank in range(world):
+        got += next(iter(sharded.get_data_loader(True, step, world, rank))).tolist()
+    assert sorted(got) == sorted(expected)
+
+
+@settings(max_examples=25, deadline=None)
+@given(length=st.integers(1, 9), batch=st.integers(1, 4), skip=st.integers(0, 12))
+def test_skipping_k_batches_equals_dropping_the_first_k(length: int, batch: int, skip: int) -> None:
+    loader = DataLoader(Noisy(length), batch_size=batch, shuffle=True, seed=2)
+    reference = take(loader.get_data_loader(repeat=True), skip + 2)
+    assert take(loader.get_data_loader(repeat=True, skip=skip), 2) == reference[skip:]
