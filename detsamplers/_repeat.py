@@ -76,8 +76,6 @@ class RepeatSampler(_Repeat[T]):
         [0, 1, 2, 0, 1, 2, 0]
     """
 
-    public_name = "RepeatSampler"
-
     def __init__(self, sampler: Iterable[T]) -> None:
         super().__init__(sampler, "sampler")
 
@@ -101,8 +99,6 @@ class RepeatBatchSampler(_Repeat[list[int]], tud.BatchSampler):
         >>> list(islice(RepeatBatchSampler(batches), 3))
         [[0, 1], [2], [0, 1]]
     """
-
-    public_name = "RepeatBatchSampler"
 
     def __init__(self, batch_sampler: Iterable[list[int]]) -> None:
         super().__init__(batch_sampler, "batch_sampler")

@@ -135,8 +135,6 @@ class DistributedSampler(_Shard[T]):
         4
     """
 
-    public_name = "DistributedSampler"
-
     def __init__(
         self,
         sampler: Iterable[T],
@@ -169,8 +167,6 @@ class DistributedBatchSampler(_Shard[list[int]], tud.BatchSampler):
         >>> list(DistributedBatchSampler(batches, num_workers=2, rank=0))
         [[0, 1], [4, 5], [8, 9]]
     """
-
-    public_name = "DistributedBatchSampler"
 
     def __init__(
         self,

@@ -108,8 +108,6 @@ class ReproducibleShuffleSampler(_Shuffle[T]):
         True
     """
 
-    public_name = "ReproducibleShuffleSampler"
-
     def __init__(
         self, sampler: Iterable[T], seed: int, *, permutation: PermutationKind = "feistel"
     ) -> None:
@@ -140,8 +138,6 @@ class ReproducibleShuffleBatchSampler(_Shuffle[list[int]], tud.BatchSampler):
         >>> sorted(shuffled)
         [[0, 1], [2, 3], [4, 5]]
     """
-
-    public_name = "ReproducibleShuffleBatchSampler"
 
     def __init__(
         self,

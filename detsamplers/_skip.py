@@ -77,8 +77,6 @@ class SkipSampler(_Skip[T]):
         [3, 0, 1, 2]
     """
 
-    public_name = "SkipSampler"
-
     def __init__(self, sampler: Iterable[T], skip: int) -> None:
         super().__init__(sampler, skip, "sampler")
 
@@ -106,8 +104,6 @@ class SkipBatchSampler(_Skip[list[int]], tud.BatchSampler):
         >>> list(islice(SkipBatchSampler(batches, skip=2), 2))
         [[4, 0], [1, 2]]
     """
-
-    public_name = "SkipBatchSampler"
 
     def __init__(self, batch_sampler: Iterable[list[int]], skip: int) -> None:
         super().__init__(batch_sampler, skip, "batch_sampler")

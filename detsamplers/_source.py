@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from itertools import count
 from typing import Any, Literal
 
 import numpy as np
@@ -164,10 +163,6 @@ class ForeignSource(Node):
 
     def fallback_pass(self, epoch: int) -> Iterator[Any]:
         return iter(self._obj)
-
-    def fallback_stream(self) -> Iterator[Any]:  # pragma: no cover - sources are finite
-        for _ in count():
-            yield from self._obj
 
     def config(self) -> dict[str, Any]:
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator
 from itertools import islice
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -61,9 +61,6 @@ class _Cursor:
 class Stage(Node, tud.Sampler[T]):
     """Base of every stage: a torch ``Sampler`` that is a pure map over stream positions."""
 
-    #: The public class name used in messages.
-    public_name: ClassVar[str] = "Stage"
-
     def __init__(self, inner: Any, inner_param: str) -> None:
         node = as_node(inner)
         check_wrap(type(self).__name__, self.verb, node, f"this {inner_param}")
@@ -76,6 +73,7 @@ class Stage(Node, tud.Sampler[T]):
         if not self.infinite:
             self.clock = node.clock if node.clock is not None else Clock()
         self._cursor = _Cursor(self._initial_position())
+        self._config: tuple[list[dict[str, Any]], str] | None = None
 
     # -- what subclasses fill in -------------------------------------------------------
 
@@ -203,8 +201,16 @@ class Stage(Node, tud.Sampler[T]):
     # -- state -------------------------------------------------------------------------
 
     def chain_config(self) -> list[dict[str, Any]]:
-        """Each link's configuration, from the source outwards (JSON-able)."""
-        return [link.config() for link in reversed(chain_of(self))]
+        """Each link's configuration, from the source outwards (JSON-able, a fresh copy)."""
+        return [dict(link) for link in self._configured()[0]]
+
+    def _configured(self) -> tuple[list[dict[str, Any]], str]:
+        # The configuration is fixed once the chain is built; hash it once, since
+        # StatefulDataLoader asks for the state at every batch it dispatches.
+        if self._config is None:
+            chain = [link.config() for link in reversed(chain_of(self))]
+            self._config = (chain, fingerprint(chain))
+        return self._config
 
     def state_dict(self) -> dict[str, Any]:
         """The position reached by the latest iterator and the chain's fingerprint.
@@ -212,12 +218,12 @@ class Stage(Node, tud.Sampler[T]):
         A new dict each call, small and JSON-able: torchdata's ``StatefulDataLoader``
         can store it as it is.
         """
-        chain = self.chain_config()
+        _, digest = self._configured()
         return {
             "version": STATE_VERSION,
             "position": self._cursor.position(),
-            "fingerprint": fingerprint(chain),
-            "chain": chain,
+            "fingerprint": digest,
+            "chain": self.chain_config(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -42,8 +42,6 @@ class LoaderBatchSampler(SkipBatchSampler):
         [([2, 3], 1), ([4, 0], 2)]
     """
 
-    public_name = "LoaderBatchSampler"
-
     def __init__(
         self,
         batch_sampler: Iterable[list[int]],
