@@ -14,7 +14,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int, check_one_of
-from ._permute import Permutation, make_permutation
+from ._permute import MAX_N, Permutation, make_permutation
 from ._seeds import derive
 from ._stage import Stage
 
@@ -33,6 +33,11 @@ class _Shuffle(Stage[T]):
         self._seed = check_int("seed", seed)
         self._kind = check_one_of("permutation", permutation, _KINDS)
         super().__init__(inner, inner_param)
+        if self.indexable and self.pass_length > MAX_N:
+            raise ValueError(
+                f"{type(self).__name__} can shuffle at most 2**62 items, but this "
+                f"{inner_param} has {self.pass_length}; shard or split the dataset first"
+            )
         self._key = derive(self._seed, "shuffle", self._kind)
         self._perm: Permutation | None = None
 

@@ -152,9 +152,19 @@ def test_repeating_an_empty_sampler_raises_when_iteration_starts(source: Any) ->
             "sampler_or_dataset should be a sampler or a map-style dataset",
         ),
         (
+            lambda: ds.ReproducibleShuffleSampler(range(2**62 + 1), 0),
+            ValueError,
+            "can shuffle at most 2\\*\\*62 items, but this sampler has 4611686018427387905",
+        ),
+        (
             lambda: ds.ReproducibleShuffleSampler(range(4), 0).set_epoch(-1),
             ValueError,
             "epoch should be a non-negative integer value, but got epoch=-1",
+        ),
+        (
+            lambda: ds.ReproducibleShuffleSampler(range(2**62 + 1), 0),
+            ValueError,
+            r"can shuffle at most 2\*\*62 items, but this sampler has 4611686018427387905",
         ),
     ],
 )
