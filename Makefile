@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COMPARE_STAMP := $(VENV)/.installed-compare
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install check test bench bench-quick clean
+.PHONY: install check test bench bench-quick docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,11 @@ $(STAMP): pyproject.toml constraints.txt
 $(COMPARE_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare]'
 	touch $(COMPARE_STAMP)
+
+# mkdocs-material and mkdocstrings, for `make docs` only.
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
 
 install: $(STAMP)
 
@@ -40,6 +46,10 @@ bench: $(COMPARE_STAMP)
 	$(PY) benchmarks/samplers_table.py --plot docs/samplers.png
 	$(PY) benchmarks/loader_table.py
 	$(PY) benchmarks/shuffle_quality.py
+
+# The documentation site, warnings as errors; its examples also run in `make test`.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
