@@ -5,7 +5,7 @@ permutation of ``(seed, e)``), repeat (``divmod(position, N)``), shard (rank ``r
 positions ``r, r + W, ...``), batch (consecutive positions) and skip (a start offset).
 Skipping to any point costs O(1), and each rank works only on its own share.
 
-Example:
+Examples:
     >>> from itertools import islice
     >>> from torch.utils.data import BatchSampler, SequentialSampler
     >>> import detsamplers as ds

@@ -48,7 +48,7 @@ def make_batch_sampler(
         TypeError: an argument has the wrong type.
         ValueError: an argument is out of range, or ``skip`` is set in validation mode.
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from detsamplers import make_batch_sampler
         >>> batches = make_batch_sampler(range(10), "training", shuffle_seed=0,

@@ -24,7 +24,7 @@ class ReproducibilityError(ValueError):
     It subclasses :class:`ValueError`, so code that already catches bad values keeps
     working.
 
-    Example:
+    Examples:
         >>> from detsamplers import ReproducibilityError
         >>> issubclass(ReproducibilityError, ValueError)
         True
@@ -64,7 +64,7 @@ def check_int(
         TypeError: ``value`` is not an integer.
         ValueError: ``value`` is out of range.
 
-    Example:
+    Examples:
         >>> check_int("batch_size", 32, minimum=1)
         32
         >>> check_int("batch_size", 0, minimum=1)
@@ -99,7 +99,7 @@ def check_int(
 def check_one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of the ``allowed`` strings, else raise naming ``name``.
 
-    Example:
+    Examples:
         >>> check_one_of("mode", "training", ("training", "validation"))
         'training'
         >>> check_one_of("mode", "train", ("training", "validation"))

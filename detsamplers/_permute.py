@@ -88,7 +88,7 @@ class FeistelPermutation:
     Determinism:
         ``perm(i, e)`` depends only on ``(n, key, i, e)``; there is no hidden state.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> perm = FeistelPermutation(10, key=42)
         >>> out = perm(np.arange(10), np.zeros(10, dtype=np.int64))
@@ -184,7 +184,7 @@ class ExactPermutation:
     hashed from (seed key, epoch). The two most recent epochs are kept, so a block that
     straddles an epoch boundary does not rebuild either side.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> perm = ExactPermutation(5, key=7)
         >>> sorted(perm(np.arange(5), np.zeros(5, dtype=np.int64)).tolist())

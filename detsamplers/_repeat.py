@@ -69,7 +69,7 @@ class RepeatSampler(_Repeat[T]):
         ValueError: ``sampler`` is already infinite or contains a skip; or, when iteration
             starts, it is empty (Determined's spins forever there).
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from detsamplers import RepeatSampler
         >>> list(islice(RepeatSampler(range(3)), 7))
@@ -91,7 +91,7 @@ class RepeatBatchSampler(_Repeat[list[int]], tud.BatchSampler):
     Args:
         batch_sampler: A finite batch sampler.
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from torch.utils.data import BatchSampler
         >>> from detsamplers import RepeatBatchSampler

@@ -40,7 +40,7 @@ def derive(seed: int, *labels: int | str) -> int:
         A pure function of its arguments, stable across processes, platforms and Python
         versions (it does not use ``hash()``).
 
-    Example:
+    Examples:
         >>> derive(0, "shuffle") == derive(0, "shuffle")
         True
         >>> derive(0, "epoch", 1) == derive(1, "epoch", 0)
@@ -54,7 +54,7 @@ def derive(seed: int, *labels: int | str) -> int:
 def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Apply the SplitMix64 finaliser elementwise (a bijection on 64-bit words).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
         [16294208416658607535, 10451216379200822465]

@@ -127,7 +127,7 @@ class DistributedSampler(_Shard[T]):
         ValueError: ``num_workers < 1``, ``rank`` out of range, or ``sampler`` is already
             sharded or contains a skip.
 
-    Example:
+    Examples:
         >>> from detsamplers import DistributedSampler
         >>> list(DistributedSampler(range(10), num_workers=3, rank=1))
         [1, 4, 7]
@@ -160,7 +160,7 @@ class DistributedBatchSampler(_Shard[list[int]], tud.BatchSampler):
         rank: This process's rank, in ``[0, num_workers)``.
         world_size: Keyword alias for ``num_workers``.
 
-    Example:
+    Examples:
         >>> from torch.utils.data import BatchSampler
         >>> from detsamplers import DistributedBatchSampler
         >>> batches = BatchSampler(range(10), batch_size=2, drop_last=False)

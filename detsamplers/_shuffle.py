@@ -102,7 +102,7 @@ class ReproducibleShuffleSampler(_Shuffle[T]):
         The order depends only on ``(seed, permutation, N, epoch)``: not on torch's or
         numpy's global RNG, the process, or the number of ranks.
 
-    Example:
+    Examples:
         >>> from torch.utils.data import SequentialSampler
         >>> from detsamplers import ReproducibleShuffleSampler
         >>> shuffle = ReproducibleShuffleSampler(SequentialSampler(range(8)), seed=0)
@@ -135,7 +135,7 @@ class ReproducibleShuffleBatchSampler(_Shuffle[list[int]], tud.BatchSampler):
         seed: Any integer.
         permutation: ``"feistel"`` (default) or ``"exact"``, as for the record variant.
 
-    Example:
+    Examples:
         >>> from torch.utils.data import BatchSampler, SequentialSampler
         >>> from detsamplers import ReproducibleShuffleBatchSampler
         >>> batches = BatchSampler(SequentialSampler(range(6)), batch_size=2, drop_last=False)

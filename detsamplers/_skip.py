@@ -70,7 +70,7 @@ class SkipSampler(_Skip[T]):
         sampler: The sampler to skip into; skip last, after the repeat.
         skip: How many items to skip, ``>= 0``.
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from detsamplers import RepeatSampler, SkipSampler
         >>> list(islice(SkipSampler(RepeatSampler(range(4)), skip=3), 4))
@@ -96,7 +96,7 @@ class SkipBatchSampler(_Skip[list[int]], tud.BatchSampler):
         batch_sampler: The batch sampler to skip into; skip last.
         skip: How many batches to skip, ``>= 0``.
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from torch.utils.data import BatchSampler
         >>> from detsamplers import RepeatSampler, SkipBatchSampler

@@ -25,7 +25,7 @@ _KEYS = ("version", "position", "fingerprint", "chain")
 def fingerprint(chain: list[dict[str, Any]]) -> str:
     """A 16-hex-digit hash of a chain configuration.
 
-    Example:
+    Examples:
         >>> fingerprint([{"source": "range", "length": 3}])
         'e6798b9bee94c12a'
     """

@@ -32,7 +32,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         num_replicas: The world size ``W``.
         rank: This rank ``r``; batch ``b`` gets the global position ``b * W + r``.
 
-    Example:
+    Examples:
         >>> from itertools import islice
         >>> from torch.utils.data import BatchSampler
         >>> from detsamplers import RepeatSampler
@@ -74,7 +74,7 @@ class LoaderBatchSampler(SkipBatchSampler):
     def state_dict(self) -> dict[str, Any]:
         """The chain's state plus the loader's fields and a divergence digest (fresh dicts).
 
-        Example:
+        Examples:
             >>> from torch.utils.data import BatchSampler
             >>> from detsamplers import RepeatSampler
             >>> batches = LoaderBatchSampler(BatchSampler(RepeatSampler(range(5)), 2, False),

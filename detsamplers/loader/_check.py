@@ -124,7 +124,7 @@ def check_reproducible(loader_or_sampler: Any) -> None:
 
     It passes silently on anything ``DataLoader.get_data_loader`` returns.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from detsamplers.loader import DataLoader
         >>> check_reproducible(DataLoader(range(10), batch_size=2, shuffle=True))

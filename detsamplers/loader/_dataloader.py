@@ -130,7 +130,7 @@ class DataLoader:
         ``random``, depend only on the seed and the batch's global position: not on
         ``num_workers``, the global RNG, or where the run was resumed.
 
-    Example:
+    Examples:
         >>> loader = DataLoader(range(10), batch_size=4, shuffle=True, seed=1)
         >>> len(loader), [len(b) for b in loader]
         (3, [4, 4, 2])
@@ -298,7 +298,7 @@ class DataLoader:
             ValueError: an argument is out of range, or ``skip`` is set without repeat.
             ReproducibilityError: ``repeat=True`` over a sampler that cannot seek.
 
-        Example:
+        Examples:
             >>> loader = DataLoader(range(6), batch_size=2)
             >>> [b.tolist() for b in loader.get_data_loader(num_replicas=2, rank=1)]
             [[1, 3], [5]]

@@ -29,7 +29,7 @@ __all__ = ["probe_positions", "stream_digest"]
 def probe_positions(position: int) -> list[int]:
     """The positions whose batches go into the digest at ``position``.
 
-    Example:
+    Examples:
         >>> probe_positions(0), probe_positions(1), probe_positions(5)
         ([], [0], [0, 4])
     """
@@ -45,7 +45,7 @@ def stream_digest(node: Node, position: int, fingerprint: str, fields: dict[str,
         fingerprint: The chain's fingerprint (from its ``state_dict``).
         fields: The loader's JSON-able fields (seed, dataset length, ranks).
 
-    Example:
+    Examples:
         >>> from torch.utils.data import BatchSampler
         >>> from detsamplers import RepeatSampler, SkipBatchSampler
         >>> chain = SkipBatchSampler(BatchSampler(RepeatSampler(range(5)), 2, False), 0)

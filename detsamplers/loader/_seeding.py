@@ -41,7 +41,7 @@ _MASK32 = 0xFFFFFFFF
 class PositionedBatch(list[int]):
     """A batch of dataset indices that remembers its global batch position.
 
-    Example:
+    Examples:
         >>> import pickle
         >>> batch = PositionedBatch([4, 1], position=7)
         >>> copy = pickle.loads(pickle.dumps(batch))
@@ -62,7 +62,7 @@ class PositionedBatch(list[int]):
 def batch_key(seed: int, position: int) -> int:
     """The 64-bit key that seeds the fetch of the batch at global ``position``.
 
-    Example:
+    Examples:
         >>> batch_key(0, 3) == batch_key(0, 3) != batch_key(1, 3)
         True
     """
@@ -72,7 +72,7 @@ def batch_key(seed: int, position: int) -> int:
 def seed_globals(key: int) -> None:
     """Seed torch's default CPU generator, numpy's global RandomState and ``random``.
 
-    Example:
+    Examples:
         >>> import random
         >>> seed_globals(5); a = random.random()
         >>> seed_globals(5); a == random.random()
@@ -94,7 +94,7 @@ class SeededDataset(tud.Dataset[Any]):
         See NOTE [ per-batch seeding ]: a batch's draws depend only on the seed, its
         global batch position and its indices.
 
-    Example:
+    Examples:
         >>> import torch
         >>> class Noisy(torch.utils.data.Dataset):
         ...     def __len__(self): return 4
