@@ -1,27 +1,22 @@
-# `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras
-# against constraints.txt (the CPU build of torch), and runs ruff, mypy --strict and pytest.
+# `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras and
+# the peers it is compared with (determined, torchdata, webdataset) against constraints.txt
+# (the CPU build of torch), and runs ruff, mypy --strict and pytest.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-COMPARE_STAMP := $(VENV)/.installed-compare
 DOCS_STAMP := $(VENV)/.installed-docs
 
 .PHONY: install check test bench bench-quick docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
-
-# The peers (Determined, torchdata, webdataset) and matplotlib, for `make bench` only.
-$(COMPARE_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare]'
-	touch $(COMPARE_STAMP)
+	touch $(STAMP)
 
 # mkdocs-material and mkdocstrings, for `make docs` only.
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,docs]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,docs]'
 	touch $(DOCS_STAMP)
 
 install: $(STAMP)
@@ -41,7 +36,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/loader_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 
-bench: $(COMPARE_STAMP)
+bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
 	$(PY) benchmarks/samplers_table.py --plot docs/samplers.png
 	$(PY) benchmarks/loader_table.py
