@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install check test bench bench-quick docs clean
+.PHONY: install check test bench bench-quick docs clean demo
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 install: $(STAMP)
+
+# Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches.
+demo: $(STAMP)
+	$(PY) -m detsamplers demo
 
 check: $(STAMP)
 	$(PY) -m ruff check .
@@ -34,12 +38,14 @@ test: check
 bench-quick: $(STAMP)
 	$(PY) benchmarks/samplers_table.py --quick
 	$(PY) benchmarks/loader_table.py --quick
+	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
 	$(PY) benchmarks/samplers_table.py --plot docs/samplers.png
 	$(PY) benchmarks/loader_table.py
+	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/shuffle_quality.py
 
 # The documentation site, warnings as errors; its examples also run in `make test`.

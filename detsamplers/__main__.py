@@ -28,14 +28,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .trial._demo import run_demo
 
-    ok = run_demo(
-        ranks=args.ranks,
-        pause_at=args.pause_at,
-        resume_ranks=args.resume_ranks,
-        max_batches=args.batches,
-        num_workers=args.num_workers,
-        workdir=args.workdir,
-    )
+    try:
+        ok = run_demo(
+            ranks=args.ranks,
+            pause_at=args.pause_at,
+            resume_ranks=args.resume_ranks,
+            max_batches=args.batches,
+            num_workers=args.num_workers,
+            workdir=args.workdir,
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    except RuntimeError as error:  # a launch failed; its output is in the message
+        print(f"demo failed: {error}", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 

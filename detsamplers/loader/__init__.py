@@ -6,7 +6,7 @@ torch, numpy and ``random`` per batch from ``(seed, global batch position)``, an
 batch sampler saves a state with a divergence digest. ``check_reproducible`` explains
 what in a loader or sampler would break a reproducible resume.
 
-Example:
+Examples:
     >>> from detsamplers.loader import DataLoader, check_reproducible
     >>> loader = DataLoader(range(8), batch_size=2, shuffle=True, seed=3)
     >>> check_reproducible(loader)
@@ -18,5 +18,7 @@ Example:
 
 from ._check import check_reproducible
 from ._dataloader import DataLoader
+from ._web_loader import WebDataLoader
+from ._webdataset import WebDatasetSource
 
-__all__ = ["DataLoader", "check_reproducible"]
+__all__ = ["DataLoader", "WebDataLoader", "WebDatasetSource", "check_reproducible"]

@@ -21,7 +21,16 @@ class Stream(tud.IterableDataset[int]):
 
 def test_the_public_names_are_exported_in_a_sorted_all() -> None:
     names = detsamplers.loader.__all__
-    assert names == sorted(names) == ["DataLoader", "check_reproducible"]
+    assert (
+        names
+        == sorted(names)
+        == [
+            "DataLoader",
+            "WebDataLoader",
+            "WebDatasetSource",
+            "check_reproducible",
+        ]
+    )
     assert all(hasattr(detsamplers.loader, name) for name in names)
 
 

@@ -1,0 +1,152 @@
+"""WebDatasetSource against a plain webdataset pipeline, on the same local shards (issue 5).
+
+Run ``python benchmarks/webdataset_table.py`` (or ``--quick`` for CI, under 30 s). It
+writes shards once into a temporary folder with ``webdataset.ShardWriter`` (full mode: 50
+shards, 100,000 samples of a tiny PNG plus a label), then measures:
+
+1. samples/s over one epoch, both pipelines decoding with webdataset's default decoder,
+   mapping each sample to ``(png bytes, label)`` and batching 64 with torch's
+   ``default_collate``: plain ``wds.WebDataset(urls, shardshuffle=False)`` against
+   ``WebDatasetSource(shuffle_shards=True)``, in the main process and with 2 workers
+   (webdataset's workers split the shards, ours every other batch);
+2. the time to resume in the middle of epoch 3 (global position ``2.5 N``): ours builds a
+   source, loads the state and yields the first batch; the alternative replays the
+   plain pipeline up to that point, which is what resuming webdataset takes;
+3. the one-off index scan, and loading the cached index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import tempfile
+import time
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+import torch.utils.data as tud
+import webdataset as wds
+from torch.utils.data import default_collate
+
+from detsamplers.loader import WebDataLoader, WebDatasetSource
+
+
+def tiny_png() -> bytes:
+    """A valid 2x2 greyscale PNG (70 bytes), built with zlib and struct."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\x80\x80" * 2)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+PNG = tiny_png()
+BATCH = 64
+
+
+def to_pair(sample: dict[str, Any]) -> tuple[bytes, int]:
+    return sample["png"], int(sample["cls"])
+
+
+def write(folder: str, shards: int, per_shard: int) -> str:
+    pattern = os.path.join(folder, "bench-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
+        for i in range(shards * per_shard):
+            sink.write({"__key__": f"{i:08d}", "png": PNG, "cls": i})
+    return os.path.join(folder, f"bench-{{000000..{shards - 1:06d}}}.tar")
+
+
+def plain(urls: str) -> Any:
+    return (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode()
+        .map(to_pair)
+        .batched(BATCH, collation_fn=default_collate)
+    )
+
+
+def ours(urls: str, **kwargs: Any) -> WebDatasetSource:
+    options: dict[str, Any] = {"seed": 0, "batch_size": BATCH, "decode": (), "map": to_pair}
+    return WebDatasetSource(urls, **{**options, **kwargs})
+
+
+def count(batches: Iterable[Any]) -> int:
+    return sum(len(batch[1]) for batch in batches)
+
+
+def rate(make: Any, workers: int, total: int, runs: int) -> float:
+    rates = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        if workers:
+            dataset = make()
+            loader = (
+                WebDataLoader(dataset, num_workers=workers)
+                if isinstance(dataset, WebDatasetSource)
+                else tud.DataLoader(dataset, batch_size=None, num_workers=workers)
+            )
+            seen = count(loader)
+        else:
+            seen = count(make())
+        assert seen == total, (seen, total)
+        rates.append(total / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
+    args = parser.parse_args()
+    shards, per_shard, runs = (8, 500, 1) if args.quick else (50, 2000, 3)
+    total = shards * per_shard
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        urls = write(folder, shards, per_shard)
+        written = time.perf_counter() - start
+        start = time.perf_counter()
+        ours(urls)
+        scanned = time.perf_counter() - start
+        start = time.perf_counter()
+        ours(urls)
+        cached = time.perf_counter() - start
+        print(f"{shards} shards, {total:,} samples (written in {written:.1f} s), batch {BATCH}")
+        print(f"index: scan {scanned:.2f} s once, then {cached * 1000:.0f} ms from the cache")
+        print(f"{'num_workers':>11}  {'webdataset (samples/s)':>22}  {'detsamplers':>11}  ratio")
+        for workers in (0, 2):
+            base = rate(lambda: plain(urls), workers, total, runs)
+            mine = rate(lambda: ours(urls, repeat=False), workers, total, runs)
+            print(f"{workers:>11}  {base:>22,.0f}  {mine:>11,.0f}  {mine / base:.2f}x")
+
+        target = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, at a batch boundary
+        state = {**ours(urls).state_dict(), "position": target}
+        resumes = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            source = ours(urls)
+            source.load_state_dict(state)
+            next(iter(source))
+            resumes.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        replay = iter(plain(urls).repeat(3))
+        skipped = 0
+        while skipped < target:  # each epoch ends with a partial batch: count samples
+            skipped += len(next(replay)[1])
+        next(replay)
+        replayed = time.perf_counter() - start
+        resume = statistics.median(resumes)
+        print(
+            f"resume at sample {target:,} (mid epoch 3): {resume * 1000:.1f} ms, "
+            f"replaying webdataset to it: {replayed:.2f} s ({replayed / resume:,.0f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""Shard indexes: where each sample of an uncompressed tar shard lies, cached on disk.
+
+NOTE [ shard index ]
+To open a shard at any sample without reading what precedes it, the source needs each
+sample's members and their byte ranges. :func:`scan_shard` lists a tar once and groups its
+members exactly as webdataset 1.0.2 does (``tar_file_iterator`` then ``group_by_keys``):
+regular files only, top-level ``__*__`` metadata skipped, the key is the path up to the
+first dot of the basename and the suffix the rest (lower-cased), and *consecutive* members
+with the same key form one sample. A name without a dot is ignored and a repeated suffix
+within a sample is an error, as in webdataset.
+
+A shard must be an uncompressed tar that ends with tar's end-of-archive zero block. The
+scan checks every member's data lies inside the file and that only zero bytes follow the
+last member, because :mod:`tarfile` silently stops listing at a truncated or corrupt
+header past the first one: a shard cut short or damaged is a ``ValueError`` naming it,
+never a shard with fewer samples.
+
+The index of ``data-000.tar`` is cached as ``data-000.tar.index.json`` next to it, or,
+when that folder is read-only (or ``index_dir`` is given), under ``index_dir`` (default
+``$XDG_CACHE_HOME/detsamplers/shard-index``) with a name hashed from the shard's path. An
+entry is used only while the shard's absolute path, size and modification time are those
+recorded in it; otherwise the shard is scanned again and the entry rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["INDEX_VERSION", "ShardInfo", "expand_urls", "index_shards", "scan_shard"]
+
+#: The format version of an index file; files of another version are rebuilt.
+INDEX_VERSION = 1
+#: Show a progress bar when at least this many shards must be scanned.
+PROGRESS_MIN_SHARDS = 16
+
+# webdataset.tariterators.base_plus_ext and tar_file_iterator's skip_meta, verbatim.
+_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_SKIP_META = re.compile(r"__[^/]*__($|/)")
+_BLOCK = 512
+_CHUNK = 1 << 20
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
+
+#: One member of a sample: [suffix, byte offset of its data, size in bytes]. Lists, as JSON
+#: loads them: converting 100k samples' members to tuples would triple the load time.
+Member = list[Any]
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """The samples of one shard: their keys and members, in tar order.
+
+    Attributes:
+        url: The shard's URL as given (after brace expansion).
+        path: Its absolute local path.
+        keys: Each sample's ``__key__``.
+        members: Each sample's members as ``[suffix, data offset, size]``.
+
+    Examples:
+        >>> info = ShardInfo("a.tar", "/d/a.tar", ("k0",), [[["cls", 512, 1]]])
+        >>> len(info)
+        1
+    """
+
+    url: str
+    path: str
+    keys: tuple[str, ...]
+    members: list[list[Member]]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def expand_urls(urls: Any) -> list[str]:
+    """Expand brace patterns (and ``::`` lists) as webdataset does, into local paths.
+
+    Args:
+        urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings.
+
+    Raises:
+        TypeError: ``urls`` is neither a string nor a sequence of strings.
+        ValueError: it is empty, or names a remote or piped shard.
+
+    Examples:
+        >>> expand_urls("data-{000..002}.tar")
+        ['data-000.tar', 'data-001.tar', 'data-002.tar']
+        >>> expand_urls("http://host/a.tar")
+        Traceback (most recent call last):
+        ...
+        ValueError: urls should name local uncompressed .tar files, but got 'http://host/a.tar'; ...
+    """
+    if isinstance(urls, str):
+        from webdataset.shardlists import expand_urls as wds_expand
+
+        out = [str(u) for u in wds_expand(urls)]
+    elif isinstance(urls, Sequence) and all(isinstance(u, str) for u in urls):
+        out = list(urls)
+    else:
+        raise TypeError(
+            "urls should be a string (a path or brace pattern) or a sequence of strings, "
+            f"but got urls of type {type(urls).__name__}"
+        )
+    if not out:
+        raise ValueError("urls should name at least one shard, but got an empty list")
+    for url in out:
+        scheme = url.split(":", 1)[0] if ":" in url else ""
+        if (len(scheme) > 1 and scheme != "file") or url.endswith((".gz", ".tgz")):
+            raise ValueError(
+                f"urls should name local uncompressed .tar files, but got {url!r}; "
+                "the source seeks into shards: copy or decompress them to a local folder"
+            )
+    return out
+
+
+def local_path(url: str) -> str:
+    """The absolute path of a local shard URL (a path or ``file:`` URL).
+
+    Examples:
+        >>> local_path("file:/data/a.tar")
+        '/data/a.tar'
+    """
+    if url.startswith("file://"):
+        url = url[len("file://") :]
+    elif url.startswith("file:"):
+        url = url[len("file:") :]
+    return os.path.abspath(url)
+
+
+def _corrupt(path: str, what: str) -> ValueError:
+    return ValueError(
+        f"shard {path!r} is truncated or corrupt: {what}; rewrite it (for example with "
+        "webdataset.ShardWriter) or remove it from urls"
+    )
+
+
+def _check_tail(path: str, handle: Any, end: int, size: int) -> None:
+    """Check that only zero bytes, at least one block of them, follow offset ``end``."""
+    if size - end < _BLOCK:
+        raise _corrupt(path, f"it ends at byte {size} without tar's end-of-archive block")
+    handle.seek(end)
+    while chunk := handle.read(_CHUNK):
+        if chunk.count(0) != len(chunk):
+            raise _corrupt(path, f"bytes after offset {end} are not a valid tar member header")
+
+
+def scan_shard(path: str) -> tuple[tuple[str, ...], list[list[Member]]]:
+    """List a shard and group its members into samples (NOTE [ shard index ]).
+
+    Args:
+        path: A local path to an uncompressed tar file.
+
+    Returns:
+        ``(keys, members)``: each sample's key, and its members as [suffix, offset, size].
+
+    Raises:
+        FileNotFoundError: the shard does not exist.
+        ValueError: it is compressed, truncated or corrupt, or has a
+            repeated suffix within one sample.
+    """
+    size = os.path.getsize(path)
+    keys: list[str] = []
+    samples: list[list[Member]] = []
+    with open(path, "rb") as handle:
+        try:
+            tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
+        except tarfile.TarError as exn:
+            handle.seek(0)
+            if handle.read(6).startswith(_COMPRESSED):
+                raise ValueError(
+                    f"shard {path!r} is compressed; the source seeks into shards, so it needs "
+                    "uncompressed tars: decompress it (e.g. gunzip) and pass the .tar"
+                ) from None
+            raise _corrupt(path, f"it is not a readable tar archive ({exn})") from None
+        with tar:
+            try:
+                infos = tar.getmembers()
+            except tarfile.TarError as exn:
+                raise _corrupt(path, str(exn)) from None
+            end = tar.offset
+        for info in infos:
+            if info.offset_data + info.size > size:
+                raise _corrupt(path, f"member {info.name!r} runs past the end of the file")
+            name = info.name
+            if not info.isreg() or _SKIP_META.match(name):
+                continue
+            if "/" not in name and name.startswith("__") and name.endswith("__"):
+                continue
+            match = _BASE_PLUS_EXT.match(name)
+            if match is None:
+                continue
+            key, suffix = match.group(1), match.group(2).lower()
+            if not keys or keys[-1] != key:
+                keys.append(key)
+                samples.append([])
+            if any(m[0] == suffix for m in samples[-1]):
+                raise ValueError(
+                    f"shard {path!r} has a duplicate file name {name!r} in sample {key!r}, "
+                    "which webdataset refuses too; give each member of a sample its own suffix"
+                )
+            samples[-1].append([suffix, info.offset_data, info.size])
+        _check_tail(path, handle, end, size)
+    return tuple(keys), samples
+
+
+def default_index_dir() -> str:
+    """The fallback folder for index files: ``$XDG_CACHE_HOME/detsamplers/shard-index``.
+
+    Examples:
+        >>> default_index_dir().endswith(os.path.join("detsamplers", "shard-index"))
+        True
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "detsamplers", "shard-index")
+
+
+def _candidates(path: str, index_dir: str | None) -> list[str]:
+    hashed = hashlib.blake2b(path.encode(), digest_size=10).hexdigest()
+    cached = os.path.join(index_dir or default_index_dir(), f"{hashed}.index.json")
+    if index_dir is not None:
+        return [cached]
+    return [path + ".index.json", cached]
+
+
+def _load(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            entry = json.load(handle)
+        if (
+            entry.get("version") != INDEX_VERSION
+            or entry.get("path") != path
+            or entry.get("size") != stat.st_size
+            or entry.get("mtime_ns") != stat.st_mtime_ns
+        ):
+            return None
+        keys, members = tuple(entry["keys"]), entry["members"]
+        if not isinstance(members, list) or len(members) != len(keys):
+            return None
+        return ShardInfo("", path, keys, members)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save(files: list[str], info: ShardInfo, stat: os.stat_result) -> None:
+    entry = {
+        "version": INDEX_VERSION,
+        "path": info.path,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "keys": list(info.keys),
+        "members": info.members,
+    }
+    text = json.dumps(entry, separators=(",", ":"))
+    for file in files:
+        temporary = f"{file}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(temporary, file)  # atomic: concurrent ranks write identical entries
+            return
+        except OSError:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+    # No writable place: the index is rebuilt next time, which is slower but still correct.
+
+
+def index_shards(
+    urls: Sequence[str], index_dir: str | None = None, progress: bool = True
+) -> list[ShardInfo]:
+    """Index each shard of ``urls``, from its cached index file or by a scan.
+
+    Args:
+        urls: Local shard URLs, already expanded (see :func:`expand_urls`).
+        index_dir: Where to cache index files; ``None`` puts them next to the shards and
+            falls back to :func:`default_index_dir` if that folder is read-only.
+        progress: Show a tqdm bar when many shards must be scanned.
+
+    Returns:
+        One :class:`ShardInfo` per URL, in the order given.
+
+    Raises:
+        FileNotFoundError: a shard does not exist (the message names it).
+        ValueError: a shard is not an uncompressed tar, or is truncated or corrupt.
+    """
+    out: list[ShardInfo | None] = []
+    todo: list[tuple[int, str, str, os.stat_result]] = []
+    for url in urls:
+        path = local_path(url)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"shard {path!r} (from urls entry {url!r}) does not exist; check urls"
+            ) from None
+        found = None
+        for file in _candidates(path, index_dir):
+            found = _load(file, path, stat)
+            if found is not None:
+                break
+        out.append(None if found is None else ShardInfo(url, path, found.keys, found.members))
+        if found is None:
+            todo.append((len(out) - 1, url, path, stat))
+    # tqdm ships no type stubs (pyproject's mypy config lists none for it): load it untyped.
+    tqdm = importlib.import_module("tqdm").tqdm
+    quiet = not progress or len(todo) < PROGRESS_MIN_SHARDS
+    bar = tqdm(todo, desc="indexing shards", disable=quiet)
+    for slot, url, path, stat in bar:
+        keys, members = scan_shard(path)
+        info = ShardInfo(url, path, keys, members)
+        _save(_candidates(path, index_dir), info, stat)
+        out[slot] = info
+    return [info for info in out if info is not None]

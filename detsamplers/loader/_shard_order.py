@@ -1,0 +1,131 @@
+"""The global sample order of a shard source: a pure function of the global position.
+
+NOTE [ shard stream order ]
+Let the shards have ``c_0 .. c_{S-1}`` samples, ``N = sum(c)``. Global position ``p`` maps
+to a sample as follows, with no state other than ``p``:
+
+1. ``epoch, offset = divmod(p, N)`` (repeat).
+2. Epoch ``e`` reads the shards in the order ``pi_e``, a keyed permutation of ``[0, S)``
+   with key ``derive(seed, "wds-shards")`` at epoch ``e`` (``make_permutation("exact")``;
+   the identity if ``shuffle_shards=False``). ``offset`` is found in the cumulative
+   counts of that order by binary search: the shard ``s`` and the index ``k`` within it.
+3. With ``shuffle_window = w > 0``, shard ``s`` is cut into consecutive windows of ``w``
+   samples (the last one shorter) and ``k`` is permuted within its window by the keyed
+   permutation ``derive(seed, "wds-window", s, window)`` at epoch ``e``. So a shard is
+   still read front to back, window by window, while the order inside each window is a
+   pure function of ``(seed, e, s)`` — webdataset's buffer shuffle, without its state.
+
+Shards are named by their index in the URL list. Everything here depends only on
+``(counts, seed, shuffle_shards, shuffle_window)`` and ``p``: resuming at ``p`` needs no
+replay, and splitting positions across ranks and workers (NOTE [ shard stream split ])
+cannot lose or duplicate a sample.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .._permute import Permutation, make_permutation
+from .._seeds import derive
+
+__all__ = ["ShardOrder"]
+
+I64 = npt.NDArray[np.int64]
+_EPOCHS_KEPT = 2
+_WINDOWS_KEPT = 64
+
+
+class ShardOrder:
+    """Map global positions to ``(shard, sample index)`` (NOTE [ shard stream order ]).
+
+    Args:
+        counts: Each shard's number of samples; their sum must be positive.
+        seed: Keys both shuffles.
+        shuffle_shards: Permute the shards each epoch.
+        shuffle_window: Permute samples within windows of this many (0 or 1: no shuffle).
+
+    Determinism:
+        ``locate(p)`` depends only on the arguments and ``p``.
+
+    Examples:
+        >>> import numpy as np
+        >>> order = ShardOrder([2, 3], seed=0, shuffle_shards=False, shuffle_window=0)
+        >>> shards, samples = order.locate(np.arange(6))
+        >>> shards.tolist(), samples.tolist()
+        ([0, 0, 1, 1, 1, 0], [0, 1, 0, 1, 2, 0])
+    """
+
+    def __init__(
+        self, counts: Sequence[int], seed: int, shuffle_shards: bool, shuffle_window: int
+    ) -> None:
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.total = int(self.counts.sum())
+        self.seed = seed
+        self.window = shuffle_window if shuffle_window > 1 else 0
+        self._shards: Permutation | None = None
+        if shuffle_shards and len(self.counts) > 1:
+            self._shards = make_permutation("exact", len(self.counts), derive(seed, "wds-shards"))
+        self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
+        self._windows: OrderedDict[tuple[int, int, int], I64] = OrderedDict()
+
+    def shard_order(self, epoch: int) -> I64:
+        """The shards in the order epoch ``epoch`` reads them.
+
+        Examples:
+            >>> ShardOrder([1, 1, 1], 0, False, 0).shard_order(5).tolist()
+            [0, 1, 2]
+        """
+        return self._epoch(epoch)[0]
+
+    def _epoch(self, epoch: int) -> tuple[I64, I64]:
+        cached = self._epochs.get(epoch)
+        if cached is None:
+            slots = np.arange(len(self.counts), dtype=np.int64)
+            order = slots
+            if self._shards is not None:
+                order = self._shards(slots, np.full_like(slots, epoch))
+            starts = np.concatenate([[0], np.cumsum(self.counts[order])]).astype(np.int64)
+            cached = (order, starts)
+            self._epochs[epoch] = cached
+            while len(self._epochs) > _EPOCHS_KEPT:
+                self._epochs.popitem(last=False)
+        return cached
+
+    def _window(self, epoch: int, shard: int, window: int) -> I64:
+        key = (epoch, shard, window)
+        perm = self._windows.get(key)
+        if perm is None:
+            start = window * self.window
+            length = min(self.window, int(self.counts[shard]) - start)
+            key_w = derive(self.seed, "wds-window", shard, window)
+            family = make_permutation("exact", length, key_w)
+            slots = np.arange(length, dtype=np.int64)
+            perm = start + family(slots, np.full_like(slots, epoch))
+            self._windows[key] = perm
+            while len(self._windows) > _WINDOWS_KEPT:
+                self._windows.popitem(last=False)
+        return perm
+
+    def locate(self, positions: I64) -> tuple[I64, I64]:
+        """Return the shard and the sample index within it for each global position."""
+        epochs, offsets = np.divmod(positions, self.total)
+        shards = np.empty_like(positions)
+        samples = np.empty_like(positions)
+        for epoch in np.unique(epochs).tolist():
+            mask = epochs == epoch
+            order, starts = self._epoch(int(epoch))
+            # side="right" - 1 skips shards with no samples (equal consecutive starts).
+            slot = np.searchsorted(starts, offsets[mask], side="right") - 1
+            shards[mask] = order[slot]
+            samples[mask] = offsets[mask] - starts[slot]
+        if self.window:
+            windows = samples // self.window
+            for i, (epoch, shard, window) in enumerate(
+                zip(epochs.tolist(), shards.tolist(), windows.tolist(), strict=True)
+            ):
+                samples[i] = self._window(epoch, shard, window)[samples[i] % self.window]
+        return shards, samples

@@ -1,0 +1,462 @@
+"""``WebDatasetSource``: webdataset tar shards as an exactly resumable stream of batches.
+
+NOTE [ shard stream split ]
+The source yields whole batches (collated inside it), so it is used with
+``DataLoader(batch_size=None)``; ``WebDataLoader`` is that DataLoader, plus the
+bookkeeping of the position. With ``B = batch_size``, ``W = world_size`` and the global
+batch ``G = B * W``, batch ``t`` of rank ``r`` holds the global positions
+``(t * B + i) * W + r`` for ``i < B`` (NOTE [ shard stream order ] maps them to samples):
+global batch ``t`` is the positions ``[t G, (t + 1) G)``, dealt out across ranks.
+
+DataLoader worker ``w`` of ``K`` builds the batches ``t0 + w, t0 + w + K, ...`` of its
+rank, where ``t0`` is the batch the pass starts at. Torch's DataLoader takes one item from
+each worker in turn, so the rank still receives ``t0, t0 + 1, ...`` in order, whatever
+``K``: nothing is duplicated or lost. A batch's contents and its map-stage random draws
+(seeded from ``derive(seed, "batch", t * W + r)``, NOTE [ per-batch seeding ]) do not
+depend on ``K``, on prefetching, or on where the run resumed.
+
+The state holds the global position ``t * G`` after the last batch handed out. Resuming
+it with another ``num_workers`` gives the same batches. Resuming it with another world
+size ``W'`` and batch size ``B'`` gives the same *global* batches (each split differently
+across ranks) when the state's position is a multiple of ``G' = B' * W'``; keeping
+``B' * W' = B * W`` always satisfies this. Otherwise loading the state is a ``ValueError``.
+The map-stage draws are keyed per rank batch, so they change with the world size (as in
+the map-style loader), never with ``num_workers``.
+
+``repeat=True`` (training) streams epoch after epoch forever: every rank gets a full batch
+at every step, so uneven shards can never leave one rank waiting in a collective.
+``repeat=False`` (validation) is one pass over epoch 0's order. With ``drop_last=True``
+every rank yields ``N // G`` full batches (the last ``N % G`` samples are not read), so
+ranks stay in step. With ``drop_last=False`` every sample is read once: the last, partial
+global batch gives rank ``r`` the positions ``≡ r (mod W)`` left, so a rank may get a
+smaller last batch, or none; ``len()`` is exact per rank (``ceil((N - r) / G)``), and
+code that runs a collective per step must use ``drop_last=True``. Nothing is ever padded.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+from torch.utils.data import default_collate
+
+from .._errors import ReproducibilityError, check_int
+from .._state import fingerprint
+from ._seeding import batch_key, seed_globals
+from ._shard_index import expand_urls, index_shards
+from ._shard_order import ShardOrder
+from ._shard_reader import ShardReader
+
+__all__ = ["STATE_VERSION", "WebDatasetSource"]
+
+#: The format version of ``WebDatasetSource.state_dict()``.
+STATE_VERSION = 1
+_STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} should be a bool, but got {name}={value!r} of type {type(value).__name__}"
+        )
+    return value
+
+
+def _check_callable(name: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"{name} should be a callable or None, but got {name}={value!r} "
+            f"of type {type(value).__name__}"
+        )
+
+
+def _make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:
+    """Build webdataset's ``.decode(*args)``: strings are image specs, callables are handlers."""
+    if decode is None:
+        return None
+    from webdataset import autodecode
+
+    if isinstance(decode, autodecode.Decoder):
+        return decode  # type: ignore[no-any-return]
+    args = [decode] if isinstance(decode, str) or callable(decode) else decode
+    if not isinstance(args, Sequence) or not all(isinstance(a, str) or callable(a) for a in args):
+        raise TypeError(
+            "decode should be a webdataset image spec such as 'rgb8', a decoding handler, a "
+            f"sequence of these, or a webdataset.autodecode.Decoder, but got {decode!r}"
+        )
+    handlers = [autodecode.ImageHandler(a) if isinstance(a, str) else a for a in args]
+    decoder: Callable[[dict[str, Any]], Any] = autodecode.Decoder(handlers)
+    return decoder
+
+
+class WebDatasetSource(tud.IterableDataset[Any]):
+    """webdataset tar shards as a reproducible stream of batches that resumes at any batch.
+
+    The order (NOTE [ shard stream order ]): each epoch reads the shards in a keyed
+    permutation of ``(seed, epoch)``, optionally shuffling samples within windows of each
+    shard; then repeat; then the split across ranks and DataLoader workers (NOTE [ shard
+    stream split ]); then batch. Each sample is a dict as webdataset yields it
+    (``__key__``, ``__url__``, ``__local_path__`` and one raw ``bytes`` entry per suffix),
+    passed through ``decode`` and then ``map``; each batch is ``collate_fn`` of its samples.
+    Shards are indexed once and the index cached (NOTE [ shard index ]).
+
+    Args:
+        urls: Local uncompressed ``.tar`` shards: a path, a brace pattern such as
+            ``"data-{000000..000099}.tar"``, or a sequence of paths.
+        seed: Keys the shard and window shuffles and the per-batch RNG seeding.
+        batch_size: Samples per batch on each rank, a positive integer.
+        world_size: Number of ranks (``torch.distributed`` world size).
+        rank: This rank, in ``[0, world_size)``.
+        decode: webdataset's ``.decode(*args)`` arguments: an image spec string such as
+            ``"rgb8"``, a handler, a sequence of these, or an ``autodecode.Decoder``.
+        map: A function applied to each decoded sample, like webdataset's ``.map(f)``.
+        collate_fn: Turns a list of samples into a batch (torch's ``default_collate``).
+        shuffle_shards: Permute the shards each epoch.
+        shuffle_window: Shuffle samples within consecutive windows of this many samples
+            of each shard (0: keep tar order).
+        repeat: Stream epochs forever (training); ``False`` gives one pass (validation).
+        drop_last: With ``repeat=False``, drop the last partial global batch.
+        skip: Global batches to skip before the first one (O(1): nothing is read).
+        index_dir: Where to cache shard indexes (default: next to the shards).
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range, or a shard is missing, compressed,
+            truncated or corrupt (the message names it).
+
+    Determinism:
+        A batch's samples and the draws ``decode``/``map`` make from torch, numpy and
+        ``random`` depend only on the arguments and the batch's position: not on
+        ``num_workers``, prefetching or where the run resumed.
+
+    Examples:
+        >>> import os, tempfile, webdataset as wds
+        >>> folder = tempfile.mkdtemp()
+        >>> with wds.ShardWriter(os.path.join(folder, "s-%02d.tar"), maxcount=3, verbose=0) as w:
+        ...     for i in range(5):
+        ...         w.write({"__key__": f"k{i}", "cls": str(i).encode()})
+        >>> source = WebDatasetSource(
+        ...     os.path.join(folder, "s-{00..01}.tar"), seed=0, batch_size=2, repeat=False,
+        ...     decode=(), map=lambda s: s["cls"], shuffle_shards=False)
+        >>> [batch.tolist() for batch in source]
+        [[0, 1], [2, 3], [4]]
+        >>> source.load_state_dict({**source.state_dict(), "position": 2})
+        >>> [batch.tolist() for batch in source]
+        [[2, 3], [4]]
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        seed: int,
+        batch_size: int,
+        world_size: int = 1,
+        rank: int = 0,
+        decode: Any = None,
+        map: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] = default_collate,
+        shuffle_shards: bool = True,
+        shuffle_window: int = 0,
+        repeat: bool = True,
+        drop_last: bool = False,
+        skip: int = 0,
+        index_dir: str | None = None,
+    ) -> None:
+        seed = check_int("seed", seed)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        world_size = check_int("world_size", world_size, minimum=1)
+        rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
+        _check_callable("map", map)
+        _check_callable("collate_fn", collate_fn)
+        shuffle_shards = _check_bool("shuffle_shards", shuffle_shards)
+        shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
+        repeat = _check_bool("repeat", repeat)
+        drop_last = _check_bool("drop_last", drop_last)
+        skip = check_int("skip", skip, minimum=0)
+        if index_dir is not None and not isinstance(index_dir, str):
+            raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
+        decoder = _make_decoder(decode)
+        expanded = expand_urls(urls)
+        shards = index_shards(expanded, index_dir=index_dir, progress=rank == 0)
+        total = sum(len(s) for s in shards)
+        if total == 0:
+            raise ValueError(
+                f"urls should name shards with samples, but all {len(shards)} of them are empty"
+            )
+        self.shards = shards
+        self.seed = seed
+        self.batch_size = batch_size
+        self.world_size = world_size
+        self.rank = rank
+        self.decoder = decoder
+        self.map = map
+        self.collate_fn = collate_fn
+        self.shuffle_shards = shuffle_shards
+        self.shuffle_window = shuffle_window
+        self.repeat = repeat
+        self.drop_last = drop_last
+        self.num_samples = total
+        self._order = ShardOrder([len(s) for s in shards], seed, shuffle_shards, shuffle_window)
+        self._config: dict[str, Any] = {
+            "seed": seed,
+            "shuffle_shards": shuffle_shards,
+            "shuffle_window": shuffle_window,
+            "repeat": repeat,
+        }
+        names = [s.path.rsplit("/", 1)[-1] for s in shards]
+        self._fingerprint = fingerprint([{"source": "webdataset", "shards": names, **self._config}])
+        self._counts = [len(s) for s in shards]
+        if not repeat and skip > self._pass_batches():
+            raise ValueError(
+                f"skip should be at most the {self._pass_batches()} batches of a pass with "
+                f"repeat=False, but got skip={skip}"
+            )
+        self.position = skip * self.global_batch
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per step over all ranks, ``batch_size * world_size``."""
+        return self.batch_size * self.world_size
+
+    def _pass_batches(self) -> int:
+        """Global batches in a pass with ``repeat=False`` (the last may be partial)."""
+        full, partial = divmod(self.num_samples, self.global_batch)
+        return full + (partial > 0 and not self.drop_last)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a full pass (``repeat=False`` only)."""
+        if self.repeat:
+            raise TypeError(
+                "len() of a WebDatasetSource with repeat=True is undefined: it streams "
+                "forever; count steps in the training loop, or use repeat=False"
+            )
+        if self.drop_last:
+            return self._pass_batches()
+        limit = self.num_samples - self.rank
+        return max(0, -(-limit // self.global_batch))
+
+    def _positions(self, batch: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        offsets = np.arange(self.batch_size, dtype=np.int64) + batch * self.batch_size
+        positions = offsets * self.world_size + self.rank
+        if not self.repeat:
+            positions = positions[positions < self.num_samples]
+        return positions
+
+    def _end(self) -> int | None:
+        """The batch a pass ends before (``None``: never), for this rank."""
+        return None if self.repeat else len(self)
+
+    def _stage(self, sample: dict[str, Any]) -> Any:
+        out: Any = sample
+        if self.decoder is not None:
+            out = self.decoder(out)
+        if self.map is not None:
+            out = self.map(out)
+        return out
+
+    def _apply(self, samples: list[dict[str, Any]], key: int) -> list[Any]:
+        if tud.get_worker_info() is not None:
+            seed_globals(key)
+            return [self._stage(s) for s in samples]
+        saved = (torch.default_generator.get_state(), np.random.get_state(), random.getstate())
+        try:
+            seed_globals(key)
+            return [self._stage(s) for s in samples]
+        finally:
+            torch.default_generator.set_state(saved[0])
+            np.random.set_state(saved[1])
+            random.setstate(saved[2])
+
+    def batch_at(self, batch: int, reader: ShardReader | None = None) -> Any:
+        """Build this rank's batch number ``batch`` (counted from position 0).
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     for i in range(4):
+            ...         w.write({"__key__": f"k{i}", "cls": b"0"})
+            >>> source = WebDatasetSource(os.path.join(folder, "s-0.tar"), seed=0,
+            ...     batch_size=2, shuffle_shards=False, collate_fn=list)
+            >>> [s["__key__"] for s in source.batch_at(3)]
+            ['k2', 'k3']
+        """
+        own = reader is None
+        reader = reader or ShardReader(self.shards)
+        try:
+            shards, samples = self._order.locate(self._positions(batch))
+            items = [
+                reader.read(s, k) for s, k in zip(shards.tolist(), samples.tolist(), strict=True)
+            ]
+        finally:
+            if own:
+                reader.close()
+        if self.decoder is not None or self.map is not None:
+            key = batch_key(self.seed, batch * self.world_size + self.rank)
+            items = self._apply(items, key)
+        return self.collate_fn(items)
+
+    def _begin(self) -> int:
+        """The first batch of the next pass (a finished validation pass starts over)."""
+        end = self._end()
+        first = self.position // self.global_batch
+        if end is not None and first >= end:
+            self.position, first = 0, 0
+        return first
+
+    def iter_worker(self, worker_id: int, num_workers: int) -> Iterator[Any]:
+        """The batches DataLoader worker ``worker_id`` of ``num_workers`` yields.
+
+        Worker ``w`` yields the batches ``t0 + w, t0 + w + K, ...`` of this rank
+        (NOTE [ shard stream split ]); torch's DataLoader interleaves them back in order.
+        ``num_workers=0`` is the main process, like ``num_workers=1``.
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     for i in range(5):
+            ...         w.write({"__key__": f"k{i}", "cls": b"0"})
+            >>> source = WebDatasetSource(os.path.join(folder, "s-0.tar"), seed=0,
+            ...     batch_size=1, shuffle_shards=False, repeat=False,
+            ...     collate_fn=lambda b: b[0]["__key__"])
+            >>> list(source.iter_worker(1, 2))
+            ['k1', 'k3']
+        """
+        num_workers = check_int("num_workers", num_workers, minimum=0)
+        worker_id = check_int(
+            "worker_id", worker_id, minimum=0, below=max(num_workers, 1), below_name="num_workers"
+        )
+        step = max(num_workers, 1)
+        end = self._end()
+        batch = self._begin() + worker_id
+        reader = ShardReader(self.shards)
+        try:
+            while end is None or batch < end:
+                yield self.batch_at(batch, reader)
+                batch += step
+        finally:
+            reader.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yield this rank's batches from the current position (see :meth:`iter_worker`).
+
+        In the main process each batch handed out advances :attr:`position`, so
+        :meth:`state_dict` is exact when iterating directly or with ``num_workers=0``; in a
+        worker process use :class:`WebDataLoader`, which tracks it in the main process.
+        """
+        info = tud.get_worker_info()
+        if info is not None:
+            yield from self.iter_worker(info.id, info.num_workers)
+            return
+        batch = self._begin()
+        for item in self.iter_worker(0, 1):
+            batch += 1
+            self.position = batch * self.global_batch
+            yield item
+
+    def state_dict(self) -> dict[str, Any]:
+        """The resume state: a global position, plus what it must be checked against.
+
+        ``position`` is the global sample position after the last batch handed out in
+        this process (``t * batch_size * world_size``), the same on every rank;
+        ``counts`` are the shards' sample counts, so that a shard rewritten since is
+        named on load; ``fingerprint`` hashes ``config`` and the shard names.
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     w.write({"__key__": "k", "cls": b"0"})
+            >>> state = WebDatasetSource(os.path.join(folder, "s-0.tar"), seed=3,
+            ...     batch_size=2, skip=5).state_dict()
+            >>> state["position"], state["counts"], state["config"]["seed"]
+            (10, [1], 3)
+        """
+        return {
+            "version": STATE_VERSION,
+            "position": self.position,
+            "fingerprint": self._fingerprint,
+            "config": dict(self._config),
+            "counts": list(self._counts),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resume at the state's position: the next ``iter()`` opens the right shard there.
+
+        Raises:
+            TypeError: ``state_dict`` is not a mapping.
+            ValueError: a key is missing, the version is unknown, or the position is not a
+                multiple of ``batch_size * world_size`` (NOTE [ shard stream split ]).
+            ReproducibilityError: a shard's sample count, the shard list or the
+                configuration changed since the state was saved (the message names it).
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(
+                "state_dict should be a dict from WebDatasetSource.state_dict(), but got "
+                f"state_dict of type {type(state_dict).__name__}"
+            )
+        missing = [key for key in _STATE_KEYS if key not in state_dict]
+        if missing:
+            raise ValueError(
+                f"state_dict should have the keys {', '.join(_STATE_KEYS)}, "
+                f"but it lacks {', '.join(missing)}"
+            )
+        if state_dict["version"] != STATE_VERSION:
+            raise ValueError(
+                f"state_dict['version'] should be {STATE_VERSION}, but got "
+                f"{state_dict['version']!r}; it was saved by an incompatible detsamplers"
+            )
+        position = state_dict["position"]
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(
+                f"state_dict['position'] should be a non-negative integer, but got {position!r}"
+            )
+        self._check_counts(list(state_dict["counts"]))
+        config = dict(state_dict["config"])
+        changed = [
+            f"{key} is {config.get(key)!r} in the state but {value!r} here"
+            for key, value in self._config.items()
+            if config.get(key) != value
+        ]
+        if not changed and state_dict["fingerprint"] != self._fingerprint:
+            changed = ["the shard file names or their order differ"]
+        if changed:
+            raise ReproducibilityError(
+                f"cannot load this state into WebDatasetSource: {'; '.join(changed)}; "
+                "resuming from it would train on other data. Rebuild the source as it was."
+            )
+        if position % self.global_batch:
+            raise ValueError(
+                f"state_dict['position']={position} should be a multiple of the global batch "
+                f"batch_size * world_size = {self.global_batch}; resume with a batch_size and "
+                "world_size whose product divides it (keep batch_size * world_size unchanged)"
+            )
+        if not self.repeat and position > self._pass_batches() * self.global_batch:
+            raise ValueError(
+                f"state_dict['position']={position} is past the end of the pass "
+                f"({self.num_samples} samples) with repeat=False"
+            )
+        self.position = position
+
+    def _check_counts(self, counts: list[Any]) -> None:
+        if len(counts) != len(self._counts):
+            raise ReproducibilityError(
+                f"cannot load this state into WebDatasetSource: it was saved with "
+                f"{len(counts)} shards, but urls name {len(self._counts)}; pass the same urls"
+            )
+        changed = [
+            f"shard {info.path!r} had {old} samples when the state was saved but has {new} now"
+            for info, old, new in zip(self.shards, counts, self._counts, strict=True)
+            if old != new
+        ]
+        if changed:
+            raise ReproducibilityError(
+                f"cannot resume WebDatasetSource: {'; '.join(changed)}; the stream after the "
+                "checkpoint would differ. Restore the original shards or start a new run."
+            )

@@ -1,0 +1,48 @@
+"""detsamplers.trial: a lean trial loop whose pause and resume are exact, on any world size.
+
+Shaped like Determined's PyTorchTrial and Trainer, but local and torchrun-native: a run
+resumes from a checkpoint folder, not from a cluster master. Launch a training script
+with ``torchrun --nproc_per_node=2 train.py`` (or as a single process)::
+
+    from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
+
+    with init(hparams={"global_batch_size": 32}, seed=1) as context:
+        trial = MyTrial(context)
+        Trainer(trial, context).fit(
+            max_length=Batch(1000),
+            checkpoint_period=Batch(100),
+            latest_checkpoint=find_latest_checkpoint("checkpoints"),
+        )
+
+Examples:
+    >>> from detsamplers.trial import Epoch, init
+    >>> with init(hparams={"global_batch_size": 8}) as context:
+    ...     context.get_per_slot_batch_size(), context.get_initial_batch()
+    (8, 0)
+"""
+
+from ._callbacks import Callback
+from ._checkpoint import find_latest_checkpoint, load_trial_from_checkpoint_path
+from ._context import TrialContext
+from ._distributed import DistributedContext
+from ._init import init
+from ._lr_scheduler import LRScheduler
+from ._reducer import MetricReducer
+from ._trainer import Trainer
+from ._trial import Trial
+from ._units import Batch, Epoch
+
+__all__ = [
+    "Batch",
+    "Callback",
+    "DistributedContext",
+    "Epoch",
+    "LRScheduler",
+    "MetricReducer",
+    "Trainer",
+    "Trial",
+    "TrialContext",
+    "find_latest_checkpoint",
+    "init",
+    "load_trial_from_checkpoint_path",
+]

@@ -1,0 +1,215 @@
+"""``python -m detsamplers demo``: pause 2 ranks midway, resume on 1, verify the batches.
+
+Three torchrun launches of :mod:`detsamplers.trial._demo_trial` (gloo on 127.0.0.1):
+
+1. an uninterrupted reference run on ``ranks`` ranks;
+2. the same run stopped at ``pause_at`` as a preemption would stop it (its ``fit`` ends
+   there with a checkpoint);
+3. a resume from ``find_latest_checkpoint`` on ``resume_ranks`` ranks, to the end.
+
+Each rank logs the indices of its share of every global batch; the demo rebuilds the
+global batches (rank ``r`` of ``W`` holds positions ``j * W + r``) and prints a
+verification table. The exit status is 1 if any check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ._checkpoint import find_latest_checkpoint
+
+__all__ = ["global_batches", "launch", "run_demo", "seen_once_per_epoch"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(
+    ranks: int, args: list[str], log: str, module: str = "detsamplers.trial._demo_trial"
+) -> float:
+    """Run ``module`` on ``ranks`` ranks with torchrun; its output goes to ``log``; seconds."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+        "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", module, *args,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    with open(log, "a") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode != 0:
+        with open(log) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"{module} on {ranks} ranks exited with {done.returncode}:\n{tail}")
+    return time.perf_counter() - started
+
+
+def global_batches(record_dir: str, ranks: int) -> dict[int, list[int]]:
+    """The global batches a run trained, from its ranks' records (the last write wins).
+
+    Examples:
+        >>> d = tempfile.mkdtemp()
+        >>> for r in range(2):
+        ...     with open(os.path.join(d, f"records-rank{r}.jsonl"), "w") as f:
+        ...         _ = f.write(json.dumps({"batch": 0, "rank": r, "indices": [r, r + 2]}))
+        >>> global_batches(d, 2)
+        {0: [0, 1, 2, 3]}
+    """
+    shares: dict[int, dict[int, list[int]]] = {}
+    for rank in range(ranks):
+        with open(os.path.join(record_dir, f"records-rank{rank}.jsonl")) as f:
+            for line in f:
+                row = json.loads(line)
+                shares.setdefault(row["batch"], {})[rank] = row["indices"]
+    out = {}
+    for batch, by_rank in sorted(shares.items()):
+        width = max(len(share) for share in by_rank.values())
+        out[batch] = [
+            by_rank[r][j] for j in range(width) for r in range(ranks) if j < len(by_rank[r])
+        ]
+    return out
+
+
+def seen_once_per_epoch(batches: list[list[int]], records: int) -> bool:
+    """Whether every complete epoch of the stream holds each record exactly once.
+
+    Examples:
+        >>> seen_once_per_epoch([[1, 0], [3, 2], [0, 1]], 4), seen_once_per_epoch([[0, 0]], 2)
+        (True, False)
+    """
+    stream = [index for batch in batches for index in batch]
+    epochs = len(stream) // records
+    return epochs > 0 and all(
+        sorted(stream[e * records : (e + 1) * records]) == list(range(records))
+        for e in range(epochs)
+    )
+
+
+def _size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
+
+
+def _resume_seconds(checkpoint_dir: str) -> float:
+    with open(os.path.join(checkpoint_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return float([r for r in rows if r["type"] == "resume"][-1]["metrics"]["seconds"])
+
+
+@dataclass
+class Check:
+    """One row of the verification table."""
+
+    name: str
+    passed: bool | None  # None: information only
+    detail: str
+
+
+def run_demo(
+    ranks: int = 2,
+    pause_at: int = 20,
+    resume_ranks: int = 1,
+    max_batches: int = 48,
+    num_workers: int = 1,
+    workdir: str | None = None,
+    echo: Callable[[str], Any] = print,
+) -> bool:
+    """Run the three launches and print the verification table; True if every check passes."""
+    records, global_batch = 256, 16
+    if not 0 < pause_at < max_batches:
+        raise ValueError(
+            f"pause_at should be in (0, max_batches), but got pause_at={pause_at} "
+            f"with max_batches={max_batches}"
+        )
+    for name, value in (("ranks", ranks), ("resume_ranks", resume_ranks)):
+        if value < 1 or global_batch % value:
+            raise ValueError(
+                f"{name} should divide the global batch of {global_batch} records, but got "
+                f"{name}={value}; use 1, 2, 4, 8 or 16"
+            )
+    if num_workers < 0:
+        raise ValueError(f"num_workers should be >= 0, but got num_workers={num_workers}")
+    work = workdir or tempfile.mkdtemp(prefix="detsamplers-demo-")
+    common = [f"--num-workers={num_workers}", f"--records={records}"]
+    common.append(f"--global-batch-size={global_batch}")
+    log = os.path.join(work, "runs.log")
+    reference, paused = os.path.join(work, "reference"), os.path.join(work, "paused")
+    steps: list[tuple[str, int, str, list[str]]] = [
+        ("uninterrupted reference", ranks, reference, [f"--max-batches={max_batches}"]),
+        (f"paused at batch {pause_at}", ranks, os.path.join(paused, "first"),
+         [f"--max-batches={pause_at}"]),
+        ("resumed from the latest checkpoint", resume_ranks, os.path.join(paused, "second"),
+         [f"--max-batches={max_batches}", "--resume"]),
+    ]  # fmt: skip
+    seconds = []
+    for number, (title, world, record_dir, extra) in enumerate(steps, 1):
+        ckpt = reference if record_dir == reference else paused
+        weights = os.path.join(record_dir, "weights.pt")
+        args = [f"--checkpoint-dir={ckpt}", f"--record-dir={record_dir}", *common, *extra]
+        seconds.append(launch(world, [*args, f"--weights-out={weights}"], log))
+        echo(f"[{number}/3] {title} on {world} rank(s): {seconds[-1]:.1f} s")
+
+    expected = global_batches(reference, ranks)
+    first = global_batches(os.path.join(paused, "first"), ranks)
+    second = global_batches(os.path.join(paused, "second"), resume_ranks)
+    resumed = {**{b: v for b, v in first.items() if b < pause_at}, **second}
+    same = [b for b in range(max_batches) if resumed.get(b) == expected.get(b)]
+    latest = find_latest_checkpoint(paused)
+    pause_ckpt = os.path.join(paused, f"batch-{pause_at:06d}")
+    checks = [
+        Check("records seen exactly once per epoch (reference)",
+              seen_once_per_epoch([expected[b] for b in sorted(expected)], records),
+              f"{len(expected) * global_batch // records} epochs of {records} records"),
+        Check("records seen exactly once per epoch (paused + resumed)",
+              seen_once_per_epoch([resumed[b] for b in sorted(resumed)], records),
+              f"{ranks} ranks for batches 0-{pause_at - 1}, {resume_ranks} after"),
+        Check("resume started at the pause point", min(second, default=-1) == pause_at,
+              f"first resumed batch {min(second, default=-1)}"),
+        Check("global batches identical to the uninterrupted run",
+              len(same) == max_batches == len(expected),
+              f"{len(same)}/{max_batches} global batches of {global_batch} records"),
+        Check("latest checkpoint is the final one", latest is not None
+              and latest.endswith(f"batch-{max_batches:06d}"), os.path.basename(latest or "none")),
+    ]  # fmt: skip
+    if resume_ranks == ranks:
+        a = torch.load(os.path.join(reference, "weights.pt"), weights_only=True)
+        b = torch.load(os.path.join(paused, "second", "weights.pt"), weights_only=True)
+        equal = all(torch.equal(a[k], b[k]) for k in a)
+        checks.append(Check("final weights bit-identical", equal, f"{len(a)} tensors"))
+    else:
+        why = f"not expected: world size {ranks} -> {resume_ranks} re-seeds dropout"
+        checks.append(Check("final weights bit-identical", None, why))
+    size = _size(pause_ckpt) if os.path.isdir(pause_ckpt) else 0
+    checks.append(Check("checkpoint size", None, f"{size / 1024:.1f} KiB ({ranks} rank files)"))
+    checks.append(Check("time to resume", None,
+                        f"{_resume_seconds(paused):.2f} s in fit to the first resumed batch; "
+                        f"{seconds[2]:.1f} s launch to exit"))  # fmt: skip
+
+    width = max(len(check.name) for check in checks)
+    echo("")
+    echo(f"{'check':<{width}}  result  detail")
+    for check in checks:
+        mark = {True: "PASS", False: "FAIL", None: "info"}[check.passed]
+        echo(f"{check.name:<{width}}  {mark:<6}  {check.detail}")
+    ok = all(check.passed is not False for check in checks)
+    echo("")
+    if ok and workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+        echo("all checks passed")
+    else:
+        echo(f"{'all checks passed' if ok else 'SOME CHECKS FAILED'}; the runs are in {work}")
+    return ok

@@ -1,0 +1,92 @@
+"""Several ranks over torch.distributed (torchrun, gloo on 127.0.0.1): pause, kill, resume."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from trial_helpers import metrics
+
+from detsamplers.trial import load_trial_from_checkpoint_path
+from detsamplers.trial._demo import launch, run_demo
+from detsamplers.trial._demo_trial import DemoTrial
+
+pytestmark = pytest.mark.distributed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16", "--max-batches=48"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[bool, list[str], Path]:
+    """The demo's three runs: 2 ranks straight, 2 ranks paused at 20, resumed on 1 rank."""
+    work = tmp_path_factory.mktemp("demo")
+    lines: list[str] = []
+    ok = run_demo(ranks=2, pause_at=20, resume_ranks=1, workdir=str(work), echo=lines.append)
+    return ok, lines, work
+
+
+def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straight_run(
+    demo: tuple[bool, list[str], Path],
+) -> None:
+    ok, lines, _ = demo
+    assert ok, "\n".join(lines)
+    table = "\n".join(lines)
+    assert "global batches identical to the uninterrupted run       PASS    48/48" in table
+    assert "records seen exactly once per epoch (paused + resumed)  PASS" in table
+    assert "resume started at the pause point                       PASS" in table
+
+
+def test_a_killed_rank_relaunched_from_the_latest_checkpoint_ends_bit_identical(
+    demo: tuple[bool, list[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, work = demo
+    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("TRIAL_KILL_AT", "13")
+    monkeypatch.setenv("TRIAL_KILL_RANK", "1")
+    args = [f"--checkpoint-dir={tmp_path}", *COMMON, f"--weights-out={tmp_path / 'w.pt'}"]
+    with pytest.raises(RuntimeError, match="exited with"):
+        launch(2, args, str(tmp_path / "log"), module="trial_worker")
+    assert not (tmp_path / "w.pt").exists()
+    monkeypatch.delenv("TRIAL_KILL_AT")
+    launch(2, [*args, "--resume"], str(tmp_path / "log"), module="trial_worker")
+    resumes = [row for row in metrics(str(tmp_path)) if row["type"] == "resume"]
+    assert [row["batches_trained"] for row in resumes] == [8]  # the checkpoint before the kill
+    straight = torch.load(work / "reference" / "weights.pt", weights_only=True)
+    relaunched = torch.load(tmp_path / "w.pt", weights_only=True)
+    assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
+
+
+def test_a_resume_on_another_world_size_with_another_seed_is_refused(
+    demo: tuple[bool, list[str], Path], tmp_path: Path
+) -> None:
+    _, _, work = demo
+    shutil.copytree(work / "reference", tmp_path / "ckpt")
+    args = [f"--checkpoint-dir={tmp_path / 'ckpt'}", *COMMON, "--resume", "--seed=2"]
+    with pytest.raises(RuntimeError, match="seed is 1 in the checkpoint but 2 here"):
+        launch(1, args, str(tmp_path / "log"))
+
+
+def test_validation_metrics_are_the_mean_over_every_ranks_records(
+    demo: tuple[bool, list[str], Path],
+) -> None:
+    _, _, work = demo
+    reference = str(work / "reference")
+    reported = [r for r in metrics(reference) if r["type"] == "validation"][-1]
+    assert reported["batches_trained"] == 48
+    trial = load_trial_from_checkpoint_path(os.path.join(reference, "batch-000048"), DemoTrial)
+    trial.model.eval()
+    loader = trial.build_validation_data_loader()
+    loader.seed = 1  # the trial seed, as the trainer sets it
+    losses = []
+    with torch.no_grad():
+        for rank in range(2):  # each rank's shard, with the same per-batch seeding
+            for x, y, _ in loader.get_data_loader(False, 0, 2, rank):
+                losses.append(nn.functional.cross_entropy(trial.model(x), y, reduction="none"))
+    expected = torch.cat(losses).mean().item()
+    assert len(torch.cat(losses)) == 64
+    assert reported["metrics"]["validation_loss"] == pytest.approx(expected, rel=1e-6)

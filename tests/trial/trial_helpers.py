@@ -1,0 +1,53 @@
+"""Shared helpers for the trial tests: in-process runs of the demo trial, and weights."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+
+from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
+from detsamplers.trial._demo_trial import DemoTrial, unwrapped
+
+HPARAMS: dict[str, Any] = {"global_batch_size": 8, "lr": 0.1, "records": 40, "num_workers": 0}
+
+
+def run(
+    checkpoint_dir: str,
+    batches: int,
+    *,
+    resume: bool = False,
+    seed: int = 1,
+    trial_class: type[DemoTrial] = DemoTrial,
+    test_mode: bool = False,
+    **hparams: Any,
+) -> DemoTrial:
+    """Train the demo trial in this process (one rank) and return it."""
+    with init(hparams={**HPARAMS, **hparams}, seed=seed) as context:
+        trial = trial_class(context)
+        latest = find_latest_checkpoint(checkpoint_dir) if resume else None
+        Trainer(trial, context).fit(
+            Batch(batches),
+            checkpoint_period=Batch(3),
+            validation_period=Batch(4),
+            checkpoint_dir=checkpoint_dir,
+            latest_checkpoint=latest,
+            test_mode=test_mode,
+            reporting_period=Batch(5),
+        )
+    return trial
+
+
+def weights(trial: DemoTrial) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in unwrapped(trial.model).state_dict().items()}
+
+
+def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def metrics(checkpoint_dir: str) -> list[dict[str, Any]]:
+    with open(os.path.join(checkpoint_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]

@@ -1,0 +1,41 @@
+"""A demo-trial rank with injected failures, for the tests (run by torchrun or directly).
+
+- ``TRIAL_KILL_AT=<batch>`` and ``TRIAL_KILL_RANK=<rank>``: that rank calls ``os._exit(3)``
+  in the middle of global batch ``<batch>``, as a preempted or crashed process would.
+- ``TRIAL_CRASH_IN_CHECKPOINT=<folder name>``: the process dies with ``os._exit(3)`` half
+  way through writing ``state-dict.pth`` of that checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from detsamplers.trial import _checkpoint
+from detsamplers.trial._demo_trial import DemoTrial, main
+
+_write_torch = _checkpoint._write_torch
+
+
+def _crashing_write(obj: Any, path: str) -> None:
+    if os.environ["TRIAL_CRASH_IN_CHECKPOINT"] in path and path.endswith("state-dict.pth"):
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        os._exit(3)
+    _write_torch(obj, path)
+
+
+class Killed(DemoTrial):
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        rank = self.context.distributed.get_rank()
+        if batch_idx == int(os.environ["TRIAL_KILL_AT"]) and rank == int(
+            os.environ["TRIAL_KILL_RANK"]
+        ):
+            os._exit(3)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+if __name__ == "__main__":
+    if "TRIAL_CRASH_IN_CHECKPOINT" in os.environ:
+        _checkpoint._write_torch = _crashing_write  # type: ignore[assignment]
+    main(trial_class=Killed if "TRIAL_KILL_AT" in os.environ else DemoTrial)

@@ -1,0 +1,213 @@
+"""The shard index: webdataset's grouping, the on-disk cache, and no silent loss."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wds_helpers import COUNTS, make, png_bytes, write_shards
+
+from detsamplers.loader import _shard_index
+from detsamplers.loader._shard_index import expand_urls, index_shards, scan_shard
+
+SHARD_BYTES: dict[str, bytes] = {}
+
+
+def tricky_shard(path: Path) -> None:
+    """A tar with the names webdataset treats specially, written with tarfile directly."""
+    names = [
+        "__meta__",  # top-level metadata: skipped
+        "a.cls",
+        "a.PNG",  # suffix lower-cased
+        "dir/b.c.seg.png",  # key "dir/b", suffix "c.seg.png"
+        "dir/b.cls",
+        "README",  # no dot: ignored
+        "a.txt",  # the key "a" again, not consecutive: a new sample
+        "__dir__/x.cls",  # metadata folder: skipped
+    ]
+    with tarfile.open(path, "w") as tar:
+        for i, name in enumerate(names):
+            data = png_bytes(i) if "png" in name.lower() else str(i).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        folder = tarfile.TarInfo("dir")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+
+
+def test_samples_are_grouped_and_read_exactly_as_webdataset_yields_them(tmp_path: Path) -> None:
+    tricky_shard(tmp_path / "t.tar")
+    pattern = write_shards(tmp_path / "w", [3, 4])
+    for urls in (str(tmp_path / "t.tar"), pattern):
+        theirs = list(wds.WebDataset(urls, shardshuffle=False))
+        source = make(
+            urls, decode=None, map=None, collate_fn=list, repeat=False, shuffle_shards=False
+        )
+        ours = [sample for batch in source for sample in batch]
+        assert ours == theirs
+    keys = [s["__key__"] for s in ours]
+    assert len(keys) == 7
+
+
+def test_the_tricky_shard_has_the_keys_webdataset_gives_it(tmp_path: Path) -> None:
+    tricky_shard(tmp_path / "t.tar")
+    keys, members = scan_shard(str(tmp_path / "t.tar"))
+    assert keys == ("a", "dir/b", "a")
+    assert [[m[0] for m in sample] for sample in members] == [
+        ["cls", "png"],
+        ["c.seg.png", "cls"],
+        ["txt"],
+    ]
+
+
+def test_an_index_file_is_written_next_to_each_shard_and_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pattern = write_shards(tmp_path, [3, 4])
+    first = index_shards(expand_urls(pattern))
+    assert sorted(p.name for p in tmp_path.glob("*.index.json")) == [
+        "data-000000.tar.index.json",
+        "data-000001.tar.index.json",
+    ]
+
+    def fail(path: str) -> None:
+        raise AssertionError(f"scanned {path} again")
+
+    monkeypatch.setattr(_shard_index, "scan_shard", fail)
+    assert index_shards(expand_urls(pattern)) == first
+
+
+def test_a_shard_rewritten_since_it_was_indexed_is_scanned_again(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path, [3, 4])
+    assert [len(s) for s in index_shards(expand_urls(pattern))] == [3, 4]
+    write_shards(tmp_path, [5, 4])
+    os.utime(tmp_path / "data-000000.tar", ns=(1, 1))  # a distinct mtime even on coarse clocks
+    assert [len(s) for s in index_shards(expand_urls(pattern))] == [5, 4]
+
+
+def test_an_unwritable_shard_folder_falls_back_to_the_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pattern = write_shards(tmp_path / "shards", [3])
+    # A directory where the index file would go makes writing there fail, even as root.
+    (tmp_path / "shards" / "data-000000.tar.index.json").mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    index_shards(expand_urls(pattern))
+    cached = list((tmp_path / "cache" / "detsamplers" / "shard-index").glob("*.index.json"))
+    assert len(cached) == 1
+
+    def fail(path: str) -> None:
+        raise AssertionError("scanned again")
+
+    monkeypatch.setattr(_shard_index, "scan_shard", fail)
+    assert [len(s) for s in index_shards(expand_urls(pattern))] == [3]
+
+
+def test_index_dir_puts_the_index_files_there_and_not_next_to_the_shards(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path / "shards", [3, 2])
+    source = make(pattern, index_dir=str(tmp_path / "idx"))
+    assert source.num_samples == 5
+    assert len(list((tmp_path / "idx").glob("*.index.json"))) == 2
+    assert not list((tmp_path / "shards").glob("*.index.json"))
+
+
+def original(factory: pytest.TempPathFactory) -> tuple[Path, bytes, tuple[str, ...]]:
+    """A 20-sample shard's bytes and keys (built once), and a scratch folder."""
+    if not SHARD_BYTES:
+        folder = factory.mktemp("original")
+        write_shards(folder, [COUNTS[1]])
+        SHARD_BYTES["data"] = (folder / "data-000000.tar").read_bytes()
+        SHARD_BYTES["folder"] = str(folder).encode()
+    data = SHARD_BYTES["data"]
+    folder = Path(SHARD_BYTES["folder"].decode())
+    (folder / "copy.tar").write_bytes(data)
+    return folder, data, scan_shard(str(folder / "copy.tar"))[0]
+
+
+@settings(max_examples=80)
+@given(cut=st.integers(min_value=0, max_value=60_000))
+def test_a_truncated_shard_is_refused_by_name_or_read_whole_never_shortened(
+    tmp_path_factory: pytest.TempPathFactory, cut: int
+) -> None:
+    folder, data, keys = original(tmp_path_factory)
+    shard = folder / "cut.tar"
+    shard.write_bytes(data[: min(cut, len(data))])
+    try:
+        got = scan_shard(str(shard))[0]
+    except ValueError as exn:
+        assert str(shard) in str(exn)
+    else:
+        assert got == keys
+
+
+@settings(max_examples=80)
+@given(where=st.floats(min_value=0, max_value=1, exclude_max=True), flip=st.integers(1, 255))
+def test_a_shard_with_a_corrupt_byte_is_refused_by_name_or_keeps_its_samples(
+    tmp_path_factory: pytest.TempPathFactory, where: float, flip: int
+) -> None:
+    folder, data, keys = original(tmp_path_factory)
+    damaged = bytearray(data)
+    damaged[int(where * len(data))] ^= flip
+    shard = folder / "flip.tar"
+    shard.write_bytes(bytes(damaged))
+    try:
+        got = scan_shard(str(shard))[0]
+    except ValueError as exn:
+        assert str(shard) in str(exn)
+    else:
+        assert got == keys  # a data byte: tar has no data checksum, the structure is intact
+
+
+def test_a_shard_cut_inside_a_header_is_refused_with_its_name(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path, [4, 5])
+    path = tmp_path / "data-000001.tar"
+    path.write_bytes(path.read_bytes()[: 3 * 1536 + 100])
+    with pytest.raises(ValueError, match=r"shard '.*data-000001\.tar' is truncated or corrupt"):
+        make(pattern)
+
+
+def test_a_shard_without_its_end_of_archive_block_is_refused(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path, [4])
+    path = tmp_path / "data-000000.tar"
+    path.write_bytes(path.read_bytes()[: 4 * 1536])  # exactly at a member boundary
+    with pytest.raises(ValueError, match="without tar's end-of-archive block"):
+        make(pattern)
+
+
+def test_a_compressed_or_remote_shard_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"urls should name local uncompressed \.tar files"):
+        make("https://host/data-{000..001}.tar")
+    with pytest.raises(ValueError, match=r"urls should name local uncompressed \.tar files"):
+        make(str(tmp_path / "a.tar.gz"))
+    (tmp_path / "a.tar").write_bytes(b"\x1f\x8b" + b"x" * 2000)
+    with pytest.raises(ValueError, match=r"shard '.*a\.tar' is compressed; .* decompress it"):
+        make(str(tmp_path / "a.tar"))
+
+
+def test_a_missing_shard_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"shard '.*nope\.tar' .* does not exist"):
+        make(str(tmp_path / "nope.tar"))
+
+
+def test_a_repeated_suffix_within_a_sample_is_refused_as_webdataset_does(tmp_path: Path) -> None:
+    with tarfile.open(tmp_path / "d.tar", "w") as tar:
+        for name in ("a.cls", "a.CLS"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"1"))
+    with pytest.raises(ValueError, match=r"duplicate file name 'a\.CLS' in sample 'a'"):
+        make(str(tmp_path / "d.tar"))
+
+
+def test_urls_of_only_empty_shards_are_refused(tmp_path: Path) -> None:
+    with tarfile.open(tmp_path / "e.tar", "w"):
+        pass
+    with pytest.raises(ValueError, match="urls should name shards with samples"):
+        make(str(tmp_path / "e.tar"))

@@ -1,0 +1,124 @@
+"""Shared shards and helpers for the webdataset source tests (module-level: workers pickle them)."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import zlib
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import webdataset as wds
+
+from detsamplers.loader import WebDatasetSource
+
+#: 7 shards of 3 to 20 samples: 71 samples, uneven on purpose.
+COUNTS = [3, 20, 7, 11, 5, 16, 9]
+TOTAL = sum(COUNTS)
+PATTERN = "data-{000000..000006}.tar"
+
+
+def png_bytes(value: int) -> bytes:
+    """A valid 2x2 8-bit greyscale PNG whose pixels are ``value % 256``."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
+    rows = b"".join(b"\x00" + bytes([value % 256]) * 2 for _ in range(2))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def write_shards(folder: Path, counts: list[int] = COUNTS) -> str:
+    """Write one shard per count with webdataset.ShardWriter; return the brace pattern.
+
+    Sample ``j`` of shard ``s`` has key ``s{s}-{j:03d}``, a PNG under ``png`` and its
+    global id (the running count over shards) under ``cls``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    label = 0
+    for shard, count in enumerate(counts):
+        pattern = str(folder / "data-%06d.tar")
+        with wds.ShardWriter(pattern, maxcount=count, verbose=0, start_shard=shard) as sink:
+            for j in range(count):
+                sink.write({"__key__": f"s{shard}-{j:03d}", "png": png_bytes(label), "cls": label})
+                label += 1
+    return str(folder / f"data-{{{0:06d}..{len(counts) - 1:06d}}}.tar")
+
+
+def label(sample: dict[str, Any]) -> int:
+    """The map stage of most tests: the decoded ``cls`` label."""
+    return int(sample["cls"])
+
+
+def noisy_label(sample: dict[str, Any]) -> tuple[int, float, float, float]:
+    """The label plus one draw from each of torch, numpy and random."""
+    return (int(sample["cls"]), torch.rand(()).item(), float(np.random.rand()), random.random())
+
+
+def make(urls: str, **kwargs: Any) -> WebDatasetSource:
+    """A source of labels (``decode=()`` turns ``cls`` into an int) with test defaults."""
+    options: dict[str, Any] = {"seed": 0, "batch_size": 2, "decode": (), "map": label}
+    options.update(kwargs)
+    return WebDatasetSource(urls, **options)
+
+
+def ids(batch: Any) -> list[int]:
+    return [int(x) for x in batch]
+
+
+def take(iterator: Any, count: int) -> list[list[int]]:
+    return [ids(b) for b in islice(iterator, count)]
+
+
+def simulate(source: WebDatasetSource, num_workers: int, count: int) -> list[list[int]]:
+    """What a DataLoader with ``num_workers`` yields: each worker's batches, round-robin."""
+    if num_workers == 0:
+        return take(iter(source), count)
+    workers = [source.iter_worker(w, num_workers) for w in range(num_workers)]
+    out: list[list[int]] = []
+    for step in range(count):
+        batch = next(workers[step % num_workers], None)
+        if batch is None:
+            break
+        out.append(ids(batch))
+    return out
+
+
+def global_stream(sources: list[WebDatasetSource], num_workers: int, steps: int) -> list[int]:
+    """Reassemble the global sample stream from every rank's first ``steps`` batches.
+
+    Rank ``r``'s batch ``t`` holds positions ``(t * B + i) * W + r``, so the global
+    stream interleaves the ranks' batches sample by sample.
+    """
+    per_rank = [simulate(s, num_workers, steps) for s in sources]
+    out: list[int] = []
+    for step in range(steps):
+        batches = [rank[step] for rank in per_rank]
+        for i in range(max(len(b) for b in batches)):
+            out.extend(b[i] for b in batches if i < len(b))
+    return out
+
+
+def shard_of(label_value: int) -> tuple[int, int]:
+    """(shard, index in shard) of a global id."""
+    start = 0
+    for shard, count in enumerate(COUNTS):
+        if label_value < start + count:
+            return shard, label_value - start
+        start += count
+    raise ValueError(label_value)
+
+
+def file_size(path: str) -> int:
+    return os.path.getsize(path)
