@@ -38,6 +38,7 @@ test: check
 bench-quick: $(STAMP)
 	$(PY) benchmarks/samplers_table.py --quick
 	$(PY) benchmarks/loader_table.py --quick
+	$(PY) benchmarks/torchdata_table.py --quick
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 
@@ -45,6 +46,7 @@ bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
 	$(PY) benchmarks/samplers_table.py --plot docs/samplers.png
 	$(PY) benchmarks/loader_table.py
+	$(PY) benchmarks/torchdata_table.py --plot docs/torchdata.png
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/shuffle_quality.py
 

@@ -37,6 +37,13 @@ b2. The same seek against the peers. torch has no skip: it resumes at an epoch b
    materialise N indices (N = 1e9: 8 GB and more) are not run; Determined skips by
    iterating, O(position), so a cell whose estimated time (extrapolated from the previous
    positions) exceeds the cap is not run either.
+b3. Time to the first batch after resume against N, at a fixed relative position: the
+   middle of epoch 3 (counting from 0), i.e. after 3.5 N records, W = 1, build included.
+   detsamplers and Determined skip ``3.5 N / 32`` batches; torch resumes as a training loop
+   (or torchdata's ``StatefulDistributedSampler``) does: ``set_epoch(3)``, ``iter()`` (its
+   ``randperm(N)``, turned into a list) and ``islice`` past the first N/2 indices of the
+   epoch. Cells that would materialise more than 1e8 indices (torch, Determined) are not
+   run, nor Determined cells whose time, extrapolated from the smaller N, exceeds the cap.
 c. Time to the first batch from position 0, N = 1e6, build included, per W. The target
    is detsamplers no slower than torch.
 d1. Peak memory (tracemalloc) of building a bare shuffle and taking its first index, per N:
@@ -97,6 +104,8 @@ TARGET_BYTES = 50 * 10**6
 #: Above this N, peers that materialise every index (a Python list or a tensor of N
 #: indices) are not run: at 1e9 that is 8 GB for torch's tensor alone.
 MATERIALISE_LIMIT = 10**8
+#: Table b3 resumes in the middle of this epoch (counting from 0).
+RESUME_EPOCH = 3
 
 Batches = Iterable[list[int]]
 
@@ -121,6 +130,8 @@ class Settings:
     seek_epochs: tuple[int, ...]
     #: N of table d.
     memory_sizes: tuple[int, ...]
+    #: N of table b3 (resume at a fixed relative position).
+    resume_sizes: tuple[int, ...]
     repeats: int = 3
 
 
@@ -134,6 +145,7 @@ QUICK = Settings(
     seek_sizes=(10**9, 10**6),
     seek_epochs=(0, 1, 10, 100),
     memory_sizes=(10**3, 10**4, 10**5, 10**6),
+    resume_sizes=(10**3, 10**6, 10**9),
 )
 FULL = Settings(
     mode="full",
@@ -145,6 +157,7 @@ FULL = Settings(
     seek_sizes=(10**9, 10**6),
     seek_epochs=(0, 1, 10, 100),
     memory_sizes=(10**3, 10**4, 10**5, 10**6, 10**7),
+    resume_sizes=tuple(10**k for k in range(3, 10)),
 )
 
 
@@ -362,6 +375,24 @@ def torch_epochs(n: int, world: int) -> Iterator[list[int]]:
     for epoch in itertools.count():
         sampler.set_epoch(epoch)
         yield from batches
+
+
+def torch_resume(n: int, world: int, epoch: int, offset: int) -> Iterator[list[int]]:
+    """torch resumed mid-epoch: ``set_epoch``, ``iter`` (its randperm), skip ``offset`` indices.
+
+    A generator, so that all of the work happens in ``next()``: this is how torchdata's
+    ``StatefulDistributedSampler`` resumes (``islice(iter, yielded, None)``).
+    """
+    sampler = torch_sampler(n, world)
+    sampler.set_epoch(epoch)
+    indices = itertools.islice(iter(sampler), offset, None)
+    while batch := list(itertools.islice(indices, BATCH)):
+        yield batch
+
+
+def resume_skip(n: int) -> int:
+    """Batches before the middle of epoch ``RESUME_EPOCH`` (W = 1)."""
+    return (RESUME_EPOCH * n + n // 2) // BATCH
 
 
 def det_chain(det: ModuleType, n: int, world: int, skip: int = 0) -> Batches:
@@ -751,6 +782,78 @@ def table_seek_peers(s: Settings, det: Peer, seek: Table) -> Table:
     return Table("b2", title, headers, rows, notes, records)
 
 
+def table_resume_sizes(s: Settings, det: Peer) -> Table:
+    headers = [
+        "N",
+        "skip (batches)",
+        "detsamplers",
+        "torch",
+        "Determined",
+        "ds/torch",
+        "ds/Determined",
+    ]
+    rows: list[list[str]] = []
+    records: list[dict[str, Any]] = []
+    det_points: list[tuple[float, float]] = []
+    for n in s.resume_sizes:
+        skip = resume_skip(n)
+        mine = time_first_batch(partial(ds_chain, n, 1, skip), s.repeats, s.op_cap)
+        ours = Cell("ok", mine.total, [b + f for b, f in mine.samples])
+        if n > MATERIALISE_LIMIT:
+            theirs = materialises(n)
+        else:
+            timing = time_first_batch(
+                partial(torch_resume, n, 1, RESUME_EPOCH, n // 2), s.repeats, s.op_cap
+            )
+            theirs = Cell("ok", timing.total, [b + f for b, f in timing.samples])
+        if det.module is None:
+            dets = not_installed()
+        elif n > MATERIALISE_LIMIT:
+            dets = materialises(n)
+        else:
+            capped = over_cap(extrapolate(det_points, n), s.op_cap)
+            if capped is not None:
+                dets = capped
+            else:
+                timing = time_first_batch(
+                    partial(det_chain, det.module, n, 1, skip), s.repeats, s.op_cap
+                )
+                dets = Cell("ok", timing.total, [b + f for b, f in timing.samples])
+                det_points.append((n, timing.total))
+        rows.append(
+            [
+                fmt_n(n),
+                f"{skip:,}",
+                show(ours, fmt_time),
+                show(theirs, fmt_time),
+                show(dets, fmt_time),
+                show_ratio(ours, theirs),
+                show_ratio(ours, dets),
+            ]
+        )
+        records.append(
+            {
+                "n": n,
+                "skip": skip,
+                "epoch": RESUME_EPOCH + 0.5,
+                "unit": "seconds",
+                "cells": {"detsamplers": ours, "torch": theirs, "determined": dets},
+            }
+        )
+    notes = [
+        f"Build + first batch in the middle of epoch {RESUME_EPOCH} (after 3.5 N records), "
+        f"W = 1; median of {s.repeats} runs after a warm-up run (one run when it takes more "
+        f"than {s.op_cap / 3:.2g} s). detsamplers and Determined skip the batches; torch "
+        f"calls set_epoch({RESUME_EPOCH}), draws its randperm(N) and islices past N/2 indices.",
+        f"Not run: torch and Determined above N = {fmt_n(MATERIALISE_LIMIT)}: they hold every "
+        "index of the epoch (at 1e9, 8 GB for torch's tensor and some 36 GB for its list of "
+        "Python ints); Determined cells whose time, extrapolated from the smaller N, exceeds "
+        f"the {s.op_cap:g} s cap. ds/peer below 1 = detsamplers is faster.",
+    ]
+    title = "Time to the first batch after resume, against N (lower is better)"
+    return Table("b3", title, headers, rows, notes, records)
+
+
 def table_first_batch(s: Settings, det: Peer) -> Table:
     headers = [
         "W",
@@ -958,11 +1061,13 @@ def write_plot(path: Path, tables: list[Table], machine: str) -> None:
     colors = {"detsamplers": "C0", "torch": "C1", "determined": "C2"}
     panels = [
         ("a", "world_size", "a. per-rank throughput, N=1e6", "W", "indices/s"),
-        ("b2", "epochs", "b. first batch after skipping N x epochs, W=1", "epochs", "seconds"),
+        ("b2", "epochs", "b2. first batch after skipping N x epochs, W=1", "epochs", "seconds"),
+        ("b3", "n", "b3. first batch after resume mid-epoch 3, W=1", "N", "seconds"),
         ("c", "world_size", "c. first batch from position 0, N=1e6", "W", "seconds"),
-        ("d1", "n", "d. tracemalloc peak, shuffle's first index", "N", "bytes"),
+        ("d1", "n", "d1. tracemalloc peak, shuffle's first index", "N", "bytes"),
+        ("d2", "n", "d2. RSS peak growth, shuffle's first index", "N", "bytes"),
     ]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 13))
     for ax, (key, x_key, title, x_label, y_label) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(x_label)
@@ -1040,13 +1145,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         seek = table_seek(settings)
         emit(seek)
         emit(table_seek_peers(settings, det, seek))
+        emit(table_resume_sizes(settings, det))
     if "c" in args.tables:
         emit(table_first_batch(settings, det))
     if "d" in args.tables:
         for table in tables_memory(settings, det):
             emit(table)
     wall = time.perf_counter() - started
-    print(f"{settings.mode} mode: {wall:.1f} s wall time")
+    load = machine_info(det)["load_1min"]
+    print(f"{settings.mode} mode: {wall:.1f} s wall time, load {load} at the end")
     if args.json:
         write_json(args.json, settings, info, tables, wall)
         print(f"raw figures written to {args.json}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import torch
 import torch.utils.data as tud
 
 from .._errors import check_int
+from .._seeds import derive
 from ._webdataset import WebDatasetSource
 
 __all__ = ["WebDataLoader"]
@@ -36,7 +38,9 @@ class WebDataLoader(tud.DataLoader[Any]):
         prefetch_factor: Passed to torch's DataLoader.
 
     ``persistent_workers`` is not offered: workers that outlive an ``iter()`` would miss
-    a state loaded in between.
+    a state loaded in between. The workers' base seed comes from a generator keyed by the
+    source's seed, so ``iter()`` never draws from the global torch RNG (torch's default
+    would, and a resumed training loop would then see other dropout draws).
 
     Examples:
         >>> import os, tempfile, webdataset as wds
@@ -72,6 +76,8 @@ class WebDataLoader(tud.DataLoader[Any]):
                 f"{type(source).__name__}"
             )
         num_workers = check_int("num_workers", num_workers, minimum=0)
+        workers = torch.Generator()
+        workers.manual_seed(derive(source.seed, "loader-workers"))
         super().__init__(
             source,
             batch_size=None,
@@ -82,6 +88,7 @@ class WebDataLoader(tud.DataLoader[Any]):
             worker_init_fn=worker_init_fn,
             multiprocessing_context=multiprocessing_context,
             prefetch_factor=prefetch_factor,
+            generator=workers,
         )
         self.source = source
 

@@ -35,6 +35,7 @@ code that runs a collective per step must use ``drop_last=True``. Nothing is eve
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -222,6 +223,55 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     def global_batch(self) -> int:
         """Samples per step over all ranks, ``batch_size * world_size``."""
         return self.batch_size * self.world_size
+
+    def for_rank(self, *, world_size: int, rank: int, skip: int = 0) -> WebDatasetSource:
+        """A copy of this source for ``rank`` of ``world_size``, starting at global batch ``skip``.
+
+        The shards, their index, the order and the stages are shared: nothing is re-read.
+        The trial loop uses it to build the user's source for the run (NOTE [ trial data ]).
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     for i in range(8):
+            ...         w.write({"__key__": f"k{i}", "cls": b"0"})
+            >>> source = WebDatasetSource(os.path.join(folder, "s-0.tar"), seed=0,
+            ...     batch_size=2, shuffle_shards=False, collate_fn=list)
+            >>> odd = source.for_rank(world_size=2, rank=1, skip=1)
+            >>> odd.state_dict()["position"], [s["__key__"] for s in next(iter(odd))]
+            (4, ['k5', 'k7'])
+        """
+        world_size = check_int("world_size", world_size, minimum=1)
+        rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
+        skip = check_int("skip", skip, minimum=0)
+        out = copy.copy(self)
+        out.world_size, out.rank = world_size, rank
+        if not out.repeat and skip > out._pass_batches():
+            raise ValueError(
+                f"skip should be at most the {out._pass_batches()} batches of a pass with "
+                f"repeat=False, but got skip={skip}"
+            )
+        out.position = skip * out.global_batch
+        return out
+
+    def locate(self, positions: Sequence[int]) -> list[tuple[int, int]]:
+        """The ``(shard, sample index in it)`` of each global position; nothing is read.
+
+        Shards are numbered in the order of the URLs (NOTE [ shard stream order ]).
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), maxcount=2, verbose=0) as w:
+            ...     for i in range(3):
+            ...         w.write({"__key__": f"k{i}", "cls": b"0"})
+            >>> WebDatasetSource(os.path.join(folder, "s-{0..1}.tar"), seed=0, batch_size=1,
+            ...     shuffle_shards=False).locate([0, 2, 3])
+            [(0, 0), (1, 0), (0, 0)]
+        """
+        shards, samples = self._order.locate(np.asarray(positions, dtype=np.int64))
+        return list(zip(shards.tolist(), samples.tolist(), strict=True))
 
     def _pass_batches(self) -> int:
         """Global batches in a pass with ``repeat=False`` (the last may be partial)."""

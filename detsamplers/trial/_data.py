@@ -7,10 +7,22 @@ global batches already trained. Global batch ``k`` is then the records ``[k*G, (
 of the shuffled, repeated stream (``G`` the global batch size) for every world size, so
 the epoch of a batch is ``k * G // len(dataset)``.
 
+A ``WebDatasetSource`` (or a ``WebDataLoader`` over one) is rebuilt the same way:
+``source.for_rank(world_size=W, rank=r, skip=k)``, in a ``WebDataLoader`` with the user's
+worker options. Its global batch ``k`` is the stream positions ``[k*G, (k+1)*G)``
+(NOTE [ shard stream split ]), an epoch is ``num_samples`` records, and the world size,
+rank and skip it was built with are replaced. It must have ``repeat=True`` and
+``batch_size`` equal to the per-slot batch size. Its rank state is the source's
+``state_dict()`` plus a world-size-free digest of the shards and samples of the first and
+last global batches trained, checked on load; a changed shard list, shard count or order
+configuration is refused with :class:`~detsamplers.ReproducibilityError`.
+
 Seed policy: a loader built without ``seed`` (and without ``generator``) gets the trial
 seed; one built with its own seed keeps it. The loader cannot tell ``seed=0`` from no
-seed, so an explicit 0 also takes the trial seed. The data seed in use is saved in the
-checkpoint and a resume that changes it is refused.
+seed, so an explicit 0 also takes the trial seed. A ``WebDatasetSource`` requires its
+``seed``, so it always keeps it: pass ``seed=context.get_trial_seed()`` to follow the
+trial seed. The data seed in use is saved in the checkpoint and a resume that changes it
+is refused.
 
 Any other loader raises :class:`~detsamplers.ReproducibilityError` unless the trial called
 ``context.experimental.disable_dataset_reproducibility_checks()``; it is then used as
@@ -24,21 +36,26 @@ import json
 from typing import Any
 
 from .._errors import ReproducibilityError
-from ..loader import DataLoader
+from ..loader import DataLoader, WebDataLoader, WebDatasetSource
 from ..loader._dataloader import DEFAULT_SEED
 from ._context import TrialContext
 
 __all__ = [
+    "MapData",
+    "ShardData",
+    "TrainingData",
     "checked_loader",
     "global_batch",
     "global_digest",
     "records_per_epoch",
+    "training_data",
     "validation_loader",
 ]
 
 _FIX = (
     "return detsamplers.loader.DataLoader(dataset, batch_size="
-    "context.get_per_slot_batch_size(), shuffle=True) from {method}, which the trainer "
+    "context.get_per_slot_batch_size(), shuffle=True) or a "
+    "detsamplers.loader.WebDatasetSource from {method}, which the trainer "
     "shards, repeats and skips; or call "
     "context.experimental.disable_dataset_reproducibility_checks() in __init__ and skip "
     "context.get_initial_batch() batches yourself"
@@ -52,7 +69,8 @@ def checked_loader(
     if not isinstance(loader, DataLoader):
         if context.experimental.dataset_reproducibility_checks:
             raise ReproducibilityError(
-                f"{method} should return a detsamplers.loader.DataLoader, but got "
+                f"{method} should return a detsamplers.loader.DataLoader or WebDatasetSource, "
+                f"but got "
                 f"{type(loader).__name__}: a plain loader restarts from its first batch on "
                 f"resume and shards nothing; {_FIX.format(method=method)}"
             )
@@ -105,12 +123,149 @@ def global_digest(loader: DataLoader, batches_trained: int, size: int) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def _digest(fields: list[Any]) -> str:
+    text = json.dumps(fields, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+class MapData:
+    """A ``DataLoader``'s training stream for the trainer (NOTE [ trial data ])."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+        self.seed = loader.seed
+        self.records = records_per_epoch(loader)
+
+    def build(self, skip: int, size: int, rank: int) -> Any:
+        """The torch loader of rank ``rank`` of ``size``, from global batch ``skip``."""
+        return self.loader.get_data_loader(True, skip, size, rank)
+
+    def state(self, skip: int, size: int, rank: int) -> dict[str, Any]:
+        """The rank state at global batch ``skip``: the batch sampler's."""
+        state: dict[str, Any] = self.build(skip, size, rank).batch_sampler.state_dict()
+        return state
+
+    def load(self, built: Any, state: dict[str, Any]) -> None:
+        """Resume ``built`` (from :meth:`build`) at ``state``, checking its digest."""
+        built.batch_sampler.load_state_dict(state)
+
+    def global_digest(self, batches_trained: int, size: int) -> str:
+        """See :func:`global_digest`."""
+        return global_digest(self.loader, batches_trained, size)
+
+
+class ShardData:
+    """A ``WebDatasetSource``'s training stream for the trainer (NOTE [ trial data ])."""
+
+    def __init__(self, source: WebDatasetSource, loader: WebDataLoader | None = None) -> None:
+        self.source = source
+        self.loader = loader
+        self.seed = source.seed
+        self.records = source.num_samples
+
+    def build(self, skip: int, size: int, rank: int) -> WebDataLoader:
+        """A ``WebDataLoader`` with the user's worker options over the rank's source."""
+        source = self.source.for_rank(world_size=size, rank=rank, skip=skip)
+        user = self.loader
+        if user is None:
+            return WebDataLoader(source)
+        return WebDataLoader(
+            source,
+            user.num_workers,
+            pin_memory=user.pin_memory,
+            timeout=user.timeout,
+            worker_init_fn=user.worker_init_fn,
+            multiprocessing_context=user.multiprocessing_context,
+            prefetch_factor=user.prefetch_factor,
+        )
+
+    def state(self, skip: int, size: int, rank: int) -> dict[str, Any]:
+        """The rank state at global batch ``skip``: the source's, plus the global digest."""
+        state = self.source.for_rank(world_size=size, rank=rank, skip=skip).state_dict()
+        return {**state, "digest": self.global_digest(skip, size)}
+
+    def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:
+        """Resume ``built`` at ``state``: the shards and order checked, then the digest."""
+        built.load_state_dict(state)
+        source = built.source
+        here = self.global_digest(source.position // source.global_batch, source.world_size)
+        if state.get("digest") != here:
+            raise ReproducibilityError(
+                "cannot resume the WebDatasetSource: the samples of the global batches "
+                f"trained differ from the saved run's (digest {state.get('digest')!r} in the "
+                f"checkpoint but {here!r} here); rebuild the source as it was saved"
+            )
+
+    def global_digest(self, batches_trained: int, size: int) -> str:
+        """A world-size-free digest of the global batches trained.
+
+        It hashes the shards' configuration and counts, and the ``(shard, sample)`` pairs
+        of the first and the last global batch trained (nothing is read).
+        """
+        source = self.source
+        width = source.batch_size * size
+        probes = sorted({0, batches_trained - 1}) if batches_trained else []
+        samples = [source.locate(range(p * width, (p + 1) * width)) for p in probes]
+        state = source.state_dict()
+        return _digest([state["fingerprint"], state["counts"], batches_trained, samples])
+
+
+TrainingData = MapData | ShardData
+
+
+def _shard_source(loader: Any) -> tuple[WebDatasetSource, WebDataLoader | None] | None:
+    if isinstance(loader, WebDataLoader):
+        return loader.source, loader
+    if isinstance(loader, WebDatasetSource):
+        return loader, None
+    return None
+
+
+def training_data(loader: Any, context: TrialContext) -> TrainingData | None:
+    """The trainer's view of the training loader, or None for an unchecked one.
+
+    Raises:
+        ValueError: a ``WebDatasetSource``'s ``batch_size`` is not the per-slot batch size,
+            or it has ``repeat=False``.
+        ReproducibilityError: the loader cannot resume, and checks are on.
+    """
+    method = "build_training_data_loader"
+    shards = _shard_source(loader)
+    if shards is None:
+        checked = checked_loader(loader, context, method)
+        return None if checked is None else MapData(checked)
+    source, user = shards
+    per_slot = context.get_per_slot_batch_size()
+    if source.batch_size != per_slot:
+        raise ValueError(
+            f"the batch_size of the WebDatasetSource from {method} should be "
+            f"context.get_per_slot_batch_size()={per_slot}, but got "
+            f"batch_size={source.batch_size}; the global batch is per-slot batch size times "
+            "the world size"
+        )
+    if not source.repeat:
+        raise ValueError(
+            f"the WebDatasetSource from {method} should have repeat=True, but got "
+            "repeat=False; the trainer counts batches and epochs in records, across passes"
+        )
+    return ShardData(source, user)
+
+
 def validation_loader(trial_loader: Any, context: TrialContext, full: bool) -> Any:
     """The torch loader a rank validates on: its shard, or all of it for ``full``."""
+    dist = context.distributed
+    shards = _shard_source(trial_loader)
+    if shards is not None:
+        if shards[0].repeat:
+            raise ValueError(
+                "the WebDatasetSource from build_validation_data_loader should have "
+                "repeat=False, but got repeat=True; validation is one pass"
+            )
+        size, rank = (1, 0) if full else (dist.get_size(), dist.get_rank())
+        return ShardData(*shards).build(0, size, rank)
     loader = checked_loader(trial_loader, context, "build_validation_data_loader", False)
     if loader is None:
         return trial_loader
     if full:
         return loader.get_data_loader(repeat=False)
-    dist = context.distributed
     return loader.get_data_loader(False, 0, dist.get_size(), dist.get_rank())

@@ -135,13 +135,10 @@ class Trainer:
 
         # Data: the training loader, seeded, sharded and skipped (NOTE [ trial data ]).
         user_loader = self.trial.build_training_data_loader()
-        loader = _data.checked_loader(user_loader, context, "build_training_data_loader")
-        epoch_records = _data.records_per_epoch(user_loader)
+        data = _data.training_data(user_loader, context)
+        epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
         rank, size = dist.get_rank(), dist.get_size()
-        if loader is not None:
-            train_data: Any = loader.get_data_loader(True, initial, size, rank)
-        else:
-            train_data = user_loader
+        train_data = user_loader if data is None else data.build(initial, size, rank)
         total = to_batches("max_length", max_length, epoch_records, global_batch)
         if test_mode:
             total = min(total, initial + 1)
@@ -159,7 +156,7 @@ class Trainer:
 
         # Model: the callbacks, and the ranks' agreement on what defines the run.
         callbacks = self.trial.build_callbacks()
-        data_seed = None if loader is None else loader.seed
+        data_seed = None if data is None else data.seed
         here = {
             "global_batch_size": global_batch,
             "seed": context.get_trial_seed(),
@@ -175,10 +172,10 @@ class Trainer:
             _checkpoint.check_resume(latest_checkpoint, saved, here)
             same_world = saved["world_size"] == size
             rank_state = _checkpoint.load_rank_state(latest_checkpoint, rank) if same_world else {}
-            if loader is not None and same_world:  # checks this rank's stream digest
-                train_data.batch_sampler.load_state_dict(rank_state["loader"])
-            elif loader is not None:
-                digest = _data.global_digest(loader, initial, size)
+            if data is not None and same_world:  # checks this rank's stream digest
+                data.load(train_data, rank_state["loader"])
+            elif data is not None:
+                digest = data.global_digest(initial, size)
                 _checkpoint.check_resume(latest_checkpoint, saved, {"data_global_digest": digest})
             _checkpoint.restore_state(latest_checkpoint, context, callbacks)
             if same_world:
@@ -229,12 +226,12 @@ class Trainer:
                 self._validate(reporter, batches, callbacks, test_mode)
                 last_validation = batches
             if self._due(every["checkpoint"], batches) or end:
-                self._checkpoint(checkpoint_dir, callbacks, loader, epoch_records, batches)
+                self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
                 last_checkpoint = batches
         if test_mode and last_validation != batches:
             self._validate(reporter, batches, callbacks, test_mode)
         if test_mode and last_checkpoint != batches:
-            self._checkpoint(checkpoint_dir, callbacks, loader, epoch_records, batches)
+            self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
 
         # Close.
         reporter.close()
@@ -277,16 +274,15 @@ class Trainer:
         self,
         checkpoint_dir: str,
         callbacks: dict[str, Any],
-        loader: Any,
+        data: _data.TrainingData | None,
         epoch_records: int,
         batches: int,
     ) -> None:
         """Save a checkpoint at ``batches`` (a collective: every rank calls it)."""
         context, dist = self.context, self.context.distributed
         loader_state = None
-        if loader is not None:  # a fresh chain at the position: workers prefetch ahead
-            chain = loader.get_data_loader(True, batches, dist.get_size(), dist.get_rank())
-            loader_state = chain.batch_sampler.state_dict()
+        if data is not None:  # a fresh stream at the position: workers prefetch ahead
+            loader_state = data.state(batches, dist.get_size(), dist.get_rank())
         metadata: dict[str, Any] = {
             "format_version": _checkpoint.FORMAT_VERSION,
             "batches_trained": batches,
@@ -295,12 +291,12 @@ class Trainer:
             "world_size": dist.get_size(),
             "seed": context.get_trial_seed(),
             "dataset_length": epoch_records,
-            "data_seed": None if loader is None else loader.seed,
+            "data_seed": None if data is None else data.seed,
             "data_fingerprint": None if loader_state is None else loader_state["fingerprint"],
             "data_digest": None if loader_state is None else loader_state["digest"],
             "data_global_digest": None
-            if loader is None
-            else _data.global_digest(loader, batches, dist.get_size()),
+            if data is None
+            else data.global_digest(batches, dist.get_size()),
             "hparams": _json_or_none(context.get_hparams()),
         }
         rank_state = {"rng": _rng.capture(), "loader": loader_state}
