@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ReproducibilityError", "check_int", "check_one_of"]
+__all__ = ["ReproducibilityError", "check_bool", "check_callable", "check_int", "check_one_of"]
 
 
 class ReproducibilityError(ValueError):
@@ -115,3 +115,35 @@ def check_one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
         choices = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"{name} should be one of {choices}, but got {name}={value!r}")
     return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise ``TypeError`` naming ``name``.
+
+    Examples:
+        >>> check_bool("shuffle", 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: shuffle should be a bool, but got shuffle=1 of type int
+    """
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} should be a bool, but got {name}={value!r} of type {type(value).__name__}"
+        )
+    return value
+
+
+def check_callable(name: str, value: Any) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is callable or None.
+
+    Examples:
+        >>> check_callable("collate_fn", 3)
+        Traceback (most recent call last):
+        ...
+        TypeError: collate_fn should be a callable or None, but got collate_fn=3 of type int
+    """
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"{name} should be a callable or None, but got {name}={value!r} "
+            f"of type {type(value).__name__}"
+        )

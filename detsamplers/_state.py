@@ -16,7 +16,7 @@ from typing import Any
 
 from ._errors import ReproducibilityError
 
-__all__ = ["STATE_VERSION", "check_state", "fingerprint"]
+__all__ = ["STATE_VERSION", "check_header", "check_state", "fingerprint"]
 
 STATE_VERSION = 1
 _KEYS = ("version", "position", "fingerprint", "chain")
@@ -37,6 +37,47 @@ def _describe(chain: list[dict[str, Any]]) -> str:
     return " > ".join(str(link.get("stage", link.get("source"))) for link in chain)
 
 
+def check_header(
+    state: Any, keys: tuple[str, ...], owner: str, version: int = STATE_VERSION
+) -> int:
+    """Check a saved state's type, keys and format version, and return its position.
+
+    Raises:
+        TypeError: ``state`` is not a mapping.
+        ValueError: a key is missing, the version is unknown or the position negative.
+
+    Examples:
+        >>> check_header({"version": 1, "position": 4}, ("version", "position"), "Chain")
+        4
+        >>> check_header({"position": 4}, ("version", "position"), "Chain")
+        Traceback (most recent call last):
+        ...
+        ValueError: state should have the keys version, position from Chain.state_dict(), but it lacks version
+    """  # noqa: E501
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state should be a dict from {owner}.state_dict(), "
+            f"but got state of type {type(state).__name__}"
+        )
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(
+            f"state should have the keys {', '.join(keys)} from {owner}.state_dict(), "
+            f"but it lacks {', '.join(missing)}"
+        )
+    if state["version"] != version:
+        raise ValueError(
+            f"state['version'] should be {version}, but got {state['version']!r}; "
+            "it was saved by an incompatible version of detsamplers"
+        )
+    position = state["position"]
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(
+            f"state['position'] should be a non-negative integer, but got {position!r}"
+        )
+    return position
+
+
 def check_state(state: Any, chain: list[dict[str, Any]], owner: str) -> int:
     """Validate ``state`` against ``chain`` and return its position.
 
@@ -45,27 +86,7 @@ def check_state(state: Any, chain: list[dict[str, Any]], owner: str) -> int:
         ValueError: its version is unknown or its position negative.
         ReproducibilityError: it was saved from a different chain.
     """
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            f"state should be a dict from {owner}.state_dict(), "
-            f"but got state of type {type(state).__name__}"
-        )
-    missing = [key for key in _KEYS if key not in state]
-    if missing:
-        raise ValueError(
-            f"state should have the keys {', '.join(_KEYS)} from {owner}.state_dict(), "
-            f"but it lacks {', '.join(missing)}"
-        )
-    if state["version"] != STATE_VERSION:
-        raise ValueError(
-            f"state['version'] should be {STATE_VERSION}, but got {state['version']!r}; "
-            "it was saved by an incompatible version of detsamplers"
-        )
-    position = state["position"]
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-        raise ValueError(
-            f"state['position'] should be a non-negative integer, but got {position!r}"
-        )
+    position = check_header(state, _KEYS, owner)
     saved = list(state["chain"])
     if state["fingerprint"] == fingerprint(chain) and saved == chain:
         return position

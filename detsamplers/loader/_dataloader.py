@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.utils.data as tud
 
-from .._errors import check_int
+from .._errors import check_bool, check_callable, check_int
 from .._repeat import RepeatBatchSampler, RepeatSampler
 from .._seeds import derive
 from .._shard import DistributedBatchSampler, DistributedSampler
@@ -43,22 +43,6 @@ __all__ = ["DEFAULT_SEED", "DataLoader"]
 
 #: The seed used when neither ``seed`` nor ``generator`` is given.
 DEFAULT_SEED = 0
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"{name} should be a bool, but got {name}={value!r} of type {type(value).__name__}"
-        )
-    return value
-
-
-def _check_callable(name: str, value: Any) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(
-            f"{name} should be a callable or None, but got {name}={value!r} "
-            f"of type {type(value).__name__}"
-        )
 
 
 def _check_dataset(dataset: Any) -> None:
@@ -161,10 +145,10 @@ class DataLoader:
         seed: int | None = None,
     ) -> None:
         _check_dataset(dataset)
-        shuffle = _check_bool("shuffle", False if shuffle is None else shuffle)
-        drop_last = _check_bool("drop_last", drop_last)
-        pin_memory = _check_bool("pin_memory", pin_memory)
-        persistent_workers = _check_bool("persistent_workers", persistent_workers)
+        shuffle = check_bool("shuffle", False if shuffle is None else shuffle)
+        drop_last = check_bool("drop_last", drop_last)
+        pin_memory = check_bool("pin_memory", pin_memory)
+        persistent_workers = check_bool("persistent_workers", persistent_workers)
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise ValueError(
@@ -191,8 +175,8 @@ class DataLoader:
                 )
             _check_user_sampler("sampler", sampler)
         num_workers = check_int("num_workers", num_workers, minimum=0)
-        _check_callable("collate_fn", collate_fn)
-        _check_callable("worker_init_fn", worker_init_fn)
+        check_callable("collate_fn", collate_fn)
+        check_callable("worker_init_fn", worker_init_fn)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(
                 f"timeout should be a non-negative number, but got timeout={timeout!r} "
@@ -303,7 +287,7 @@ class DataLoader:
             >>> [b.tolist() for b in loader.get_data_loader(num_replicas=2, rank=1)]
             [[1, 3], [5]]
         """
-        repeat = _check_bool("repeat", repeat)
+        repeat = check_bool("repeat", repeat)
         skip = check_int("skip", skip, minimum=0)
         num_replicas = check_int("num_replicas", num_replicas, minimum=1)
         rank = check_int("rank", rank, minimum=0, below=num_replicas, below_name="num_replicas")

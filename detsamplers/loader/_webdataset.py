@@ -45,8 +45,8 @@ import torch
 import torch.utils.data as tud
 from torch.utils.data import default_collate
 
-from .._errors import ReproducibilityError, check_int
-from .._state import fingerprint
+from .._errors import ReproducibilityError, check_bool, check_callable, check_int
+from .._state import check_header, fingerprint
 from ._seeding import batch_key, seed_globals
 from ._shard_index import expand_urls, index_shards
 from ._shard_order import ShardOrder
@@ -57,22 +57,6 @@ __all__ = ["STATE_VERSION", "WebDatasetSource"]
 #: The format version of ``WebDatasetSource.state_dict()``.
 STATE_VERSION = 1
 _STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"{name} should be a bool, but got {name}={value!r} of type {type(value).__name__}"
-        )
-    return value
-
-
-def _check_callable(name: str, value: Any) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(
-            f"{name} should be a callable or None, but got {name}={value!r} "
-            f"of type {type(value).__name__}"
-        )
 
 
 def _make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:
@@ -172,12 +156,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         batch_size = check_int("batch_size", batch_size, minimum=1)
         world_size = check_int("world_size", world_size, minimum=1)
         rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
-        _check_callable("map", map)
-        _check_callable("collate_fn", collate_fn)
-        shuffle_shards = _check_bool("shuffle_shards", shuffle_shards)
+        check_callable("map", map)
+        check_callable("collate_fn", collate_fn)
+        shuffle_shards = check_bool("shuffle_shards", shuffle_shards)
         shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
-        repeat = _check_bool("repeat", repeat)
-        drop_last = _check_bool("drop_last", drop_last)
+        repeat = check_bool("repeat", repeat)
+        drop_last = check_bool("drop_last", drop_last)
         skip = check_int("skip", skip, minimum=0)
         if index_dir is not None and not isinstance(index_dir, str):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
@@ -446,27 +430,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ReproducibilityError: a shard's sample count, the shard list or the
                 configuration changed since the state was saved (the message names it).
         """
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(
-                "state_dict should be a dict from WebDatasetSource.state_dict(), but got "
-                f"state_dict of type {type(state_dict).__name__}"
-            )
-        missing = [key for key in _STATE_KEYS if key not in state_dict]
-        if missing:
-            raise ValueError(
-                f"state_dict should have the keys {', '.join(_STATE_KEYS)}, "
-                f"but it lacks {', '.join(missing)}"
-            )
-        if state_dict["version"] != STATE_VERSION:
-            raise ValueError(
-                f"state_dict['version'] should be {STATE_VERSION}, but got "
-                f"{state_dict['version']!r}; it was saved by an incompatible detsamplers"
-            )
-        position = state_dict["position"]
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(
-                f"state_dict['position'] should be a non-negative integer, but got {position!r}"
-            )
+        position = check_header(state_dict, _STATE_KEYS, type(self).__name__, STATE_VERSION)
         self._check_counts(list(state_dict["counts"]))
         config = dict(state_dict["config"])
         changed = [

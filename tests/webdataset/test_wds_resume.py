@@ -182,13 +182,13 @@ def test_a_state_from_other_shard_files_is_refused(shards: str, tmp_path: Path) 
 
 def test_malformed_states_are_refused_with_the_key_at_fault(shards: str) -> None:
     source = make(shards)
-    with pytest.raises(TypeError, match="state_dict should be a dict"):
+    with pytest.raises(TypeError, match="state should be a dict"):
         source.load_state_dict([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="but it lacks counts"):
         source.load_state_dict({k: v for k, v in source.state_dict().items() if k != "counts"})
-    with pytest.raises(ValueError, match=r"state_dict\['version'\] should be 1"):
+    with pytest.raises(ValueError, match=r"state\['version'\] should be 1"):
         source.load_state_dict({**source.state_dict(), "version": 9})
-    with pytest.raises(ValueError, match=r"state_dict\['position'\] should be a non-negative"):
+    with pytest.raises(ValueError, match=r"state\['position'\] should be a non-negative"):
         source.load_state_dict({**source.state_dict(), "position": -2})
 
 
