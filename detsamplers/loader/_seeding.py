@@ -24,7 +24,8 @@ CPU). A user's ``worker_init_fn`` still runs once per worker, before any batch i
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch.utils.data as tud
 
 from .._seeds import derive
 
-__all__ = ["PositionedBatch", "SeededDataset", "batch_key", "seed_globals"]
+__all__ = ["PositionedBatch", "SeededDataset", "batch_key", "seed_globals", "seeded"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -83,6 +84,40 @@ def seed_globals(key: int) -> None:
     random.seed(key)
 
 
+@contextmanager
+def seeded(key: int) -> Iterator[None]:
+    """Run the body under global RNGs seeded from ``key`` (NOTE [ per-batch seeding ]).
+
+    In a DataLoader worker the RNGs are left in the seeded stream; in the main process
+    their states are restored on exit, so code around the loop keeps its own stream.
+
+    Examples:
+        >>> import random
+        >>> before = random.getstate()
+        >>> with seeded(5):
+        ...     a = random.random()
+        >>> with seeded(5):
+        ...     a == random.random()
+        True
+        >>> random.getstate() == before
+        True
+    """
+    if tud.get_worker_info() is not None:
+        seed_globals(key)
+        yield
+        return
+    saved_torch = torch.default_generator.get_state()
+    saved_numpy = np.random.get_state()
+    saved_random = random.getstate()
+    try:
+        seed_globals(key)
+        yield
+    finally:
+        torch.default_generator.set_state(saved_torch)
+        np.random.set_state(saved_numpy)
+        random.setstate(saved_random)
+
+
 class SeededDataset(tud.Dataset[Any]):
     """Wrap a map-style dataset so that each batch is fetched under seeded global RNGs.
 
@@ -128,17 +163,5 @@ class SeededDataset(tud.Dataset[Any]):
         position = getattr(indices, "position", None)
         if position is None:
             return self._fetch(indices)
-        key = batch_key(self.seed, position)
-        if tud.get_worker_info() is not None:
-            seed_globals(key)
+        with seeded(batch_key(self.seed, position)):
             return self._fetch(indices)
-        saved_torch = torch.default_generator.get_state()
-        saved_numpy = np.random.get_state()
-        saved_random = random.getstate()
-        try:
-            seed_globals(key)
-            return self._fetch(indices)
-        finally:
-            torch.default_generator.set_state(saved_torch)
-            np.random.set_state(saved_numpy)
-            random.setstate(saved_random)

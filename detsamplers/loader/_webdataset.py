@@ -36,18 +36,16 @@ code that runs a collective per step must use ``drop_last=True``. Nothing is eve
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 import torch.utils.data as tud
 from torch.utils.data import default_collate
 
 from .._errors import ReproducibilityError, check_bool, check_callable, check_int
 from .._state import check_header, fingerprint
-from ._seeding import batch_key, seed_globals
+from ._seeding import batch_key, seeded
 from ._shard_index import expand_urls, index_shards
 from ._shard_order import ShardOrder
 from ._shard_reader import ShardReader
@@ -294,17 +292,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         return out
 
     def _apply(self, samples: list[dict[str, Any]], key: int) -> list[Any]:
-        if tud.get_worker_info() is not None:
-            seed_globals(key)
+        with seeded(key):
             return [self._stage(s) for s in samples]
-        saved = (torch.default_generator.get_state(), np.random.get_state(), random.getstate())
-        try:
-            seed_globals(key)
-            return [self._stage(s) for s in samples]
-        finally:
-            torch.default_generator.set_state(saved[0])
-            np.random.set_state(saved[1])
-            random.setstate(saved[2])
 
     def batch_at(self, batch: int, reader: ShardReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
