@@ -16,19 +16,9 @@ from itertools import islice
 from typing import Any
 
 import torch.utils.data as tud
+from _common import Trivial
 
 from detsamplers.loader import DataLoader
-
-
-class Trivial(tud.Dataset[int]):
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 def rate(loader: Any, batches: int, batch_size: int) -> float:

@@ -92,6 +92,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils.data as tud
+from _common import cpu_model, fmt_ratio, fmt_time, load_average, usable_cpus
 
 import detsamplers as ds
 
@@ -211,29 +212,11 @@ def fmt_rate(per_second: float) -> str:
     return f"{per_second:.3g} /s"
 
 
-def fmt_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
-
-
 def fmt_bytes(size: float) -> str:
     for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if size >= scale:
             return f"{size / scale:.3g} {unit}"
     return f"{size:.0f} B"
-
-
-def fmt_ratio(ratio: float) -> str:
-    if ratio >= 100:
-        return f"{ratio:,.0f}"
-    if ratio >= 0.1:
-        return f"{ratio:.3g}"
-    if ratio > 0:
-        return f"1/{1 / ratio:,.0f}"
-    return "0"
 
 
 def fmt_n(n: int) -> str:
@@ -276,29 +259,11 @@ def render(table: Table, machine: str) -> str:
 # -- the machine and the peers -----------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for text in f:
-                if text.startswith("model name"):
-                    return text.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def machine_info(determined: Peer) -> dict[str, str]:
-    try:
-        usable = str(len(os.sched_getaffinity(0)))
-    except AttributeError:
-        usable = "?"
-    try:
-        load = f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        load = "?"
+    usable, load = usable_cpus(), load_average()
     return {
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": str(os.cpu_count()),
         "cpus_usable": usable,
         "load_1min": load,

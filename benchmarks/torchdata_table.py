@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils.data as tud
+from _common import Trivial, cpu_model, fmt_ratio, fmt_time, load_average, usable_cpus
 
 import detsamplers as ds
 from detsamplers.loader import DataLoader
@@ -91,56 +92,13 @@ FULL = Settings(
 )
 
 
-class Trivial(tud.Dataset[int]):
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 # -- formatting and the machine --------------------------------------------------------------
 
 
-def fmt_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
-
-
-def fmt_ratio(ratio: float) -> str:
-    if ratio >= 100:
-        return f"{ratio:,.0f}"
-    if ratio >= 0.1:
-        return f"{ratio:.3g}"
-    return f"1/{1 / ratio:,.0f}"
-
-
-def load_average() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "?"
-
-
 def machine_line(load: str) -> str:
-    try:
-        usable = str(len(os.sched_getaffinity(0)))
-    except AttributeError:
-        usable = "?"
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(t.split(":", 1)[1].strip() for t in f if t.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return (
-        f"machine:  {platform.platform()}, {cpu}, {os.cpu_count()} CPUs ({usable} usable), "
+        f"machine:  {platform.platform()}, {cpu_model()}, {os.cpu_count()} CPUs "
+        f"({usable_cpus()} usable), "
         f"load {load}\n"
         f"software: python {platform.python_version()}, torch {torch.__version__}, "
         f"numpy {np.__version__}, detsamplers {ds.__version__}, "
