@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from .._errors import ReproducibilityError
 from .._skip import SkipBatchSampler
 from .._state import check_state
@@ -59,6 +61,10 @@ class LoaderBatchSampler(SkipBatchSampler):
             "num_replicas": num_replicas,
             "rank": rank,
         }
+        # Batches in hand for the digest: the first one, and the one just yielded, so that
+        # state_dict() (called for every batch StatefulDataLoader dispatches) looks up none.
+        self._known: dict[int, list[int]] = {}
+        self._first: list[int] | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
         return self._positioned(super().__iter__())
@@ -69,6 +75,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         for batch in batches:
             # The stage's cursor points just past the batch it yielded.
             position = self._cursor.position() - 1
+            self._known = {position: batch}
             yield PositionedBatch(batch, position * world + rank)
 
     def state_dict(self) -> dict[str, Any]:
@@ -86,7 +93,14 @@ class LoaderBatchSampler(SkipBatchSampler):
         state = super().state_dict()
         fields = dict(self._fields)
         state["loader"] = fields
-        state["digest"] = stream_digest(self, state["position"], state["fingerprint"], fields)
+        if self._first is None and self.indexable:
+            self._first = self.batches(np.zeros(1, dtype=np.int64))[0]
+        known = dict(self._known)
+        if self._first is not None:
+            known[0] = self._first
+        state["digest"] = stream_digest(
+            self, state["position"], state["fingerprint"], fields, known
+        )
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

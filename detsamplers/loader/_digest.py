@@ -36,7 +36,13 @@ def probe_positions(position: int) -> list[int]:
     return sorted({0, position - 1}) if position > 0 else []
 
 
-def stream_digest(node: Node, position: int, fingerprint: str, fields: dict[str, Any]) -> str:
+def stream_digest(
+    node: Node,
+    position: int,
+    fingerprint: str,
+    fields: dict[str, Any],
+    known: dict[int, list[int]] | None = None,
+) -> str:
     """A 16-hex-digit digest of ``node``'s batch stream up to ``position``.
 
     Args:
@@ -44,6 +50,8 @@ def stream_digest(node: Node, position: int, fingerprint: str, fields: dict[str,
         position: The stream position the digest is for.
         fingerprint: The chain's fingerprint (from its ``state_dict``).
         fields: The loader's JSON-able fields (seed, dataset length, ranks).
+        known: Batches already in hand, by position (the one just yielded, the first):
+            they are used instead of being looked up again. They must be the chain's own.
 
     Examples:
         >>> from torch.utils.data import BatchSampler
@@ -57,7 +65,12 @@ def stream_digest(node: Node, position: int, fingerprint: str, fields: dict[str,
     probes: list[list[int]] = []
     source = chain_of(node)[-1]
     if node.indexable and source.pass_length > 0 and position > 0:
-        positions = np.asarray(probe_positions(position), dtype=np.int64)
-        probes = [[int(i) for i in batch] for batch in node.batches(positions)]
+        wanted = probe_positions(position)
+        known = known or {}
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            looked_up = node.batches(np.asarray(missing, dtype=np.int64))
+            known = {**known, **dict(zip(missing, looked_up, strict=True))}
+        probes = [[int(i) for i in known[p]] for p in wanted]
     text = json.dumps([fingerprint, fields, position, probes], sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
