@@ -37,6 +37,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._lean import LeanDataLoader
 from ._seeding import SeededDataset
 
 __all__ = ["DEFAULT_SEED", "DataLoader"]
@@ -260,7 +261,7 @@ class DataLoader:
         num_replicas: int = 1,
         rank: int = 0,
         *,
-        loader_class: type[tud.DataLoader[Any]] = tud.DataLoader,
+        loader_class: type[tud.DataLoader[Any]] | None = None,
     ) -> tud.DataLoader[Any]:
         """Build the torch DataLoader of one rank (NOTE [ loader iteration ]).
 
@@ -271,7 +272,9 @@ class DataLoader:
             num_replicas: The world size.
             rank: This rank, in ``[0, num_replicas)``.
             loader_class: The class to build, e.g. torchdata's ``StatefulDataLoader``
-                (any subclass of ``torch.utils.data.DataLoader`` with its arguments).
+                (any subclass of ``torch.utils.data.DataLoader`` with its arguments). By
+                default a subclass of torch's that leaves out the per-batch profiler
+                annotation while no profiler runs (NOTE [ profiler annotation ]).
 
         Returns:
             A DataLoader whose ``batch_sampler`` has ``state_dict()``/``load_state_dict()``
@@ -296,6 +299,8 @@ class DataLoader:
                 f"skip should be 0 when repeat=False, but got skip={skip}: validation passes "
                 "are never resumed mid-way; pass repeat=True to skip"
             )
+        if loader_class is None:
+            loader_class = LeanDataLoader
         if not (isinstance(loader_class, type) and issubclass(loader_class, tud.DataLoader)):
             raise TypeError(
                 "loader_class should be a subclass of torch.utils.data.DataLoader, but got "
