@@ -18,12 +18,13 @@ import hashlib
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["derive", "mix64"]
+__all__ = ["derive", "mix64", "stream_key", "stream_keys"]
 
 _U64 = np.uint64
 _M1 = _U64(0xBF58476D1CE4E5B9)
 _M2 = _U64(0x94D049BB133111EB)
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
+_MASK64 = (1 << 64) - 1
 
 
 def derive(seed: int, *labels: int | str) -> int:
@@ -63,3 +64,41 @@ def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     z = (z ^ (z >> _U64(30))) * _M1
     z = (z ^ (z >> _U64(27))) * _M2
     return z ^ (z >> _U64(31))
+
+
+def stream_keys(base: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """Outputs ``indices`` of the SplitMix64 stream seeded with ``base``.
+
+    ``mix64(base + i * golden)`` for each counter ``i``, modulo ``2**64``: a key per
+    position (a batch's RNG seed, say) for a whole block at once. Key ``base`` by
+    :func:`derive`; distinct counters below ``2**64`` give distinct keys, since the golden
+    ratio constant is odd and :func:`mix64` is a bijection.
+
+    Args:
+        base: A key from :func:`derive`, in ``[0, 2**64)``.
+        indices: Non-negative counters (batch positions).
+
+    Examples:
+        >>> import numpy as np
+        >>> keys = stream_keys(derive(0, "batch"), np.arange(3))
+        >>> len(set(keys.tolist())), keys.dtype
+        (3, dtype('uint64'))
+    """
+    return mix64(indices.astype(np.uint64) * _GOLDEN + _U64(base))
+
+
+def stream_key(base: int, index: int) -> int:
+    """:func:`stream_keys` for one counter, in plain integers (no numpy call).
+
+    Examples:
+        >>> import numpy as np
+        >>> base = derive(0, "batch")
+        >>> stream_key(base, 5) == int(stream_keys(base, np.array([5]))[0])
+        True
+        >>> stream_key(base, 2**40) == int(stream_keys(base, np.array([2**40]))[0])
+        True
+    """
+    z = (base + (index + 1) * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)

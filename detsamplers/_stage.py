@@ -178,7 +178,7 @@ class Stage(Node, tud.Sampler[T]):
         per_item = max(1, self.records_per_item)
         size = max(1, FIRST_BLOCK_RECORDS // per_item)
         largest = max(1, MAX_BLOCK_RECORDS // per_item)
-        emit = self._emit_records if self.kind == "record" else self.batches
+        emit = self._emit_records if self.kind == "record" else self._emit_batches
         position = start
         while stop is None or position < stop:
             n = size if stop is None else min(size, stop - position)
@@ -191,6 +191,10 @@ class Stage(Node, tud.Sampler[T]):
     def _emit_records(self, positions: I64) -> list[int]:
         out: list[int] = self.records(positions).tolist()
         return out
+
+    def _emit_batches(self, positions: I64) -> list[Any]:
+        """The block of batches iteration yields (an outer stage may tag them)."""
+        return self.batches(positions)
 
     def _generate_fallback(self, cursor: _Cursor, start: int, epoch: int) -> Iterator[Any]:
         if self.infinite:

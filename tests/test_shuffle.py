@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import detsamplers as ds
 from detsamplers._permute import ExactPermutation, FeistelPermutation
+from detsamplers._seeds import stream_key, stream_keys
 from tests.helpers import ForeignSampler, take
 
 KINDS = ["feistel", "exact"]
@@ -177,3 +178,18 @@ def test_neighbouring_positions_are_uncorrelated_in_a_large_shuffle() -> None:
         values = np.fromiter(sampler, dtype=np.float64, count=n)
         correlation = np.corrcoef(values[:-1], values[1:])[0, 1]
         assert abs(correlation) < 4 / n**0.5  # four standard errors
+
+
+@settings(max_examples=200)
+@given(
+    base=st.integers(0, 2**64 - 1),
+    index=st.integers(0, 2**62),
+    other=st.integers(0, 2**62),
+)
+def test_the_scalar_and_vector_stream_keys_agree_and_distinct_counters_differ(
+    base: int, index: int, other: int
+) -> None:
+    vector = stream_keys(base, np.array([index, other], dtype=np.int64)).tolist()
+    assert vector == [stream_key(base, index), stream_key(base, other)]
+    assert (vector[0] == vector[1]) == (index == other)
+    assert 0 <= vector[0] < 2**64

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._errors import ReproducibilityError
 from .._skip import SkipBatchSampler
 from .._state import check_state
 from ._digest import stream_digest
-from ._seeding import PositionedBatch
+from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
 __all__ = ["LoaderBatchSampler"]
 
@@ -61,22 +62,40 @@ class LoaderBatchSampler(SkipBatchSampler):
             "num_replicas": num_replicas,
             "rank": rank,
         }
-        # Batches in hand for the digest: the first one, and the one just yielded, so that
-        # state_dict() (called for every batch StatefulDataLoader dispatches) looks up none.
-        self._known: dict[int, list[int]] = {}
+        # The block being yielded (its first position and batches), so that state_dict()
+        # (called for every batch StatefulDataLoader dispatches) finds the batch just
+        # yielded without a lookup; and the first batch, looked up once.
+        self._block: tuple[int, list[PositionedBatch]] | None = None
         self._first: list[int] | None = None
 
-    def __iter__(self) -> Iterator[list[int]]:
-        return self._positioned(super().__iter__())
+    def _emit_batches(self, positions: npt.NDArray[np.int64]) -> list[Any]:
+        # Tag a whole block at once, keys vectorised: cheaper than work per batch.
+        world, rank = self._fields["num_replicas"], self._fields["rank"]
+        start = int(positions[0]) if len(positions) else 0
+        numbers = positions * world + rank
+        keys = batch_keys(self._fields["seed"], numbers)
+        block = [
+            positioned_batch(batch, number, key)
+            for batch, number, key in zip(
+                self.batches(positions), numbers.tolist(), keys, strict=True
+            )
+        ]
+        self._block = (start, block)
+        return block
 
-    def _positioned(self, batches: Iterator[list[int]]) -> Iterator[list[int]]:
-        world = self._fields["num_replicas"]
-        rank = self._fields["rank"]
-        for batch in batches:
-            # The stage's cursor points just past the batch it yielded.
-            position = self._cursor.position() - 1
-            self._known = {position: batch}
-            yield PositionedBatch(batch, position * world + rank)
+    def _generate_fallback(self, cursor: Any, start: int, epoch: int) -> Iterator[Any]:
+        # A chain that cannot be addressed yields its batches at consecutive positions.
+        world, rank, seed = (self._fields[k] for k in ("num_replicas", "rank", "seed"))
+        for position, batch in enumerate(super()._generate_fallback(cursor, start, epoch), start):
+            number = position * world + rank
+            yield positioned_batch(batch, number, batch_key(seed, number))
+
+    def _last_yielded(self, position: int) -> dict[int, list[int]]:
+        if self._block is None or position < 1:
+            return {}
+        start, block = self._block
+        offset = position - 1 - start
+        return {position - 1: block[offset]} if 0 <= offset < len(block) else {}
 
     def state_dict(self) -> dict[str, Any]:
         """The chain's state plus the loader's fields and a divergence digest (fresh dicts).
@@ -95,7 +114,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         state["loader"] = fields
         if self._first is None and self.indexable:
             self._first = self.batches(np.zeros(1, dtype=np.int64))[0]
-        known = dict(self._known)
+        known = self._last_yielded(state["position"])
         if self._first is not None:
             known[0] = self._first
         state["digest"] = stream_digest(

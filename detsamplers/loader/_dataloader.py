@@ -322,7 +322,7 @@ class DataLoader:
         workers = torch.Generator()
         workers.manual_seed(derive(self.seed, "loader-workers"))
         return loader_class(
-            SeededDataset(self.dataset, self.seed),
+            SeededDataset(self.dataset),
             batch_sampler=batches,
             num_workers=self.num_workers,
             collate_fn=self.collate_fn,

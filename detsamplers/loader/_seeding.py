@@ -3,61 +3,94 @@
 NOTE [ per-batch seeding ]
 The batch sampler tags every batch with its *global batch position* ``g = b * W + r``
 (``b`` the stream position of the batch on rank ``r`` of ``W``, so every rank's batches
-get distinct numbers) by yielding a :class:`PositionedBatch`, a ``list`` that carries
-``g`` through the DataLoader's index queue to whichever process fetches it. There
-:class:`SeededDataset.__getitems__` seeds torch's default CPU generator, numpy's global
-``RandomState`` and ``random`` from ``derive(seed, "batch", g)`` and then calls the user's
+get distinct numbers) and with the key ``batch_key(seed, g)``, by yielding a
+:class:`PositionedBatch`: a ``list`` that carries both through the DataLoader's index
+queue to whichever process fetches it. The keys are the outputs of a SplitMix64 stream
+keyed by ``derive(seed, "batch")`` (NOTE [ seed mixing ]), computed a block of batches at
+a time. :class:`SeededDataset.__getitems__` seeds torch's default CPU generator, numpy's
+global ``RandomState`` and ``random`` from the key and then calls the user's
 ``__getitem__`` for each index in order (or the user's ``__getitems__``). The draws made
 while fetching a batch therefore depend only on ``(seed, g, the indices)``: not on
 ``num_workers``, on which worker fetches the batch, on prefetching, or on how many batches
 came before (a resume at any skip sees the same draws).
 
-In a worker process the generators are left in the seeded stream after the fetch (the
-worker's RNG belongs to the loader). In the main process (``num_workers=0``) their states
-are saved before and restored after each fetch, so user code around the loop draws from
-its global RNG exactly as if the loader were not there. Draws made by a ``collate_fn`` are
-not covered: in the main process they see the user's restored global RNG; do random
-augmentation in ``__getitem__``. CUDA generators are not seeded (data loading runs on the
-CPU). A user's ``worker_init_fn`` still runs once per worker, before any batch is seeded.
+The process that fetches a batch, a worker or (with ``num_workers=0``) the main process,
+is left in that batch's stream afterwards: the loader owns the global RNGs of the process
+it fetches in, as torch's own workers do. In the main process, code between two batches
+(a training step's dropout, say) therefore draws from the stream of the batch just
+fetched, a function of ``(seed, g)`` too, so it is also reproducible after a resume. The
+states are not saved and restored around each fetch: numpy's ``get_state`` plus
+``set_state`` alone cost about four times torch's whole per-batch overhead on a trivial
+dataset. Code that needs a stream of its own should use a ``torch.Generator`` (or numpy's
+``default_rng``), which no loader touches.
+
+Draws made by a ``collate_fn`` are not covered (they come after the fetch, from whatever
+state the fetch left); do random augmentation in ``__getitem__``. CUDA generators are not
+seeded (data loading runs on the CPU). A user's ``worker_init_fn`` still runs once per
+worker, before any batch is seeded.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.utils.data as tud
 
-from .._seeds import derive
+from .._seeds import derive, stream_key, stream_keys
 
-__all__ = ["PositionedBatch", "SeededDataset", "batch_key", "seed_globals", "seeded"]
+__all__ = [
+    "PositionedBatch",
+    "SeededDataset",
+    "batch_key",
+    "batch_keys",
+    "positioned_batch",
+    "seed_globals",
+]
 
 _MASK32 = 0xFFFFFFFF
 
 
 class PositionedBatch(list[int]):
-    """A batch of dataset indices that remembers its global batch position.
+    """A batch of dataset indices with its global batch position and its fetch's RNG key.
+
+    Build one with :func:`positioned_batch`.
 
     Examples:
         >>> import pickle
-        >>> batch = PositionedBatch([4, 1], position=7)
+        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7))
         >>> copy = pickle.loads(pickle.dumps(batch))
-        >>> copy, copy.position
-        ([4, 1], 7)
+        >>> copy, copy.position, copy.key == batch_key(0, 7)
+        ([4, 1], 7, True)
     """
 
-    __slots__ = ("position",)
-
-    def __init__(self, indices: Iterable[int], position: int) -> None:
-        super().__init__(indices)
-        self.position = position
+    __slots__ = ("key", "position")
+    position: int
+    key: int
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PositionedBatch, (list(self), self.position))
+        # A module-level function pickles by name: about half the cost of a classmethod,
+        # paid for every batch sent to a worker.
+        return (positioned_batch, (list(self), self.position, self.key))
+
+
+def positioned_batch(indices: Iterable[int], position: int, key: int) -> PositionedBatch:
+    """The batch ``indices`` (copied) at global batch ``position``, seeded by ``key``."""
+    # list's own constructor, then the slots: no Python-level __init__ per batch.
+    batch = PositionedBatch(indices)
+    batch.position = position
+    batch.key = key
+    return batch
+
+
+@lru_cache(maxsize=64)
+def _batch_base(seed: int) -> int:
+    return derive(seed, "batch")
 
 
 def batch_key(seed: int, position: int) -> int:
@@ -66,8 +99,31 @@ def batch_key(seed: int, position: int) -> int:
     Examples:
         >>> batch_key(0, 3) == batch_key(0, 3) != batch_key(1, 3)
         True
+        >>> batch_key(0, 4) != batch_key(1, 3)
+        True
     """
-    return derive(seed, "batch", position)
+    return stream_key(_batch_base(seed), position)
+
+
+def batch_keys(seed: int, positions: npt.NDArray[np.int64]) -> list[int]:
+    """:func:`batch_key` for a block of global positions, vectorised.
+
+    Examples:
+        >>> import numpy as np
+        >>> batch_keys(2, np.array([5, 9])) == [batch_key(2, 5), batch_key(2, 9)]
+        True
+    """
+    keys: list[int] = stream_keys(_batch_base(seed), positions).tolist()
+    return keys
+
+
+# Bound once: seeding runs for every batch, and random.seed's Python wrapper (type checks
+# for str and bytes seeds) adds about 0.3 us to its 3.5. The C method below is what the
+# wrapper calls for an int; the wrapper's other effect, clearing gauss_next, is kept.
+_RANDOM: random.Random = random.seed.__self__  # type: ignore[attr-defined]
+_seed_random = super(random.Random, _RANDOM).seed
+_seed_numpy = np.random.seed
+_seed_torch = torch.default_generator.manual_seed
 
 
 def seed_globals(key: int) -> None:
@@ -75,47 +131,16 @@ def seed_globals(key: int) -> None:
 
     Examples:
         >>> import random
-        >>> seed_globals(5); a = random.random()
-        >>> seed_globals(5); a == random.random()
+        >>> seed_globals(5); a = random.random(), random.gauss(0, 1)
+        >>> seed_globals(5); a == (random.random(), random.gauss(0, 1))
+        True
+        >>> random.seed(5); a[0] == random.random()
         True
     """
-    torch.default_generator.manual_seed(key)
-    np.random.seed(key & _MASK32)
-    random.seed(key)
-
-
-@contextmanager
-def seeded(key: int) -> Iterator[None]:
-    """Run the body under global RNGs seeded from ``key`` (NOTE [ per-batch seeding ]).
-
-    In a DataLoader worker the RNGs are left in the seeded stream; in the main process
-    their states are restored on exit, so code around the loop keeps its own stream.
-
-    Examples:
-        >>> import random
-        >>> before = random.getstate()
-        >>> with seeded(5):
-        ...     a = random.random()
-        >>> with seeded(5):
-        ...     a == random.random()
-        True
-        >>> random.getstate() == before
-        True
-    """
-    if tud.get_worker_info() is not None:
-        seed_globals(key)
-        yield
-        return
-    saved_torch = torch.default_generator.get_state()
-    saved_numpy = np.random.get_state()
-    saved_random = random.getstate()
-    try:
-        seed_globals(key)
-        yield
-    finally:
-        torch.default_generator.set_state(saved_torch)
-        np.random.set_state(saved_numpy)
-        random.setstate(saved_random)
+    _seed_torch(key)
+    _seed_numpy(key & _MASK32)
+    _seed_random(key)
+    _RANDOM.gauss_next = None  # type: ignore[attr-defined]
 
 
 class SeededDataset(tud.Dataset[Any]):
@@ -123,26 +148,24 @@ class SeededDataset(tud.Dataset[Any]):
 
     Args:
         dataset: A map-style dataset (``__getitem__``, and ``__len__``).
-        seed: The loader's seed; the key of a batch is ``derive(seed, "batch", g)``.
 
     Determinism:
-        See NOTE [ per-batch seeding ]: a batch's draws depend only on the seed, its
-        global batch position and its indices.
+        See NOTE [ per-batch seeding ]: a :class:`PositionedBatch` is fetched under the
+        RNGs seeded from its key; any other index is fetched as torch would.
 
     Examples:
         >>> import torch
         >>> class Noisy(torch.utils.data.Dataset):
         ...     def __len__(self): return 4
         ...     def __getitem__(self, i): return i + torch.rand(()).item()
-        >>> data = SeededDataset(Noisy(), seed=0)
-        >>> batch = PositionedBatch([0, 1], position=9)
+        >>> data = SeededDataset(Noisy())
+        >>> batch = positioned_batch([0, 1], position=9, key=batch_key(0, 9))
         >>> data.__getitems__(batch) == data.__getitems__(batch)
         True
     """
 
-    def __init__(self, dataset: Any, seed: int) -> None:
+    def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
-        self.seed = seed
         inner = getattr(dataset, "__getitems__", None)
         self._inner_getitems = inner is not None and callable(inner)
 
@@ -152,16 +175,12 @@ class SeededDataset(tud.Dataset[Any]):
     def __getitem__(self, index: Any) -> Any:
         return self.dataset[index]
 
-    def _fetch(self, indices: Sequence[int]) -> list[Any]:
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Fetch ``indices``, seeding the global RNGs first if they carry a key."""
+        key = getattr(indices, "key", None)
+        if key is not None:
+            seed_globals(key)
         if self._inner_getitems:
             return list(self.dataset.__getitems__(list(indices)))
         dataset = self.dataset
         return [dataset[i] for i in indices]
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """Fetch ``indices``, seeding the global RNGs first if they carry a position."""
-        position = getattr(indices, "position", None)
-        if position is None:
-            return self._fetch(indices)
-        with seeded(batch_key(self.seed, position)):
-            return self._fetch(indices)

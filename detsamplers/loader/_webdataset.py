@@ -12,7 +12,7 @@ DataLoader worker ``w`` of ``K`` builds the batches ``t0 + w, t0 + w + K, ...`` 
 rank, where ``t0`` is the batch the pass starts at. Torch's DataLoader takes one item from
 each worker in turn, so the rank still receives ``t0, t0 + 1, ...`` in order, whatever
 ``K``: nothing is duplicated or lost. A batch's contents and its map-stage random draws
-(seeded from ``derive(seed, "batch", t * W + r)``, NOTE [ per-batch seeding ]) do not
+(seeded from ``batch_key(seed, t * W + r)``, NOTE [ per-batch seeding ]) do not
 depend on ``K``, on prefetching, or on where the run resumed.
 
 The state holds the global position ``t * G`` after the last batch handed out. Resuming
@@ -45,7 +45,7 @@ from torch.utils.data import default_collate
 
 from .._errors import ReproducibilityError, check_bool, check_callable, check_int
 from .._state import check_header, fingerprint
-from ._seeding import batch_key, seeded
+from ._seeding import batch_key, seed_globals
 from ._shard_index import expand_urls, index_shards
 from ._shard_order import ShardOrder
 from ._shard_reader import ShardReader
@@ -292,8 +292,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         return out
 
     def _apply(self, samples: list[dict[str, Any]], key: int) -> list[Any]:
-        with seeded(key):
-            return [self._stage(s) for s in samples]
+        seed_globals(key)
+        return [self._stage(s) for s in samples]
 
     def batch_at(self, batch: int, reader: ShardReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).

@@ -12,6 +12,10 @@ NOTE [ trial RNG ]
   identical (they depend only on the data seed and the position), the dropout draws do not.
 - Validation runs inside :func:`fork`, so it never moves the training stream: a run that
   validates (or checkpoints) at a step and one that does not continue identically.
+- With ``num_workers=0`` the loader fetches in this process and leaves its RNGs in each
+  batch's stream (NOTE [ per-batch seeding ]), so a step's draws follow the batch and the
+  restore above only matters with workers. A resume that switches between
+  ``num_workers=0`` and workers sees the same batches but other dropout draws.
 
 States are kept as tensors and lists so that ``torch.load(weights_only=True)`` reads them.
 """

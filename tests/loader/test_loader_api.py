@@ -12,6 +12,7 @@ from loader_helpers import Noisy, indices, set_worker_flag, take
 import detsamplers.loader
 from detsamplers import DistributedSampler, RepeatSampler, ReproducibilityError
 from detsamplers.loader import DataLoader
+from tests.helpers import ForeignSampler
 
 
 class Stream(tud.IterableDataset[int]):
@@ -188,3 +189,15 @@ def test_bad_get_data_loader_arguments_are_each_a_clear_error(
 ) -> None:
     with pytest.raises(error, match=message):
         DataLoader(Noisy(4)).get_data_loader(**kwargs)
+
+
+def test_a_sampler_that_cannot_seek_gets_the_same_draws_as_an_addressable_one() -> None:
+    # The foreign path keys each batch as it comes, the addressable one a block at a time:
+    # the same positions must get the same keys, hence the same draws.
+    order = [4, 0, 3, 1, 2]
+    for world, rank in [(1, 0), (2, 1)]:
+        foreign = DataLoader(Noisy(5), batch_size=2, sampler=ForeignSampler(order), seed=3)
+        addressable = DataLoader(Noisy(5), batch_size=2, sampler=order, seed=3)
+        ours = foreign.get_data_loader(False, 0, world, rank)
+        theirs = addressable.get_data_loader(False, 0, world, rank)
+        assert take(ours, 3) == take(theirs, 3)

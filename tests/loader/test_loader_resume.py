@@ -62,20 +62,34 @@ def test_the_order_and_draws_do_not_depend_on_the_global_rng() -> None:
     assert runs[0] == runs[1]
 
 
-def test_loading_in_the_main_process_leaves_the_global_rng_where_it_was() -> None:
-    def draws() -> list[float]:
-        return [torch.rand(()).item(), float(np.random.rand()), random.random()]
+def _draws_between_batches(loader: torch.utils.data.DataLoader, steps: int) -> list[list[float]]:
+    """What a training step would draw from the global RNGs after each of ``steps`` batches."""
+    out = []
+    for _, _batch in zip(range(steps), loader, strict=False):
+        out.append([torch.rand(()).item(), float(np.random.rand()), random.random()])
+    return out
 
-    torch.manual_seed(3)
-    np.random.seed(3)
-    random.seed(3)
-    expected = draws()
-    torch.manual_seed(3)
-    np.random.seed(3)
-    random.seed(3)
-    take(make().get_data_loader(repeat=True), 3)
-    list(make())
-    assert draws() == expected
+
+def test_in_the_main_process_code_between_batches_draws_from_the_batch_stream() -> None:
+    # NOTE [ per-batch seeding ]: the process that fetches a batch is left in its stream,
+    # so a step's draws after batch b depend on (seed, b) only: the same after a resume
+    # at any skip, whatever the global RNGs held before.
+    runs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed), np.random.seed(global_seed), random.seed(global_seed)
+        runs.append(_draws_between_batches(make().get_data_loader(repeat=True), 10))
+    assert runs[0] == runs[1]
+    assert len({tuple(step) for step in runs[0]}) == 10  # each batch its own stream
+    for skip in range(8):
+        torch.manual_seed(99)
+        resumed = _draws_between_batches(make().get_data_loader(repeat=True, skip=skip), 2)
+        assert resumed == runs[0][skip : skip + 2]
+
+
+def test_another_seed_gives_other_draws_between_batches() -> None:
+    ours = _draws_between_batches(make().get_data_loader(repeat=True), 3)
+    theirs = _draws_between_batches(make(seed=12).get_data_loader(repeat=True), 3)
+    assert all(a != b for a, b in zip(ours, theirs, strict=True))
 
 
 def test_a_loaded_state_continues_the_uninterrupted_run() -> None:

@@ -36,10 +36,12 @@ def test_the_weights_differ_when_the_rng_is_not_restored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The control for the test above: dropout draws must come from the restored RNG.
-    straight = run(str(tmp_path / "straight"), 11)
-    run(str(tmp_path / "paused"), 5)
+    # With workers, since with num_workers=0 every fetch seeds the main process's RNGs
+    # (NOTE [ per-batch seeding ]) and the restore would not show.
+    straight = run(str(tmp_path / "straight"), 11, num_workers=1)
+    run(str(tmp_path / "paused"), 5, num_workers=1)
     monkeypatch.setattr(_rng, "restore", lambda state: None)
-    resumed = run(str(tmp_path / "paused"), 11, resume=True)
+    resumed = run(str(tmp_path / "paused"), 11, resume=True, num_workers=1)
     assert not identical(weights(straight), weights(resumed))
 
 
