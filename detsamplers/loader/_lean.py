@@ -29,10 +29,10 @@ from torch.utils.data import dataloader as _torch_loader
 
 __all__ = ["LeanDataLoader", "lean_iterators_supported"]
 
-_profiler_enabled: Callable[[], bool] = torch.autograd._profiler_enabled  # type: ignore[attr-defined]
+_profiler_enabled: Callable[[], bool] | None = getattr(torch.autograd, "_profiler_enabled", None)
 _SINGLE = getattr(_torch_loader, "_SingleProcessDataLoaderIter", None)
 _MULTI = getattr(_torch_loader, "_MultiProcessingDataLoaderIter", None)
-_SUPPORTED = all(
+_SUPPORTED = callable(_profiler_enabled) and all(
     hasattr(owner, name)
     for owner, name in (
         (_SINGLE, "_next_data"),
@@ -61,6 +61,7 @@ class _Unannotated:
     _num_yielded: int
 
     def __next__(self) -> Any:
+        assert _profiler_enabled is not None  # only built when _SUPPORTED
         if _profiler_enabled():
             return super().__next__()  # type: ignore[misc]
         if self._sampler_iter is None:
