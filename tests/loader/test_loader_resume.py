@@ -92,6 +92,25 @@ def test_another_seed_gives_other_draws_between_batches() -> None:
     assert all(a != b for a, b in zip(ours, theirs, strict=True))
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    length=st.integers(1, 9),
+    batch=st.integers(1, 4),
+    skip=st.integers(0, 12),
+    world=st.integers(1, 3),
+    global_seed=st.integers(0, 2**31),
+)
+def test_draws_between_batches_after_a_resume_are_the_uninterrupted_runs(
+    length: int, batch: int, skip: int, world: int, global_seed: int
+) -> None:
+    loader = make(length=length, batch_size=batch)
+    rank = skip % world
+    reference = _draws_between_batches(loader.get_data_loader(True, 0, world, rank), skip + 2)
+    torch.manual_seed(global_seed), np.random.seed(global_seed), random.seed(global_seed)
+    resumed = _draws_between_batches(loader.get_data_loader(True, skip, world, rank), 2)
+    assert resumed == reference[skip:]
+
+
 def test_a_loaded_state_continues_the_uninterrupted_run() -> None:
     loader = make()
     reference = take(loader.get_data_loader(repeat=True), 12)
