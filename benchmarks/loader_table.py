@@ -4,7 +4,8 @@ Run ``python benchmarks/loader_table.py`` (N = 1e6; or ``--quick`` for CI, N = 1
 under 30 s). Both loaders read the same trivial map-style dataset (``__getitem__`` returns
 its index) with batch size 32 and torch's default collate. Ours is
 ``get_data_loader(repeat=True)`` with ``shuffle=True`` (a keyed permutation plus per-batch
-seeding of torch, numpy and random); torch's is ``DataLoader(shuffle=True)``.
+seeding of torch, numpy and random; with workers, small batches come back by value);
+torch's is ``DataLoader(shuffle=True)``.
 
 Each run times one epoch from ``iter()`` to its last batch: torch draws its whole
 permutation (``randperm(N).tolist()``, about 1.3 us a batch here) when the first batch is

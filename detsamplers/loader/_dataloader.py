@@ -37,6 +37,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._inline import InlineCollate
 from ._lean import LeanDataLoader
 from ._seeding import SeededDataset
 
@@ -325,7 +326,10 @@ class DataLoader:
             SeededDataset(self.dataset),
             batch_sampler=batches,
             num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
+            # With workers, small batches come back by value (NOTE [ inline batches ]).
+            collate_fn=InlineCollate(self.collate_fn or tud.default_collate)
+            if self.num_workers > 0
+            else self.collate_fn,
             pin_memory=self.pin_memory,
             timeout=self.timeout,
             worker_init_fn=self.worker_init_fn,
