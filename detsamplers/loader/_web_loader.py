@@ -10,6 +10,7 @@ import torch.utils.data as tud
 
 from .._errors import check_int
 from .._seeds import derive
+from ._inline import InlineCollate
 from ._webdataset import WebDatasetSource
 
 __all__ = ["WebDataLoader"]
@@ -82,7 +83,8 @@ class WebDataLoader(tud.DataLoader[Any]):
             source,
             batch_size=None,
             num_workers=num_workers,
-            collate_fn=_identity,
+            # With workers, small batches come back by value (NOTE [ inline batches ]).
+            collate_fn=InlineCollate(_identity) if num_workers > 0 else _identity,
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=worker_init_fn,

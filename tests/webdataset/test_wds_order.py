@@ -77,6 +77,7 @@ def test_real_dataloader_workers_yield_what_the_simulation_predicts(
         loader = WebDataLoader(source, num_workers=num_workers)
         got = []
         for batch in loader:
+            assert not batch.is_shared()  # small batches come back by value
             got.append([int(x) for x in batch])
             if len(got) == 30:
                 break
