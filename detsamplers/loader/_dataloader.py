@@ -322,14 +322,13 @@ class DataLoader:
         # which would otherwise advance the user's global torch RNG.
         workers = torch.Generator()
         workers.manual_seed(derive(self.seed, "loader-workers"))
+        collate = self.collate_fn if self.collate_fn is not None else tud.default_collate
         return loader_class(
             SeededDataset(self.dataset),
             batch_sampler=batches,
             num_workers=self.num_workers,
             # With workers, small batches come back by value (NOTE [ inline batches ]).
-            collate_fn=InlineCollate(self.collate_fn or tud.default_collate)
-            if self.num_workers > 0
-            else self.collate_fn,
+            collate_fn=InlineCollate(collate) if self.num_workers > 0 else self.collate_fn,
             pin_memory=self.pin_memory,
             timeout=self.timeout,
             worker_init_fn=self.worker_init_fn,
