@@ -105,3 +105,12 @@ def test_the_users_collate_still_runs_once_per_batch() -> None:
     loader = DataLoader(range(6), batch_size=3, num_workers=2, collate_fn=collate)
     out = [(b["ids"].tolist(), b["n"]) for b in loader]
     assert out == [([0, 1, 2], 3), ([3, 4, 5], 3)]
+
+
+def test_spawned_workers_get_the_wrapped_collate_and_send_batches_back_by_value() -> None:
+    loader = DataLoader(Noisy(6), batch_size=2, num_workers=1, multiprocessing_context="spawn")
+    got = [batch for _, batch in zip(range(3), loader.get_data_loader(repeat=True), strict=False)]
+    assert not any(batch.is_shared() for batch in got)
+    assert [b.tolist() for b in got] == take(
+        DataLoader(Noisy(6), batch_size=2).get_data_loader(True), 3
+    )
