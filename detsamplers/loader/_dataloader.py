@@ -91,7 +91,9 @@ class DataLoader:
             (exclusive with ``shuffle``); it must not contain a repeat, shard or skip.
         batch_sampler: A batch sampler, exclusive with ``batch_size``, ``shuffle``,
             ``sampler`` and ``drop_last``.
-        num_workers: Worker processes, ``>= 0``.
+        num_workers: Worker processes, ``>= 0``. A batch whose tensors hold under 64 KiB
+            comes back from a worker by value rather than through shared memory
+            (NOTE [ inline batches ]).
         collate_fn: Merges a list of samples into a batch (torch's default if None).
         pin_memory: Passed to torch's DataLoader.
         drop_last: Drop each pass's short last batch (validation passes only: a repeated
@@ -114,7 +116,9 @@ class DataLoader:
     Determinism:
         Batch contents, and the values ``__getitem__`` draws from torch, numpy and
         ``random``, depend only on the seed and the batch's global position: not on
-        ``num_workers``, the global RNG, or where the run was resumed.
+        ``num_workers``, the global RNG, or where the run was resumed. The process that
+        fetches a batch keeps that batch's RNG stream afterwards; with ``num_workers=0``
+        that is the main process (NOTE [ per-batch seeding ]).
 
     Examples:
         >>> loader = DataLoader(range(10), batch_size=4, shuffle=True, seed=1)
