@@ -1,11 +1,31 @@
-"""Pieces the benchmark scripts share: a trivial dataset, formatting, and the machine line."""
+"""Pieces the benchmark scripts share: the chain under test, a trivial dataset, formatting
+and the machine line."""
 
 from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterable
 
 import torch.utils.data as tud
+
+import detsamplers as ds
+
+#: Indices per batch in every benchmark.
+BATCH = 32
+
+
+def ds_chain(n: int, world: int, skip: int = 0) -> Iterable[list[int]]:
+    """detsamplers' training chain over ``range(n)``, rank 0 of ``world``, skipped ``skip``."""
+    return ds.make_batch_sampler(
+        range(n),
+        "training",
+        shuffle_seed=0,
+        num_workers=world,
+        rank=0,
+        batch_size=BATCH,
+        skip=skip,
+    )
 
 
 class Trivial(tud.Dataset[int]):

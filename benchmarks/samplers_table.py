@@ -92,11 +92,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils.data as tud
-from _common import cpu_model, fmt_ratio, fmt_time, load_average, usable_cpus
+from _common import BATCH, cpu_model, ds_chain, fmt_ratio, fmt_time, load_average, usable_cpus
 
 import detsamplers as ds
 
-BATCH = 32
 #: N for the throughput and first-batch tables (a and c).
 N_SMALL = 10**6
 #: The issue's targets for a seek at N = 1e9.
@@ -304,18 +303,6 @@ def not_installed() -> Cell:
 
 
 # -- the chains under test -----------------------------------------------------------------
-
-
-def ds_chain(n: int, world: int, skip: int = 0) -> Batches:
-    return ds.make_batch_sampler(
-        range(n),
-        "training",
-        shuffle_seed=0,
-        num_workers=world,
-        rank=0,
-        batch_size=BATCH,
-        skip=skip,
-    )
 
 
 def ds_first_batch(n: int, world: int, skip: int) -> list[int]:
@@ -573,6 +560,26 @@ def materialises(n: int) -> Cell:
     )
 
 
+def determined_skip_cell(
+    det: Peer, n: int, skip: int, points: list[tuple[float, float]], x: float, s: Settings
+) -> Cell:
+    """Determined's build + first batch after ``skip`` batches, unless it would exceed the cap.
+
+    ``points`` holds the ``(x, seconds)`` already measured along this row of the grid; the
+    new one is appended, and the next cell extrapolates from them.
+    """
+    if det.module is None:
+        return not_installed()
+    if n > MATERIALISE_LIMIT:
+        return materialises(n)
+    capped = over_cap(extrapolate(points, x), s.op_cap)
+    if capped is not None:
+        return capped
+    timing = time_first_batch(partial(det_chain, det.module, n, 1, skip), s.repeats, s.op_cap)
+    points.append((x, timing.total))
+    return Cell("ok", timing.total, [b + f for b, f in timing.samples])
+
+
 def warm_up(det: Peer) -> None:
     """First calls pay for lazy imports, numpy/torch dispatch caches and thread pools."""
     next(iter(ds_chain(1000, 2, 5)))
@@ -701,20 +708,7 @@ def table_seek_peers(s: Settings, det: Peer, seek: Table) -> Table:
             else:
                 timing = time_first_batch(partial(torch_chain, n, 1, epochs), s.repeats, s.op_cap)
                 theirs = Cell("ok", timing.total, [b + f for b, f in timing.samples])
-            if det.module is None:
-                dets = not_installed()
-            elif n > MATERIALISE_LIMIT:
-                dets = materialises(n)
-            else:
-                capped = over_cap(extrapolate(det_points, epochs), s.op_cap)
-                if capped is not None:
-                    dets = capped
-                else:
-                    timing = time_first_batch(
-                        partial(det_chain, det.module, n, 1, skip), s.repeats, s.op_cap
-                    )
-                    dets = Cell("ok", timing.total, [b + f for b, f in timing.samples])
-                    det_points.append((epochs, timing.total))
+            dets = determined_skip_cell(det, n, skip, det_points, epochs, s)
             rows.append(
                 [
                     fmt_n(n),
@@ -771,20 +765,7 @@ def table_resume_sizes(s: Settings, det: Peer) -> Table:
                 partial(torch_resume, n, 1, RESUME_EPOCH, n // 2), s.repeats, s.op_cap
             )
             theirs = Cell("ok", timing.total, [b + f for b, f in timing.samples])
-        if det.module is None:
-            dets = not_installed()
-        elif n > MATERIALISE_LIMIT:
-            dets = materialises(n)
-        else:
-            capped = over_cap(extrapolate(det_points, n), s.op_cap)
-            if capped is not None:
-                dets = capped
-            else:
-                timing = time_first_batch(
-                    partial(det_chain, det.module, n, 1, skip), s.repeats, s.op_cap
-                )
-                dets = Cell("ok", timing.total, [b + f for b, f in timing.samples])
-                det_points.append((n, timing.total))
+        dets = determined_skip_cell(det, n, skip, det_points, n, s)
         rows.append(
             [
                 fmt_n(n),

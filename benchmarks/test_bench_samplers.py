@@ -12,34 +12,19 @@ pytest-benchmark's statistics (min, median, max over rounds) for the same operat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
 import pytest
 import torch.utils.data as tud
+from _common import BATCH, ds_chain
 
-import detsamplers as ds
-
-BATCH = 32
 INDICES = 2**16
-
-
-def training_chain(n: int, world: int, skip: int = 0) -> Iterable[list[int]]:
-    return ds.make_batch_sampler(
-        range(n),
-        "training",
-        shuffle_seed=0,
-        num_workers=world,
-        rank=0,
-        batch_size=BATCH,
-        skip=skip,
-    )
 
 
 @pytest.mark.parametrize("world", [1, 64])
 def test_iterate_training_chain(benchmark: Any, world: int) -> None:
-    chain = training_chain(10**6, world)
+    chain = ds_chain(10**6, world)
 
     def run() -> int:
         # The chain is infinite: each new iterator continues from where the last stopped,
@@ -55,7 +40,7 @@ def test_first_batch_after_skip(benchmark: Any, epochs: int) -> None:
     skip = epochs * n // BATCH
 
     def run() -> list[int]:
-        return next(iter(training_chain(n, 1, skip)))
+        return next(iter(ds_chain(n, 1, skip)))
 
     batch = benchmark(run)
     assert len(batch) == BATCH
