@@ -12,27 +12,48 @@ permutation (``randperm(N).tolist()``, about 1.3 us a batch here) when the first
 asked for, and workers start then too, so leaving the first batch out would leave that
 work out. The "after the first batch" columns leave it out anyway, for comparison with
 older figures. The table gives the median of several runs, alternating which loader goes
-first. Epochs of only a few hundred batches understate detsamplers: its first blocks of
-indices are small (a quick first batch after a seek), about 1 ms in all before the blocks
-reach full size, paid once per ``iter()`` of the endless training stream, not per epoch.
+first. The last columns give the CPU time a batch of the main process and of the workers
+(all of them, reaped after the epoch), from ``getrusage``. Epochs of only a few hundred
+batches understate detsamplers: its first blocks of indices are small (a quick first batch
+after a seek), about 1 ms in all before the blocks reach full size, paid once per
+``iter()`` of the endless training stream, not per epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import random
+import resource
 import statistics
 import time
+import timeit
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
+import numpy as np
+import torch
 import torch.utils.data as tud
 from _common import Trivial
 
 from detsamplers.loader import DataLoader
+from detsamplers.loader._seeding import seed_globals
 
 
-def epoch_rates(loader: Any, batches: int, batch_size: int) -> tuple[float, float]:
-    """Samples/s over ``batches`` batches from ``iter()``, and after the first batch."""
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def epoch_rates(loader: Any, batches: int, batch_size: int) -> tuple[float, ...]:
+    """Samples/s over ``batches`` batches from ``iter()``, and after the first batch; then
+    the CPU microseconds a batch of the main process and of the workers (reaped at the end).
+    """
+    main_cpu, workers_cpu = (
+        _cpu_seconds(resource.RUSAGE_SELF),
+        _cpu_seconds(resource.RUSAGE_CHILDREN),
+    )
     start = time.perf_counter()
     iterator = iter(loader)
     next(iterator)
@@ -40,7 +61,16 @@ def epoch_rates(loader: Any, batches: int, batch_size: int) -> tuple[float, floa
     # Count what arrived: a loader that ends early must not be credited with more.
     done = 1 + sum(1 for _ in islice(iterator, batches - 1))
     end = time.perf_counter()
-    return done * batch_size / (end - start), (done - 1) * batch_size / (end - first)
+    main_cpu = _cpu_seconds(resource.RUSAGE_SELF) - main_cpu
+    del iterator  # shuts the workers down, so that their CPU time is counted
+    gc.collect()
+    workers_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - workers_cpu
+    return (
+        done * batch_size / (end - start),
+        (done - 1) * batch_size / (end - first),
+        main_cpu / done * 1e6,
+        workers_cpu / done * 1e6,
+    )
 
 
 def main() -> None:
@@ -55,10 +85,11 @@ def main() -> None:
     print(
         f"{'num_workers':>11}  {'torch (samples/s)':>18}  {'detsamplers':>12}  {'ratio':>5}"
         f"  {'after the first batch: torch':>28}  {'detsamplers':>12}  {'ratio':>5}"
+        f"  {'CPU us a batch, main/workers: torch':>35}  {'detsamplers':>11}"
     )
     for workers in (0, 2):
-        theirs_rates: list[tuple[float, float]] = []
-        ours_rates: list[tuple[float, float]] = []
+        theirs: list[tuple[float, ...]] = []
+        mine: list[tuple[float, ...]] = []
         for run in range(runs):
             ours = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
             loaders = {
@@ -69,14 +100,73 @@ def main() -> None:
             }
             order = ["torch", "ours"] if run % 2 == 0 else ["ours", "torch"]
             for name in order:
-                result = epoch_rates(loaders[name], batches, batch_size)
-                (theirs_rates if name == "torch" else ours_rates).append(result)
-        base = [statistics.median(r[i] for r in theirs_rates) for i in (0, 1)]
-        mine = [statistics.median(r[i] for r in ours_rates) for i in (0, 1)]
+                result = epoch_rates(loaders.pop(name), batches, batch_size)
+                (theirs if name == "torch" else mine).append(result)
+        base = [statistics.median(r[i] for r in theirs) for i in range(4)]
+        ds = [statistics.median(r[i] for r in mine) for i in range(4)]
         print(
-            f"{workers:>11}  {base[0]:>18,.0f}  {mine[0]:>12,.0f}  {mine[0] / base[0]:>4.2f}x"
-            f"  {base[1]:>28,.0f}  {mine[1]:>12,.0f}  {mine[1] / base[1]:>4.2f}x"
+            f"{workers:>11}  {base[0]:>18,.0f}  {ds[0]:>12,.0f}  {ds[0] / base[0]:>4.2f}x"
+            f"  {base[1]:>28,.0f}  {ds[1]:>12,.0f}  {ds[1] / base[1]:>4.2f}x"
+            f"  {f'{base[2]:.0f}/{base[3]:.0f}':>35}  {f'{ds[2]:.0f}/{ds[3]:.0f}':>11}"
         )
+    print_costs(dataset, batch_size, quick=args.quick)
+
+
+def _per_call(call: Callable[[], Any], number: int) -> float:
+    """Microseconds a call, the best of 5 repeats."""
+    return min(timeit.repeat(call, number=number, repeat=5)) / number * 1e6
+
+
+def _per_batch(batches: Any, count: int) -> float:
+    """Microseconds a batch to iterate ``count`` batches, once the first has come."""
+    iterator = iter(batches)
+    next(iterator)
+    start = time.perf_counter()
+    for _ in islice(iterator, count):
+        pass
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def print_costs(dataset: Trivial, batch_size: int, *, quick: bool) -> None:
+    """Where a batch's time goes without workers: each piece timed on its own, in-process."""
+    number = 2_000 if quick else 20_000
+    indices = list(range(batch_size))
+    ours = DataLoader(dataset, batch_size=batch_size, shuffle=True).get_data_loader(True)
+    theirs = tud.DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    key = 0x9E3779B97F4A7C15
+
+    def span() -> None:
+        with torch.autograd.profiler.record_function("span"):
+            pass
+
+    def restore() -> None:
+        np.random.set_state(np.random.get_state())
+        random.setstate(random.getstate())
+        torch.default_generator.set_state(torch.default_generator.get_state())
+
+    start = time.perf_counter()
+    torch.randperm(len(dataset)).tolist()
+    randperm = (time.perf_counter() - start) / (len(dataset) // batch_size) * 1e6
+    rows = [
+        ("torch's whole batch (DataLoader, no workers)", _per_batch(theirs, number)),
+        ("detsamplers' whole batch (get_data_loader)", _per_batch(ours, number)),
+        ("default_collate of the batch", _per_call(lambda: tud.default_collate(indices), number)),
+        ("torch's profiler span (record_function)", _per_call(span, number)),
+        ("torch's batch sampler", _per_batch(theirs.batch_sampler, number)),
+        ("  + its randperm(N).tolist(), spread over the epoch", randperm),
+        ("detsamplers' batch sampler", _per_batch(ours.batch_sampler, number)),
+        ("seeding torch", _per_call(lambda: torch.default_generator.manual_seed(key), number)),
+        ("seeding numpy", _per_call(lambda: np.random.seed(key & 0xFFFFFFFF), number)),
+        ("seeding random", _per_call(lambda: random.seed(key), number)),
+        (
+            "seed_globals (all three, as the loader does)",
+            _per_call(lambda: seed_globals(key), number),
+        ),
+        ("saving and restoring the three states (not done)", _per_call(restore, number // 10)),
+    ]
+    print(f"\nPer-batch costs without workers, B={batch_size}: us a batch, best of 5")
+    for name, micros in rows:
+        print(f"  {name:<52}  {micros:>7.2f}")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@ NOTE [ profiler annotation ]
 torch's ``_BaseDataLoaderIter.__next__`` wraps every batch in
 ``torch.autograd.profiler.record_function``, which enters and leaves a dispatcher op
 whether or not a profiler is running (pytorch/pytorch#124275). On a trivial dataset that
-is about 6 us of torch's 17 us per batch here: more than seeding torch, numpy and
-``random`` for the batch costs. :class:`LeanDataLoader` is a plain subclass of torch's
-``DataLoader`` whose iterators ask ``torch.autograd._profiler_enabled()`` (a C call of
-well under a microsecond) on each ``next()`` and take torch's own annotated path whenever
-a profiler is active, so profiler traces still show ``enumerate(DataLoader)#...`` spans.
-Otherwise they run the same steps as torch's ``__next__`` without the wrapper. The
-iterable-dataset length warning is not needed: the loader only builds map-style datasets.
+is 5.9 us of torch's 16.6 us a batch here (``benchmarks/loader_table.py``): about what
+seeding torch, numpy and ``random`` for the batch costs. :class:`LeanDataLoader` is a
+plain subclass of torch's ``DataLoader`` whose iterators ask
+``torch.autograd._profiler_enabled()`` (a C call of well under a microsecond) on each
+``next()`` and take torch's own annotated path whenever a profiler is active, so profiler
+traces still show ``enumerate(DataLoader)#...`` spans. Otherwise they run the same steps
+as torch's ``__next__`` without the wrapper. The iterable-dataset length warning is not
+needed: the loader only builds map-style datasets.
 
 The iterators reuse torch's private ``_SingleProcessDataLoaderIter`` and
 ``_MultiProcessingDataLoaderIter`` (as torchdata's StatefulDataLoader does); if a torch

@@ -16,13 +16,13 @@ came before (a resume at any skip sees the same draws).
 
 The process that fetches a batch, a worker or (with ``num_workers=0``) the main process,
 is left in that batch's stream afterwards: the loader owns the global RNGs of the process
-it fetches in, as torch's own workers do. In the main process, code between two batches
-(a training step's dropout, say) therefore draws from the stream of the batch just
-fetched, a function of ``(seed, g)`` too, so it is also reproducible after a resume. The
-states are not saved and restored around each fetch: numpy's ``get_state`` plus
-``set_state`` alone cost about four times torch's whole per-batch overhead on a trivial
-dataset. Code that needs a stream of its own should use a ``torch.Generator`` (or numpy's
-``default_rng``), which no loader touches.
+it fetches in, as torch's own workers do. In the main process, code between two batches (a
+training step's dropout, say) therefore draws from the stream of the batch just fetched, a
+function of ``(seed, g)`` too, so it is also reproducible after a resume. The states are
+not saved and restored around each fetch: that costs 83 us a batch, five times torch's
+whole batch on a trivial dataset (``benchmarks/loader_table.py``). Code that needs a
+stream of its own should use a ``torch.Generator`` (or numpy's ``default_rng``), which no
+loader touches.
 
 Draws made by a ``collate_fn`` are not covered (they come after the fetch, from whatever
 state the fetch left); do random augmentation in ``__getitem__``. CUDA generators are not
@@ -117,9 +117,9 @@ def batch_keys(seed: int, positions: npt.NDArray[np.int64]) -> list[int]:
     return keys
 
 
-# Bound once: seeding runs for every batch, and random.seed's Python wrapper (type checks
-# for str and bytes seeds) adds about 0.3 us to its 3.5. The C method below is what the
-# wrapper calls for an int; the wrapper's other effect, clearing gauss_next, is kept.
+# Bound once: seeding runs for every batch, and random.seed's Python wrapper adds type
+# checks for str and bytes seeds to each call. The C method below is what the wrapper
+# calls for an int; the wrapper's other effect, clearing gauss_next, is kept.
 _RANDOM: random.Random = random.seed.__self__  # type: ignore[attr-defined]
 _seed_random = super(random.Random, _RANDOM).seed
 _seed_numpy = np.random.seed
