@@ -7,8 +7,13 @@ iterating and filtering, as Determined's ``DistributedSampler`` always does.
 NOTE [ shard lengths ]
 Over a finite stream of ``L`` items, rank ``r`` yields ``len(range(r, L, W))`` items per
 pass: the first ``L % W`` ranks get one more. Nothing is padded or dropped (padding would
-duplicate records). ``len()`` reports ``ceil(L / W)`` on every rank, exactly as Determined
-does, so that every rank agrees on the epoch length.
+duplicate records). ``len()`` is that exact per-rank count, ``L // W + (L % W > r)``, on
+both the addressable and the foreign path, as Determined's ``DistributedSampler`` and
+``DistributedBatchSampler`` report it (tests/test_determined_parity.py compares with them).
+So ``len()`` differs between ranks when ``W`` does not divide ``L``: code that needs a
+length every rank agrees on computes it explicitly (the trial loop counts an epoch as
+``ceil(len(dataset) / global_batch_size)`` global batches, detsamplers/trial/_units.py),
+never from one rank's ``len()``.
 """
 
 from __future__ import annotations
@@ -106,7 +111,9 @@ class _Shard(Stage[T]):
         return {"stage": "shard", "world_size": self._world, "rank": self._rank}
 
     def __len__(self) -> int:
-        return -(-len(self._inner_obj) // self._world)
+        # Exact per rank (NOTE [ shard lengths ]).
+        length = len(self._inner_obj)
+        return length // self._world + int(length % self._world > self._rank)
 
 
 class DistributedSampler(_Shard[T]):
@@ -131,8 +138,8 @@ class DistributedSampler(_Shard[T]):
         >>> from detsamplers import DistributedSampler
         >>> list(DistributedSampler(range(10), num_workers=3, rank=1))
         [1, 4, 7]
-        >>> len(DistributedSampler(range(10), num_workers=3, rank=2))
-        4
+        >>> [len(DistributedSampler(range(10), num_workers=3, rank=r)) for r in range(3)]
+        [4, 3, 3]
     """
 
     def __init__(
@@ -166,6 +173,8 @@ class DistributedBatchSampler(_Shard[list[int]], tud.BatchSampler):
         >>> batches = BatchSampler(range(10), batch_size=2, drop_last=False)
         >>> list(DistributedBatchSampler(batches, num_workers=2, rank=0))
         [[0, 1], [4, 5], [8, 9]]
+        >>> len(DistributedBatchSampler(batches, num_workers=2, rank=1))
+        2
     """
 
     def __init__(

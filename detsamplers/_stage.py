@@ -165,7 +165,11 @@ class Stage(Node, tud.Sampler[T]):
         return start, self._pass_range(epoch)[1], epoch
 
     def _generate(self) -> Iterator[Any]:
-        self._on_start()
+        # Every link's checks, not only this one's: an outer stage reads an inner repeat's
+        # positions without iterating it, and an empty pass under it must still be refused.
+        for link in reversed(chain_of(self)):
+            if isinstance(link, Stage):
+                link._on_start()
         start, stop, epoch = self._claim()
         cursor = _Cursor(start)
         self._cursor = cursor

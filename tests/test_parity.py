@@ -1,8 +1,10 @@
-"""Unshuffled chains give exactly Determined's outputs and len(), on both paths.
+"""Unshuffled chains follow the sampler rules, on both paths.
 
-The expected sequences come from the rules (tests/helpers.py), not from Determined. Every
-chain is also built over a ForeignSampler with the same values, which cannot be addressed
-and so exercises the iterate-and-filter fallback.
+The expected sequences here come from the rules (tests/helpers.py); the parity with
+Determined itself, outputs and len() of every stage, is tests/test_determined_parity.py,
+which builds every chain with the installed ``determined.pytorch.samplers``. Every chain is
+also built over a ForeignSampler with the same values, which cannot be addressed and so
+exercises the iterate-and-filter fallback.
 """
 
 from __future__ import annotations
@@ -41,14 +43,14 @@ SOURCE_IDS = ["sequential", "range", "foreign"]
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
 @given(n=sizes, world=worlds, data=st.data())
-def test_shard_of_a_finite_sampler_filters_positions_and_reports_ceil_length(
+def test_shard_of_a_finite_sampler_filters_positions_and_reports_its_exact_length(
     source: Source, n: int, world: int, data: st.DataObject
 ) -> None:
     rank = data.draw(st.integers(0, world - 1))
     sampler = ds.DistributedSampler(source(n), num_workers=world, rank=rank)
     assert list(sampler) == ref_shard(range(n), world, rank)
     assert list(sampler) == ref_shard(range(n), world, rank)  # a second pass is the same
-    assert len(sampler) == ceil_div(n, world)
+    assert len(sampler) == len(range(rank, n, world))
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
@@ -62,7 +64,7 @@ def test_skip_over_shard_over_repeat_matches_the_rules(
     )
     endless = ref_repeat(range(n), (skip + 40) * world)
     assert take(sampler, 40) == ref_shard(endless, world, rank)[skip : skip + 40]
-    assert len(sampler) == ceil_div(n, world)
+    assert len(sampler) == len(range(rank, n, world))
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
@@ -83,9 +85,8 @@ def test_the_seeds_training_chain_without_shuffle_matches_the_rules(
     records = ref_shard(ref_repeat(range(n), (skip + 12) * size * world), world, rank)
     expected = ref_batches(records, size, drop_last=True)[skip : skip + 10]
     assert take(chain, 10) == expected
-    assert len(chain) == (
-        ceil_div(n, world) // size if drop_last else ceil_div(ceil_div(n, world), size)
-    )
+    share = len(range(rank, n, world))
+    assert len(chain) == (share // size if drop_last else ceil_div(share, size))
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=SOURCE_IDS)
@@ -101,7 +102,7 @@ def test_batch_variants_over_a_finite_batch_sampler_match_the_rules(
 
     shard = ds.DistributedBatchSampler(base(), num_workers=world, rank=rank)
     assert list(shard) == ref_shard(batches, world, rank)
-    assert len(shard) == ceil_div(len(batches), world)
+    assert len(shard) == len(range(rank, len(batches), world)) == len(list(shard))
     skipped = ds.SkipBatchSampler(base(), skip)
     assert list(skipped) == batches[skip:]
     assert len(skipped) == len(batches)

@@ -12,7 +12,11 @@ whose dataset is wrapped to seed the global RNGs per batch (NOTE [ per-batch see
 - ``repeat=False`` (validation): [shuffle →] shard → batch. Each ``iter()`` is the next
   pass (a shuffle reshuffles each pass). Shards are uneven, never padded: over ``N``
   records the first ``N % W`` ranks get one record more (NOTE [ shard lengths ]), and
-  ``len()`` reports ``ceil(ceil(N / W) / batch_size)`` on every rank, as Determined does.
+  ``len()`` is this rank's exact count of batches: ``ceil(n_r / batch_size)`` (or
+  ``n_r // batch_size`` with ``drop_last``) for its ``n_r = N // W + (N % W > r)``
+  records, so it can differ between ranks. Records are sharded before they are batched
+  (the seeds' rule 004), unlike ``det.pytorch.DataLoader``, which shards whole batches
+  (docs/porting.md shows the difference).
 
 Iterating this ``DataLoader`` directly (``for batch in loader``, ``len(loader)``) is
 ``get_data_loader(repeat=False)`` on one rank, built once and reused, so it behaves like
