@@ -38,6 +38,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+#: The largest count or position a check accepts: positions are int64 in numpy.
+MAX_COUNT = 2**62
+
+
 def check_int(
     name: str,
     value: Any,
@@ -87,6 +91,11 @@ def check_int(
                 f"{name} should be a non-negative integer value, but got {name}={number}"
             )
         raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={number}")
+    if minimum is not None and number > MAX_COUNT:
+        raise ValueError(
+            f"{name} should be at most 2**62, but got {name}={number}: positions and counts "
+            "are 64-bit integers"
+        )
     if below is not None and number >= below:
         bound = below_name or str(below)
         raise ValueError(

@@ -64,7 +64,22 @@ class _Cursor:
 class Stage(Node, tud.Sampler[T]):
     """Base of every stage: a torch ``Sampler`` that is a pure map over stream positions."""
 
+    #: Keys a subclass adds to ``state_dict()`` (``load_state_dict`` refuses any other).
+    _state_extra: tuple[str, ...] = ()
+
     def __init__(self, inner: Any, inner_param: str) -> None:
+        if not isinstance(inner, Node):
+            if not hasattr(inner, "__iter__"):
+                raise TypeError(
+                    f"{inner_param} should be a sampler (an iterable of indices), but got "
+                    f"{inner_param}={inner!r} of type {type(inner).__name__}"
+                )
+            if iter(inner) is inner:
+                raise TypeError(
+                    f"{inner_param} should be a sampler that can be iterated again, but got an "
+                    f"iterator ({type(inner).__name__}), which is used up after one pass; pass "
+                    "the sequence or sampler it came from"
+                )
         node = as_node(inner)
         check_wrap(type(self).__name__, self.verb, node, f"this {inner_param}")
         self._inner_obj = inner
@@ -246,7 +261,9 @@ class Stage(Node, tud.Sampler[T]):
             ReproducibilityError: the state comes from a chain with another configuration
                 (seed, dataset length, stages, rank...); the message names each difference.
         """
-        position = check_state(state_dict, self.chain_config(), type(self).__name__)
+        position = check_state(
+            state_dict, self.chain_config(), type(self).__name__, self._state_extra
+        )
         self._cursor = _Cursor(position)
         if not self.infinite:
             assert self.clock is not None

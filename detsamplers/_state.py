@@ -75,19 +75,40 @@ def check_header(
         raise ValueError(
             f"state['position'] should be a non-negative integer, but got {position!r}"
         )
+    if position > 2**62:
+        raise ValueError(f"state['position'] should be at most 2**62, but got {position}")
     return position
 
 
-def check_state(state: Any, chain: list[dict[str, Any]], owner: str) -> int:
+def check_state(
+    state: Any, chain: list[dict[str, Any]], owner: str, extra: tuple[str, ...] = ()
+) -> int:
     """Validate ``state`` against ``chain`` and return its position.
+
+    Args:
+        state: The saved state.
+        chain: The loading chain's configuration.
+        owner: The loading class's name, for messages.
+        extra: Keys an outer owner adds to the state (any other unknown key is refused).
 
     Raises:
         TypeError: ``state`` is not a mapping of the right shape.
-        ValueError: its version is unknown or its position negative.
+        ValueError: its version is unknown, its position negative, or it has unknown keys.
         ReproducibilityError: it was saved from a different chain.
     """
     position = check_header(state, _KEYS, owner)
-    saved = list(state["chain"])
+    unknown = sorted(str(key) for key in state if key not in _KEYS + extra)
+    if unknown:
+        raise ValueError(
+            f"state has keys {', '.join(unknown)} that {owner}.state_dict() never writes; "
+            "it was saved by another object or edited: pass the state this object saved"
+        )
+    saved = state["chain"]
+    if not isinstance(saved, list) or not all(isinstance(link, Mapping) for link in saved):
+        raise TypeError(
+            f"state['chain'] should be a list of dicts from {owner}.state_dict(), but got {saved!r}"
+        )
+    saved = [dict(link) for link in saved]
     if state["fingerprint"] == fingerprint(chain) and saved == chain:
         return position
     differences = _differences(saved, chain)

@@ -45,6 +45,8 @@ class LoaderBatchSampler(SkipBatchSampler):
         [([2, 3], 1), ([4, 0], 2)]
     """
 
+    _state_extra = ("loader", "digest")
+
     def __init__(
         self,
         batch_sampler: Iterable[list[int]],
@@ -146,6 +148,11 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "detsamplers.loader DataLoader"
             )
         saved = state_dict["loader"]
+        if not isinstance(saved, Mapping):
+            raise TypeError(
+                f"state['loader'] should be the dict of loader fields from {owner}.state_dict(), "
+                f"but got {saved!r}"
+            )
         differences = [
             f"{key} is {saved.get(key)!r} in the state but {value!r} here"
             for key, value in self._fields.items()
@@ -158,7 +165,7 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "data. Rebuild the loader with the saved settings, or resume elastically "
                 "with get_data_loader(skip=...)."
             )
-        position = check_state(state_dict, self.chain_config(), owner)
+        position = check_state(state_dict, self.chain_config(), owner, self._state_extra)
         expected = stream_digest(self, position, state_dict["fingerprint"], dict(self._fields))
         if state_dict["digest"] != expected:
             raise ReproducibilityError(

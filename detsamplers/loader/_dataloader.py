@@ -64,6 +64,19 @@ def _check_dataset(dataset: Any) -> None:
             "dataset should be a map-style dataset with __len__ and __getitem__, but got "
             f"{type(dataset).__name__}"
         )
+    _dataset_length(dataset)
+
+
+def _dataset_length(dataset: Any) -> int:
+    """``len(dataset)``, or a ``TypeError`` naming the dataset when its ``__len__`` fails."""
+    try:
+        return len(dataset)
+    except Exception as error:
+        raise TypeError(
+            f"dataset should report its number of records with len(), but "
+            f"len(dataset) raised {type(error).__name__}: {error} (dataset of type "
+            f"{type(dataset).__name__}); fix its __len__ to return a non-negative int"
+        ) from error
 
 
 def _check_user_sampler(name: str, sampler: Any) -> None:
@@ -315,12 +328,19 @@ class DataLoader:
                 "loader_class should be a subclass of torch.utils.data.DataLoader, but got "
                 f"{loader_class!r}"
             )
+        length = _dataset_length(self.dataset)
+        if repeat and length == 0:
+            raise ValueError(
+                f"dataset is empty: len(dataset) is 0 for the {type(self.dataset).__name__} "
+                "this DataLoader was built with, and get_data_loader(repeat=True) would "
+                "repeat nothing forever; check the dataset's path or filter"
+            )
         chain = self._batch_chain(repeat, num_replicas, rank)
         batches = LoaderBatchSampler(
             chain,
             skip,
             seed=self.seed,
-            dataset_length=len(self.dataset),
+            dataset_length=length,
             num_replicas=num_replicas,
             rank=rank,
         )

@@ -233,7 +233,8 @@ def _load(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
         with open(file, encoding="utf-8") as handle:
             entry = json.load(handle)
         if (
-            entry.get("version") != INDEX_VERSION
+            not isinstance(entry, dict)
+            or entry.get("version") != INDEX_VERSION
             or entry.get("path") != path
             or entry.get("size") != stat.st_size
             or entry.get("mtime_ns") != stat.st_mtime_ns

@@ -53,7 +53,14 @@ FORMAT_VERSION = 1
 METADATA = "metadata.json"
 STATE = "state-dict.pth"
 _FOLDER = re.compile(r"^batch-(\d+)$")
-_REQUIRED = ("format_version", "batches_trained", "global_batch_size", "world_size", "files")
+_REQUIRED = (
+    "format_version",
+    "batches_trained",
+    "global_batch_size",
+    "world_size",
+    "seed",
+    "files",
+)
 
 
 def rank_file(rank: int) -> str:
