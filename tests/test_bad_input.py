@@ -21,7 +21,7 @@ import torch.utils.data as tud
 
 import detsamplers as ds
 from detsamplers.loader import DataLoader, WebDatasetSource
-from detsamplers.trial import load_trial_from_checkpoint_path
+from detsamplers.trial import init, load_trial_from_checkpoint_path
 from detsamplers.trial._demo_trial import DemoTrial
 from tests.helpers import take
 
@@ -478,3 +478,102 @@ def test_a_half_written_or_foreign_checkpoint_is_a_clear_error(tmp_path: Path, k
     with pytest.raises((ValueError, FileNotFoundError), match=r"ckpt") as raised:
         load_trial_from_checkpoint_path(str(path), DemoTrial)
     assert type(raised.value) not in (KeyError, IndexError, AttributeError)
+
+
+# -- the webdataset source's arguments and state ----------------------------------------
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> str:
+    path = tmp_path / "good.tar"
+    write_tar(path, 9)
+    return str(path)
+
+
+def source(urls: str, **kwargs: Any) -> WebDatasetSource:
+    return WebDatasetSource(urls, **{"seed": 0, "batch_size": 2, **kwargs})
+
+
+def saved(urls: str) -> dict[str, Any]:
+    first = source(urls)
+    next(iter(first))
+    return first.state_dict()
+
+
+WEB_CASES: dict[str, tuple[Callable[[str], Any], type[Exception], str]] = {
+    "rank past the world": (
+        lambda u: source(u, world_size=2, rank=3),
+        ValueError,
+        r"rank should be an integer in \[0, world_size\), but got rank=3",
+    ),
+    "shuffle_window is a bool": (
+        lambda u: source(u, shuffle_window=True),
+        TypeError,
+        r"shuffle_window should be an integer value, but got shuffle_window=True",
+    ),
+    "repeat is an int": (
+        lambda u: source(u, repeat=1),
+        TypeError,
+        r"repeat should be a bool, but got repeat=1",
+    ),
+    "map is a string": (
+        lambda u: source(u, map="x"),
+        TypeError,
+        r"map should be a callable or None, but got map='x'",
+    ),
+    "decode is an int": (
+        lambda u: source(u, decode=5),
+        TypeError,
+        r"decode should be a webdataset image spec .* but got 5",
+    ),
+    "state has an extra field": (
+        lambda u: source(u).load_state_dict({**saved(u), "x": 1}),
+        ValueError,
+        r"state has keys x that WebDatasetSource.state_dict\(\) never writes",
+    ),
+    "state config is None": (
+        lambda u: source(u).load_state_dict({**saved(u), "config": None}),
+        TypeError,
+        r"state\['config'\] should be the dict of settings .* but got None",
+    ),
+    "state counts is None": (
+        lambda u: source(u).load_state_dict({**saved(u), "counts": None}),
+        TypeError,
+        r"state\['counts'\] should be the list of samples per shard .* but got None",
+    ),
+    "state is from another seed": (
+        lambda u: source(u, seed=1).load_state_dict(saved(u)),
+        ds.ReproducibilityError,
+        r"seed is 0 in the state but 1 here",
+    ),
+    "state is from another global batch": (
+        lambda u: source(u, world_size=2).load_state_dict(saved(u)),
+        ValueError,
+        r"state_dict\['position'\]=2 should be a multiple of the global batch",
+    ),
+    "state counts are from other shards": (
+        lambda u: source(u).load_state_dict({**saved(u), "counts": [9, 3]}),
+        ds.ReproducibilityError,
+        r"it was saved with 2 shards, but urls name 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WEB_CASES), ids=list(WEB_CASES))
+def test_hostile_input_to_the_webdataset_source_is_a_clear_error(shard: str, case: str) -> None:
+    call, kind, message = WEB_CASES[case]
+    with pytest.raises(kind, match=message):
+        call(shard)
+
+
+def test_a_webdataset_collate_fn_of_none_means_torchs_default(shard: str) -> None:
+    batch = next(iter(source(shard, collate_fn=None, shuffle_shards=False)))
+    assert batch["__key__"] == ["s0000", "s0001"]
+
+
+def test_trial_hparams_that_are_not_a_dict_are_a_clear_error() -> None:
+    with (
+        pytest.raises(TypeError, match=r"hparams should be a dict of hyperparameters, but got"),
+        init(hparams=[1]),  # type: ignore[arg-type]
+    ):
+        pass

@@ -97,7 +97,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         decode: webdataset's ``.decode(*args)`` arguments: an image spec string such as
             ``"rgb8"``, a handler, a sequence of these, or an ``autodecode.Decoder``.
         map: A function applied to each decoded sample, like webdataset's ``.map(f)``.
-        collate_fn: Turns a list of samples into a batch (torch's ``default_collate``).
+        collate_fn: Turns a list of samples into a batch (torch's ``default_collate``,
+            also when None).
         shuffle_shards: Permute the shards each epoch.
         shuffle_window: Shuffle samples within consecutive windows of this many samples
             of each shard (0: keep tar order).
@@ -142,7 +143,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         rank: int = 0,
         decode: Any = None,
         map: Callable[[Any], Any] | None = None,
-        collate_fn: Callable[[list[Any]], Any] = default_collate,
+        collate_fn: Callable[[list[Any]], Any] | None = default_collate,
         shuffle_shards: bool = True,
         shuffle_window: int = 0,
         repeat: bool = True,
@@ -156,6 +157,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
         check_callable("map", map)
         check_callable("collate_fn", collate_fn)
+        if collate_fn is None:  # torch's meaning of None
+            collate_fn = default_collate
         shuffle_shards = check_bool("shuffle_shards", shuffle_shards)
         shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
         repeat = check_bool("repeat", repeat)
@@ -420,6 +423,22 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 configuration changed since the state was saved (the message names it).
         """
         position = check_header(state_dict, _STATE_KEYS, type(self).__name__, STATE_VERSION)
+        unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS)
+        if unknown:
+            raise ValueError(
+                f"state has keys {', '.join(unknown)} that WebDatasetSource.state_dict() never "
+                "writes; it was saved by another object or edited: pass the state it saved"
+            )
+        if not isinstance(state_dict["counts"], list):
+            raise TypeError(
+                "state['counts'] should be the list of samples per shard from "
+                f"WebDatasetSource.state_dict(), but got {state_dict['counts']!r}"
+            )
+        if not isinstance(state_dict["config"], Mapping):
+            raise TypeError(
+                "state['config'] should be the dict of settings from "
+                f"WebDatasetSource.state_dict(), but got {state_dict['config']!r}"
+            )
         self._check_counts(list(state_dict["counts"]))
         config = dict(state_dict["config"])
         changed = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -46,6 +46,11 @@ class TrialContext:
     """
 
     def __init__(self, hparams: dict[str, Any], seed: int, distributed: DistributedContext) -> None:
+        if not isinstance(hparams, Mapping):
+            raise TypeError(
+                f"hparams should be a dict of hyperparameters, but got hparams={hparams!r} of "
+                f"type {type(hparams).__name__}; pass e.g. {{'global_batch_size': 32}}"
+            )
         self.hparams = dict(hparams)
         self.seed = check_int("seed", seed)
         self.distributed = distributed
