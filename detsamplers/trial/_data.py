@@ -186,7 +186,7 @@ class ShardData:
 
     def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:
         """Resume ``built`` at ``state``: the shards and order checked, then the digest."""
-        built.load_state_dict(state)
+        built.load_state_dict({k: v for k, v in state.items() if k != "digest"})
         source = built.source
         here = self.global_digest(source.position // source.global_batch, source.world_size)
         if state.get("digest") != here:
