@@ -1,4 +1,4 @@
-"""Shared test helpers: a reference model of Determined's sampler rules, and a foreign sampler."""
+"""Shared test helpers: a foreign sampler and ``take``."""
 
 from __future__ import annotations
 
@@ -24,26 +24,3 @@ class ForeignSampler(tud.Sampler[int]):
 
 def take(iterable: Any, n: int) -> list[Any]:
     return list(islice(iter(iterable), n))
-
-
-# Reference semantics, written from Determined's rules (not imported from determined).
-
-
-def ref_shard(items: Sequence[Any], world: int, rank: int) -> list[Any]:
-    return [x for i, x in enumerate(items) if i % world == rank]
-
-
-def ref_batches(items: Sequence[Any], size: int, drop_last: bool) -> list[list[Any]]:
-    out = [list(items[i : i + size]) for i in range(0, len(items), size)]
-    if drop_last and out and len(out[-1]) < size:
-        out.pop()
-    return out
-
-
-def ref_repeat(items: Sequence[Any], n: int) -> list[Any]:
-    """The first n items of an endless repetition of items."""
-    return [items[i % len(items)] for i in range(n)]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
