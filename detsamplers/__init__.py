@@ -3,7 +3,8 @@
 Every stage is a pure function of a stream position: shuffle (pass ``e`` is a keyed
 permutation of ``(seed, e)``), repeat (``divmod(position, N)``), shard (rank ``r`` owns
 positions ``r, r + W, ...``), batch (consecutive positions) and skip (a start offset).
-Skipping to any point costs O(1), and each rank works only on its own share.
+Skipping to any point costs O(1), and each rank works only on its own share. A mixture
+(``MixSampler``) interleaves several datasets with weights under the same rules.
 
 Examples:
     >>> from itertools import islice
@@ -17,8 +18,9 @@ Examples:
     2
 """
 
-from ._chain import make_batch_sampler
+from ._chain import make_batch_sampler, make_mixed_batch_sampler
 from ._errors import ReproducibilityError
+from ._mix import MixSampler
 from ._repeat import RepeatBatchSampler, RepeatSampler
 from ._shard import DistributedBatchSampler, DistributedSampler
 from ._shuffle import ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler
@@ -29,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DistributedBatchSampler",
     "DistributedSampler",
+    "MixSampler",
     "RepeatBatchSampler",
     "RepeatSampler",
     "ReproducibilityError",
@@ -38,4 +41,5 @@ __all__ = [
     "SkipSampler",
     "__version__",
     "make_batch_sampler",
+    "make_mixed_batch_sampler",
 ]

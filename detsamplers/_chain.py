@@ -1,18 +1,24 @@
-"""``make_batch_sampler``: the seeds' helper that builds a chain in the right order."""
+"""Helpers that build whole chains in the right order.
+
+``make_batch_sampler`` is the seeds' helper; ``make_mixed_batch_sampler`` builds the same
+chain over a weighted mixture of datasets.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch.utils.data as tud
 
 from ._errors import check_int, check_one_of
+from ._mix import MixSampler
 from ._repeat import RepeatSampler
 from ._shard import DistributedSampler
 from ._shuffle import ReproducibleShuffleSampler
 from ._skip import SkipBatchSampler
 
-__all__ = ["make_batch_sampler"]
+__all__ = ["make_batch_sampler", "make_mixed_batch_sampler"]
 
 
 def make_batch_sampler(
@@ -92,3 +98,64 @@ def make_batch_sampler(
     if mode == "training":
         return SkipBatchSampler(batch_sampler, skip)
     return batch_sampler
+
+
+def make_mixed_batch_sampler(
+    datasets: Sequence[Any],
+    weights: Sequence[float],
+    shuffle_seed: int,
+    num_workers: int,
+    rank: int,
+    batch_size: int,
+    skip: int = 0,
+    *,
+    window: int | None = None,
+    curriculum: Sequence[tuple[int, Sequence[float]]] = (),
+) -> tud.BatchSampler:
+    """Build shuffle each → mix → shard → batch → skip over several datasets, for training.
+
+    Dataset ``k`` is shuffled with its own seed hashed from ``(shuffle_seed, k)``
+    (:meth:`MixSampler.from_datasets`); the batches hold indices into
+    ``torch.utils.data.ConcatDataset(datasets)``. With the same global batch
+    (``batch_size * num_workers``) the global batches are the same for any world size.
+
+    Args:
+        datasets: Map-style datasets (anything with ``__len__``), in order.
+        weights: One non-negative weight per dataset (NOTE [ mixture law ]).
+        shuffle_seed: Keys the shuffles and the interleaving, e.g. the trial seed.
+        num_workers: The world size.
+        rank: This process's rank.
+        batch_size: Records per batch on this rank.
+        skip: Batches already trained on this rank.
+        window: Positions per window of the mixture (see :class:`MixSampler`).
+        curriculum: Later ``(start, weights)`` segments, ``start`` a mixture position.
+
+    Returns:
+        A batch sampler to pass as ``DataLoader(ConcatDataset(datasets), batch_sampler=...)``.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range (see :class:`MixSampler` for the weights).
+
+    Examples:
+        >>> from itertools import islice
+        >>> from detsamplers import make_mixed_batch_sampler
+        >>> batches = make_mixed_batch_sampler([range(6), range(2)], [3, 1], shuffle_seed=0,
+        ...                                    num_workers=1, rank=0, batch_size=4)
+        >>> [sum(i >= 6 for i in batch) for batch in islice(batches, 3)]
+        [1, 1, 1]
+    """
+    check_int("shuffle_seed", shuffle_seed)
+    size = check_int("num_workers", num_workers, minimum=1)
+    check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("skip", skip, minimum=0)
+    if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
+        raise TypeError(
+            f"datasets should be a list of map-style datasets, but got {type(datasets).__name__}"
+        )
+    mixture = MixSampler.from_datasets(
+        datasets, weights, shuffle_seed, window=window, curriculum=curriculum
+    )
+    shard = DistributedSampler(mixture, num_workers=size, rank=rank)
+    return SkipBatchSampler(tud.BatchSampler(shard, batch_size, drop_last=False), skip)

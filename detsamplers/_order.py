@@ -11,6 +11,11 @@ refuses them when it is constructed:
   shifts every rank's shard (under a shard);
 - a shard over a shard gives each rank a shard of its shard and loses records.
 
+A :class:`~detsamplers.MixSampler` takes the repeat's place (it is endless and repeats
+each component itself): [shuffle each component] -> mix -> shard -> batch -> skip. It checks
+its own components (no shard, batch, skip or mixture inside one), and nothing may shuffle
+or repeat it.
+
 Other orders are valid but not elastic or not resumable in O(1), such as a shard before
 the shuffle or before the repeat: the stream still works, and
 ``detsamplers.loader.check_reproducible`` is the place that flags them.
@@ -33,6 +38,13 @@ def check_wrap(owner: str, verb: str, inner: Node, inner_name: str) -> None:
             f"{owner} cannot wrap {inner_name}, whose chain contains a skip: a skip must be "
             "the outermost stage, or it is applied again on every pass. The order is "
             f"{ORDER}; apply the skip last, e.g. SkipBatchSampler(BatchSampler(...), skip)."
+        )
+    if verb in ("shuffle", "repeat") and "mix" in verbs:
+        raise ValueError(
+            f"{owner} cannot wrap {inner_name}, which contains a MixSampler: a mixture is "
+            "already endless and repeats each component itself. The order is shuffle → mix "
+            "→ shard → batch → skip; shuffle each component inside the mixture, e.g. "
+            "MixSampler.from_datasets(datasets, weights, seed)."
         )
     if verb == "shuffle" and inner.infinite:
         raise ValueError(

@@ -245,12 +245,21 @@ class Stage(Node, tud.Sampler[T]):
         can store it as it is.
         """
         _, digest = self._configured()
-        return {
+        position = self._cursor.position()
+        state: dict[str, Any] = {
             "version": STATE_VERSION,
-            "position": self._cursor.position(),
+            "position": position,
             "fingerprint": digest,
             "chain": self.chain_config(),
         }
+        if chain_of(self)[-1].verb == "mix":
+            # Informational, not checked on load: where each component of the mixture is.
+            from ._mix import mix_position
+
+            found = mix_position(self, position)
+            if found is not None:
+                state["mixture"] = found[0].progress(found[1])
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a state saved by ``state_dict`` of an identical chain.
@@ -260,7 +269,13 @@ class Stage(Node, tud.Sampler[T]):
         Raises:
             ReproducibilityError: the state comes from a chain with another configuration
                 (seed, dataset length, stages, rank...); the message names each difference.
+                A mixture's curriculum may differ in segments that start at or after the
+                saved position (NOTE [ mixture law ]).
         """
+        if chain_of(self)[-1].verb == "mix":
+            from ._mix import adopt_curriculum
+
+            state_dict = adopt_curriculum(self, state_dict)
         position = check_state(
             state_dict, self.chain_config(), type(self).__name__, self._state_extra
         )

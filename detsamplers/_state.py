@@ -20,6 +20,8 @@ __all__ = ["STATE_VERSION", "check_header", "check_state", "fingerprint"]
 
 STATE_VERSION = 1
 _KEYS = ("version", "position", "fingerprint", "chain")
+#: Keys a state may carry for people to read, never checked: a mixture's progress.
+_INFORMATION = ("mixture",)
 
 
 def fingerprint(chain: list[dict[str, Any]]) -> str:
@@ -97,7 +99,7 @@ def check_state(
         ReproducibilityError: it was saved from a different chain.
     """
     position = check_header(state, _KEYS, owner)
-    unknown = sorted(str(key) for key in state if key not in _KEYS + extra)
+    unknown = sorted(str(key) for key in state if key not in _KEYS + _INFORMATION + extra)
     if unknown:
         raise ValueError(
             f"state has keys {', '.join(unknown)} that {owner}.state_dict() never writes; "

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ReproducibilityError
+from .._mix import adopt_curriculum
 from .._skip import SkipBatchSampler
 from .._state import check_state
 from ._digest import stream_digest
@@ -165,7 +166,9 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "data. Rebuild the loader with the saved settings, or resume elastically "
                 "with get_data_loader(skip=...)."
             )
-        position = check_state(state_dict, self.chain_config(), owner, self._state_extra)
+        position = check_state(
+            adopt_curriculum(self, state_dict), self.chain_config(), owner, self._state_extra
+        )
         expected = stream_digest(self, position, state_dict["fingerprint"], dict(self._fields))
         if state_dict["digest"] != expected:
             raise ReproducibilityError(

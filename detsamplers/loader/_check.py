@@ -9,8 +9,10 @@ with one message naming the object, what breaks and the fix):
    one): it draws each pass's order when iteration starts;
 3. a chain that shards before it shuffles or repeats (NOTE [ chain order ] allows it, as
    it iterates correctly, but it is neither elastic nor resumable at a global position);
-4. a training chain (one with a repeat) over a sampler that cannot seek: a foreign type
-   that is only iterated, so resuming means replaying it.
+4. a training chain (one with a repeat or a mixture) over a sampler that cannot seek: a
+   foreign type that is only iterated, so resuming means replaying it;
+5. a torch DataLoader whose ``MixSampler`` does not match its dataset: component ``k``'s
+   indices are offsets into ``ConcatDataset(datasets)``, so the lengths must add up.
 
 A chain is recognised as a training chain by its repeat: a bare foreign sampler passes.
 """
@@ -22,12 +24,13 @@ from typing import Any
 import torch.utils.data as tud
 
 from .._errors import ReproducibilityError
+from .._mix import MixSampler
 from .._order import ORDER
 from .._source import ForeignSource, as_node, chain_of
 from .._stage import Stage
 from ._seeding import SeededDataset
 
-__all__ = ["check_chain", "check_dataset", "check_reproducible"]
+__all__ = ["check_chain", "check_dataset", "check_mixture", "check_reproducible"]
 
 _FIX_SHUFFLE = (
     "use detsamplers.loader.DataLoader(dataset, shuffle=True, seed=...) or "
@@ -39,6 +42,8 @@ def _objects(obj: Any) -> list[Any]:
     """The Python objects of a chain, outermost first, as far as they can be unwrapped."""
     out = [obj]
     while True:
+        if isinstance(obj, MixSampler):
+            return out
         if isinstance(obj, Stage):
             attribute = "batch_sampler" if isinstance(obj, tud.BatchSampler) else "sampler"
             obj = getattr(obj, attribute)
@@ -94,7 +99,7 @@ def check_chain(sampler: Any) -> None:
                     f"position or with another number of ranks; the order is {ORDER}: build "
                     "the chain with get_data_loader(repeat=True) or make_batch_sampler"
                 )
-    if "repeat" in verbs:
+    if "repeat" in verbs or "mix" in verbs:
         for link in links:
             if isinstance(link, ForeignSource):
                 name = link.config()["source"]
@@ -105,6 +110,22 @@ def check_chain(sampler: Any) -> None:
                     "correct if it yields the same order every time; use an addressable "
                     "sampler, e.g. ReproducibleShuffleSampler(SequentialSampler(dataset), seed)"
                 )
+
+
+def check_mixture(dataset: Any, sampler: Any) -> None:
+    """Raise if a mixture's indices would not address ``ConcatDataset`` of its datasets."""
+    if sampler is None:
+        return
+    mixture = chain_of(as_node(sampler))[-1]
+    if not isinstance(mixture, MixSampler) or not hasattr(dataset, "__len__"):
+        return
+    if len(dataset) != mixture.pass_length:
+        raise ReproducibilityError(
+            f"the MixSampler's components have {mixture.lengths} records "
+            f"({mixture.pass_length} in all) but the dataset has {len(dataset)}: the indices "
+            "of component k would read from another dataset; pass ConcatDataset(datasets) "
+            "of the mixed datasets, in the samplers' order"
+        )
 
 
 def check_reproducible(loader_or_sampler: Any) -> None:
@@ -143,7 +164,10 @@ def check_reproducible(loader_or_sampler: Any) -> None:
         check_dataset(obj.dataset)
         if isinstance(obj.dataset, tud.IterableDataset):
             return
-        check_chain(obj.batch_sampler if obj.batch_sampler is not None else obj.sampler)
+        sampler = obj.batch_sampler if obj.batch_sampler is not None else obj.sampler
+        check_chain(sampler)
+        dataset = obj.dataset.dataset if isinstance(obj.dataset, SeededDataset) else obj.dataset
+        check_mixture(dataset, sampler)
         return
     if isinstance(obj, tud.IterableDataset):
         check_dataset(obj)

@@ -18,6 +18,9 @@ whose dataset is wrapped to seed the global RNGs per batch (NOTE [ per-batch see
   (the seeds' rule 004), unlike ``det.pytorch.DataLoader``, which shards whole batches
   (docs/porting.md shows the difference).
 
+- ``sampler=MixSampler(...)`` over ``ConcatDataset(datasets)``: mix → shard → batch →
+  skip, training only (a mixture is endless and repeats each component itself).
+
 Iterating this ``DataLoader`` directly (``for batch in loader``, ``len(loader)``) is
 ``get_data_loader(repeat=False)`` on one rank, built once and reused, so it behaves like
 torch's DataLoader: one pass per ``iter()``, reshuffled each pass when ``shuffle=True``,
@@ -93,6 +96,22 @@ def _check_user_sampler(name: str, sampler: Any) -> None:
     check_chain(sampler)
 
 
+def _check_mixture(dataset: Any, sampler: Any) -> None:
+    links = chain_of(as_node(sampler))
+    mixture = links[-1]
+    if mixture.verb != "mix":
+        raise ValueError(
+            "sampler should be finite (get_data_loader adds the repeat), but got an endless "
+            f"{type(sampler).__name__}; pass the sampler the repeat should wrap"
+        )
+    if len(dataset) != mixture.pass_length:
+        raise ValueError(
+            f"dataset should have the {mixture.pass_length} records of the mixture's "
+            f"components (lengths {mixture.config()['lengths']}), but got len(dataset)="
+            f"{len(dataset)}; pass ConcatDataset(datasets) of the mixed datasets, in order"
+        )
+
+
 class DataLoader:
     """A reproducible DataLoader: order and random draws are functions of seed and position.
 
@@ -105,7 +124,9 @@ class DataLoader:
         batch_size: Records per batch on each rank, a positive integer.
         shuffle: Shuffle records with a keyed permutation of ``(seed, pass)``.
         sampler: A sampler of dataset indices to use instead of reading them in order
-            (exclusive with ``shuffle``); it must not contain a repeat, shard or skip.
+            (exclusive with ``shuffle``); it must not contain a repeat, shard or skip. A
+            :class:`~detsamplers.MixSampler` mixes datasets: pass ``ConcatDataset`` of
+            them as ``dataset`` and use ``get_data_loader(repeat=True)``.
         batch_sampler: A batch sampler, exclusive with ``batch_size``, ``shuffle``,
             ``sampler`` and ``drop_last``.
         num_workers: Worker processes, ``>= 0``. A batch whose tensors hold under 64 KiB
@@ -236,6 +257,10 @@ class DataLoader:
                 "persistent_workers=True needs multi-process loading, but got num_workers=0; "
                 "set num_workers > 0 or persistent_workers=False"
             )
+        user = batch_sampler if batch_sampler is not None else sampler
+        endless = user is not None and as_node(user).infinite
+        if endless:
+            _check_mixture(dataset, user)
         if seed is None:
             seed = int(generator.initial_seed()) if generator is not None else DEFAULT_SEED
         else:
@@ -258,8 +283,18 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self.seed: int = seed
         self._passes: tud.DataLoader[Any] | None = None
+        self._endless = endless
 
     def _batch_chain(self, repeat: bool, num_replicas: int, rank: int) -> Any:
+        if self._endless:
+            if not repeat:
+                raise ValueError(
+                    "repeat should be True for a loader over an endless sampler (a "
+                    "MixSampler), but got repeat=False: a mixture has no passes to validate "
+                    "on; iterate get_data_loader(repeat=True), and validate on each dataset "
+                    "with a DataLoader of its own"
+                )
+            repeat = False  # the mixture repeats each component itself
         if self.batch_sampler is not None:
             batches: Any = self.batch_sampler
             if repeat:

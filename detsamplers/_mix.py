@@ -1,0 +1,623 @@
+"""Mix: an endless stream that interleaves several chains with weights.
+
+NOTE [ mixture law ]
+Position ``p`` of a mixture of ``K`` components maps to (component ``k``, position ``q``
+of component ``k``'s own chain) by a pure function of ``(seed, weights, p)``:
+
+- The stream is cut into aligned windows ``[j P, (j + 1) P)``. Each component owns a fixed
+  count ``c_k`` of every window's ``P`` positions, ``|c_k - P w_k| < 1`` and
+  ``sum c_k = P`` (largest remainders). By default ``P`` is the weights' common
+  denominator (``[0.6, 0.25, 0.15]`` gives ``P = 20`` and counts ``12, 5, 3``) when it is
+  at most 4096, else 1024; pass ``window=`` to choose.
+- Which offsets of window ``j`` belong to which component is one of ``T`` random
+  arrangements of the window's labels (drawn once from a numpy Generator keyed by the
+  seed), cyclically rotated: the arrangement and the rotation come from the SplitMix64
+  stream of ``derive(seed, "mix", segment)`` at counter ``j`` (NOTE [ seed mixing ]), so
+  neighbouring windows, seeds and segments have unrelated interleavings. ``T`` is 8 to
+  1024 (tables of about 2**18 entries), so there are ``T * P`` arrangements.
+- Component ``k`` advances through its chain in order: its items in window ``j`` are its
+  positions ``[B_k + j c_k, B_k + (j + 1) c_k)``, in stream order. The arrangement's
+  prefix counts give the rank of an offset among its component's offsets in O(1), so
+  any position costs a constant number of table lookups, O(log S) over ``S`` curriculum
+  segments, and a rank computes only its own positions.
+
+Each component's chain reads positions past its length as later passes
+(NOTE [ position algebra ]): component ``k`` is on its pass ``q // N_k``, and a small
+component with a large weight repeats more often. Its records come exactly once per pass.
+
+A curriculum is a list of segments ``(start, weights)``. Segment ``s`` has its own
+window and counts; its bases ``B_k`` are the counts every component reached at
+``start``, partial windows included, so switching weights loses and repeats no record of
+any component.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch.utils.data as tud
+
+from ._errors import ReproducibilityError, check_int
+from ._seeds import derive, stream_keys
+from ._source import IndexSource, Node, as_node, chain_of
+from ._stage import Stage, _Cursor
+from ._state import fingerprint
+
+__all__ = ["MixSampler", "adopt_curriculum", "mix_position"]
+
+I64 = npt.NDArray[np.int64]
+
+#: The window used when the weights have no common denominator up to ``MAX_AUTO_WINDOW``.
+DEFAULT_WINDOW = 1024
+MAX_AUTO_WINDOW = 4096
+#: The largest window one may pass: counts and ranks are held in int32 tables.
+MAX_WINDOW = 2**16
+#: Table entries (arrangements x offsets x components) aimed at per segment.
+TABLE_ENTRIES = 2**18
+MIN_ARRANGEMENTS, MAX_ARRANGEMENTS = 8, 1024
+
+
+def _check_weights(name: str, weights: Any, count: int) -> list[float]:
+    """Validate one weight per component; return them as floats."""
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"{name} should be a sequence of {count} non-negative numbers, one per sampler, "
+            f"but got {name}={weights!r} of type {type(weights).__name__}"
+        )
+    values = list(weights)
+    if len(values) != count:
+        raise ValueError(
+            f"{name} should have one weight per sampler ({count}), but got {len(values)}: "
+            f"{name}={values!r}"
+        )
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.number)):
+            raise TypeError(
+                f"{name}[{i}] should be a non-negative number, but got {value!r} "
+                f"of type {type(value).__name__}"
+            )
+        number = float(value)
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(
+                f"{name}[{i}] should be a finite non-negative number, but got {name}[{i}]={value!r}"
+            )
+        out.append(number)
+    total = math.fsum(out)
+    if not total > 0:
+        raise ValueError(
+            f"{name} should have a positive sum, but got {name}={values!r}; give at least one "
+            "sampler a positive weight"
+        )
+    return [w / total for w in out]
+
+
+def _auto_window(shares: list[float]) -> int:
+    """The smallest ``P <= MAX_AUTO_WINDOW`` making every ``P * share`` whole, else the default."""
+    sizes = np.arange(1, MAX_AUTO_WINDOW + 1, dtype=np.float64)[:, None]
+    scaled = sizes * np.asarray(shares)[None, :]
+    whole = (np.abs(scaled - np.round(scaled)) <= 1e-9 * sizes).all(axis=1)
+    hits = np.flatnonzero(whole)
+    return int(hits[0]) + 1 if len(hits) else DEFAULT_WINDOW
+
+
+def _counts(name: str, shares: list[float], window: int) -> list[int]:
+    """Largest-remainder counts of ``window`` for ``shares``; every positive share gets one."""
+    exact = [share * window for share in shares]
+    counts = [math.floor(x + 1e-9) for x in exact]
+    order = sorted(range(len(shares)), key=lambda k: (-(exact[k] - counts[k]), k))
+    for k in order[: window - sum(counts)]:
+        counts[k] += 1
+    for k, (share, got) in enumerate(zip(shares, counts, strict=True)):
+        if share > 0 and got == 0 and math.ceil(0.5 / share) > MAX_WINDOW:
+            raise ValueError(
+                f"{name}[{k}] is a share of {share:.3g}, below what a window of at most "
+                f"{MAX_WINDOW} positions can represent; raise it to at least 1/{MAX_WINDOW} "
+                "of the total or give it weight 0"
+            )
+        if share > 0 and got == 0:
+            raise ValueError(
+                f"{name}[{k}] is a share of {share:.3g}, which rounds to none of the "
+                f"window's {window} positions; pass a window of at least "
+                f"{math.ceil(0.5 / share)} positions (window=) or a larger weight"
+            )
+    return counts
+
+
+class _Segment:
+    """One stretch of the stream with fixed weights: window, counts, tables and bases."""
+
+    def __init__(
+        self, seed: int, index: int, start: int, shares: list[float], window: int, counts: list[int]
+    ) -> None:
+        k = len(counts)
+        self.start = start
+        self.shares = shares
+        self.window = window
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.key = derive(seed, "mix", index)
+        self.bases = np.zeros(k, dtype=np.int64)
+        arrangements = TABLE_ENTRIES // (window * (k + 2))
+        self.arrangements = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, arrangements))
+        # T random arrangements of the window's labels, the rank of each offset among its
+        # component's offsets, and prefix counts (T, P + 1, K) for rotations.
+        rng = np.random.Generator(np.random.PCG64(derive(seed, "mix-arrangements", index)))
+        labels = np.repeat(np.arange(k, dtype=np.int16), counts)
+        order = np.argsort(rng.random((self.arrangements, window)), axis=1)
+        self.labels = labels[order]
+        by_label = np.argsort(self.labels, axis=1, kind="stable")
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        ranks = np.arange(window, dtype=np.int64)[None, :] - first[labels][None, :]
+        self.ranks = np.empty((self.arrangements, window), dtype=np.int32)
+        np.put_along_axis(self.ranks, by_label, ranks.astype(np.int32), axis=1)
+        one_hot = self.labels[:, :, None] == np.arange(k, dtype=np.int16)[None, None, :]
+        prefix = np.zeros((self.arrangements, window + 1, k), dtype=np.int32)
+        np.cumsum(one_hot, axis=1, out=prefix[:, 1:, :])
+        self.prefix = prefix
+        self._flat_labels = self.labels.ravel()
+        self._flat_ranks = self.ranks.ravel()
+        self._flat_prefix = prefix.ravel()
+
+    def _arrangement(self, windows: I64) -> tuple[I64, I64]:
+        """Each window's arrangement and rotation."""
+        keys = stream_keys(self.key, windows)
+        table = (keys % np.uint64(self.arrangements)).astype(np.int64)
+        rotation = ((keys // np.uint64(self.arrangements)) % np.uint64(self.window)).astype(
+            np.int64
+        )
+        return table, rotation
+
+    def locate(self, local: I64) -> tuple[I64, I64]:
+        """Component and component position of each local position (>= 0) of the segment."""
+        size, k = self.window, len(self.counts)
+        window = local // size
+        offset = local - window * size
+        table, rotation = self._arrangement(window)
+        offset += rotation
+        offset -= size * (offset >= size)
+        flat = table * size + offset
+        component = self._flat_labels[flat].astype(np.int64)
+        before = self._flat_prefix[(table * (size + 1) + rotation) * k + component]
+        rank = self._flat_ranks[flat].astype(np.int64) - before
+        counts = self.counts[component]
+        rank += counts * (rank < 0)
+        position: I64 = self.bases[component] + window * counts + rank
+        return component, position
+
+    def consumed(self, local: int) -> I64:
+        """Items each component has in the segment's first ``local`` positions."""
+        size = self.window
+        window, offset = divmod(local, size)
+        out: I64 = self.bases + window * self.counts
+        if offset:
+            table, rotation = (int(x[0]) for x in self._arrangement(np.array([window])))
+            prefix = self.prefix[table]
+            end = rotation + offset
+            if end <= size:
+                part = prefix[end] - prefix[rotation]
+            else:
+                part = (prefix[size] - prefix[rotation]) + prefix[end - size]
+            out = out + part.astype(np.int64)
+        return out
+
+    def config(self) -> list[Any]:
+        return [self.start, [round(w, 12) for w in self.shares], self.window]
+
+
+def _component_length(node: Node) -> int:
+    """Records per pass of a component: its finite segment's length."""
+    for link in chain_of(node):
+        if not link.infinite:
+            return link.pass_length
+    return 0
+
+
+def _check_component(index: int, sampler: Any) -> Node:
+    node = as_node(sampler)
+    name = f"samplers[{index}]"
+    links = chain_of(node)
+    verbs = [link.verb for link in links]
+    if "mix" in verbs:
+        raise ValueError(
+            f"MixSampler cannot mix {name}, which is already a mixture: nest mixtures by "
+            "multiplying out the weights into one MixSampler over all the samplers"
+        )
+    if "skip" in verbs:
+        raise ValueError(
+            f"MixSampler cannot mix {name}, whose chain contains a skip: a skip inside a "
+            "component would be applied again on every pass. The order is shuffle → mix → "
+            "shard → batch → skip; skip last, e.g. SkipBatchSampler(BatchSampler(...), skip)."
+        )
+    if "shard" in verbs:
+        raise ValueError(
+            f"MixSampler cannot mix {name}, which is sharded: mixing inside a shard makes "
+            "each rank's data depend on the world size. The order is shuffle → mix → shard "
+            "→ batch → skip; shard the mixture, e.g. DistributedSampler(MixSampler(...), W, r)."
+        )
+    if node.kind != "record" or "batch" in verbs:
+        raise ValueError(
+            f"MixSampler cannot mix {name}, which yields batches: mix records, then batch the "
+            "mixture, e.g. BatchSampler(DistributedSampler(MixSampler(...), W, r), B, False)"
+        )
+    if not node.indexable:
+        raise ValueError(
+            f"MixSampler cannot mix {name} ({type(sampler).__name__}), which cannot seek: "
+            "every component must be addressable (SequentialSampler, range, or a "
+            "ReproducibleShuffleSampler over one) so that the mixture seeks in O(1)"
+        )
+    source = links[-1]
+    if not (isinstance(source, IndexSource) and source.config().keys() == {"source", "length"}):
+        raise ValueError(
+            f"MixSampler cannot mix {name}, whose source is not range(len(dataset)) or "
+            "SequentialSampler(dataset): component k's indices are offset by the lengths of "
+            "the components before it, as in ConcatDataset(datasets)"
+        )
+    if node.clock is not None:
+        node.clock.frozen_by = "MixSampler"
+    return node
+
+
+class MixSampler(Stage[int]):
+    """Interleave several samplers with weights, as one endless stream (NOTE [ mixture law ]).
+
+    Component ``k`` yields indices into its own dataset; the mixture yields them offset by
+    the lengths of the components before it, so they index
+    ``torch.utils.data.ConcatDataset(datasets)`` and an item from component ``k`` comes
+    from dataset ``k``. A mixture is endless and takes the place of the repeat:
+    [shuffle each component] → mix → shard → batch → skip.
+
+    Args:
+        samplers: One sampler per dataset: ``SequentialSampler(dataset)``,
+            ``range(len(dataset))`` or a :class:`ReproducibleShuffleSampler` over one, each
+            with its own seed. A :class:`RepeatSampler` around one is accepted too.
+        weights: One non-negative weight per sampler, with a positive sum; they are
+            normalised.
+        seed: Keys the interleaving (any integer).
+        window: Positions per window, in ``[1, 65536]``; by default the weights' common
+            denominator if it is at most 4096, else 1024.
+        curriculum: Later segments ``(start, weights)``, ``start`` increasing and positive:
+            from mixture position ``start`` on, ``weights`` apply. No component loses or
+            repeats a record at a switch.
+
+    Raises:
+        TypeError: an argument has the wrong type (a ``bool`` weight, a string of weights).
+        ValueError: no samplers; weights of the wrong length, negative, NaN or summing to
+            zero; a weight too small for the window; an empty sampler with a positive
+            weight; a sampler that is sharded, batched, skipped, already mixed or cannot
+            seek; or curriculum starts that do not increase.
+
+    Determinism:
+        Position ``p`` maps to (component, component position) by a pure function of
+        ``(seed, weights, window, curriculum, p)``; each component's records depend only
+        on its own chain. Nothing depends on the world size, ``num_workers`` or history.
+
+    Examples:
+        >>> from itertools import islice
+        >>> from detsamplers import MixSampler
+        >>> mix = MixSampler([range(4), range(2)], weights=[0.75, 0.25], seed=0)
+        >>> mix.window, mix.counts
+        (4, [3, 1])
+        >>> first = list(islice(mix, 8))
+        >>> sorted(i for i in first if i < 4), sorted(i for i in first if i >= 4)
+        ([0, 0, 1, 1, 2, 3], [4, 5])
+        >>> mix.progress(8)
+        {'position': 8, 'consumed': [6, 2], 'epochs': [1, 1]}
+    """
+
+    verb = "mix"
+    kind = "record"
+    indexable = True
+    infinite = True
+
+    def __init__(
+        self,
+        samplers: Sequence[Any],
+        weights: Sequence[float],
+        seed: int,
+        *,
+        window: int | None = None,
+        curriculum: Sequence[tuple[int, Sequence[float]]] = (),
+    ) -> None:
+        if isinstance(samplers, (str, bytes)) or not isinstance(samplers, Sequence):
+            raise TypeError(
+                "samplers should be a list of samplers, one per dataset, but got "
+                f"{type(samplers).__name__}"
+            )
+        if not samplers:
+            raise ValueError("samplers should hold at least one sampler, but got samplers=[]")
+        seed = check_int("seed", seed)
+        if window is not None:
+            window = check_int("window", window, minimum=1)
+            if window > MAX_WINDOW:
+                raise ValueError(
+                    f"window should be an integer in [1, {MAX_WINDOW}], but got window={window}"
+                )
+        if isinstance(curriculum, (str, bytes)) or not isinstance(curriculum, Sequence):
+            raise TypeError(
+                "curriculum should be a list of (start, weights) pairs, but got "
+                f"{type(curriculum).__name__}"
+            )
+        k = len(samplers)
+        plan: list[tuple[int, list[float]]] = [(0, _check_weights("weights", weights, k))]
+        for i, entry in enumerate(curriculum):
+            if not (isinstance(entry, Sequence) and len(entry) == 2):
+                raise TypeError(
+                    f"curriculum[{i}] should be a (start, weights) pair, but got {entry!r}"
+                )
+            start = check_int(f"curriculum[{i}] start", entry[0], minimum=1)
+            if start <= plan[-1][0]:
+                raise ValueError(
+                    f"curriculum[{i}] start should be greater than {plan[-1][0]} (starts "
+                    f"increase), but got {start}"
+                )
+            plan.append((start, _check_weights(f"curriculum[{i}] weights", entry[1], k)))
+        nodes = [_check_component(i, s) for i, s in enumerate(samplers)]
+        lengths = [_component_length(node) for node in nodes]
+        for i, (_, shares) in enumerate(plan):
+            name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
+            for c, (share, length) in enumerate(zip(shares, lengths, strict=True)):
+                if share > 0 and length == 0:
+                    raise ValueError(
+                        f"samplers[{c}] is empty but {name}[{c}] is positive: the mixture would "
+                        "draw records it does not have; remove it or give it weight 0"
+                    )
+        segments: list[_Segment] = []
+        for i, (start, shares) in enumerate(plan):
+            name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
+            size = window if window is not None else _auto_window(shares)
+            segment = _Segment(seed, i, start, shares, size, _counts(name, shares, size))
+            if segments:
+                previous = segments[-1]
+                segment.bases = previous.consumed(start - previous.start)
+            segments.append(segment)
+
+        self._inner_obj = list(samplers)
+        self._nodes = nodes
+        self._lengths = lengths
+        self._offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self._seed = seed
+        self._segments = segments
+        self._starts = [s.start for s in segments]
+        self._resume: int | None = None
+        self.clock = None
+        self._cursor = _Cursor(0)
+        self._config: tuple[list[dict[str, Any]], str] | None = None
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def samplers(self) -> list[Any]:
+        """The component samplers, in order."""
+        return list(self._inner_obj)
+
+    @property
+    def seed(self) -> int:
+        """The seed of the interleaving."""
+        return self._seed
+
+    @property
+    def lengths(self) -> list[int]:
+        """Records per pass of each component (its dataset's length)."""
+        return list(self._lengths)
+
+    @property
+    def window(self) -> int:
+        """Positions per window of the first segment."""
+        return self._segments[0].window
+
+    @property
+    def counts(self) -> list[int]:
+        """Each component's positions per window, first segment."""
+        return [int(c) for c in self._segments[0].counts]
+
+    @property
+    def shares(self) -> list[float]:
+        """The realised share of each component, ``counts / window``, first segment."""
+        first = self._segments[0]
+        return [int(c) / first.window for c in first.counts]
+
+    # -- the node protocol -------------------------------------------------------------
+
+    def inner_node(self) -> None:  # type: ignore[override]
+        # A mixture is where its chain's walk stops: its components are not one inner node.
+        return None
+
+    @property
+    def pass_length(self) -> int:
+        return int(sum(self._lengths))
+
+    @property
+    def records_per_item(self) -> int:
+        return 1
+
+    def locate(self, positions: I64) -> tuple[I64, I64]:
+        """Component and component position of each mixture position (NOTE [ mixture law ]).
+
+        Examples:
+            >>> import numpy as np
+            >>> mix = MixSampler([range(3), range(3)], weights=[1, 1], seed=0)
+            >>> component, position = mix.locate(np.arange(4))
+            >>> sorted(zip(component.tolist(), position.tolist()))
+            [(0, 0), (0, 1), (1, 0), (1, 1)]
+        """
+        if len(self._segments) == 1:
+            return self._segments[0].locate(positions.astype(np.int64, copy=True))
+        which = np.searchsorted(np.asarray(self._starts), positions, side="right") - 1
+        component = np.empty(len(positions), dtype=np.int64)
+        position = np.empty(len(positions), dtype=np.int64)
+        for s in np.unique(which).tolist():
+            mask = which == s
+            segment = self._segments[s]
+            component[mask], position[mask] = segment.locate(positions[mask] - segment.start)
+        return component, position
+
+    def records(self, positions: I64) -> I64:
+        component, position = self.locate(positions)
+        out = np.empty(len(positions), dtype=np.int64)
+        if len(self._nodes) == 1:
+            out[:] = self._nodes[0].records(position)
+            return out
+        order = np.argsort(component.astype(np.int16), kind="stable")
+        bounds = np.searchsorted(component[order], np.arange(len(self._nodes) + 1))
+        for k, node in enumerate(self._nodes):
+            a, b = int(bounds[k]), int(bounds[k + 1])
+            if a < b:
+                where = order[a:b]
+                out[where] = node.records(position[where]) + self._offsets[k]
+        return out
+
+    def batches(self, positions: I64) -> list[list[int]]:
+        raise NotImplementedError("a MixSampler yields records; batch it with a BatchSampler")
+
+    def fallback_stream(self) -> Iterator[Any]:
+        raise NotImplementedError("a MixSampler is always addressable")
+
+    def progress(self, position: int) -> dict[str, Any]:
+        """Records each component has given in mixture positions ``[0, position)``.
+
+        ``epochs[k]`` is ``consumed[k] // lengths[k]``: the passes component ``k`` has
+        completed (0 for an empty component). O(K) at any position.
+
+        Examples:
+            >>> mix = MixSampler([range(10), range(3)], weights=[1, 1], seed=0)
+            >>> mix.progress(20)
+            {'position': 20, 'consumed': [10, 10], 'epochs': [1, 3]}
+        """
+        position = check_int("position", position, minimum=0)
+        s = bisect_right(self._starts, position) - 1
+        segment = self._segments[s]
+        consumed = segment.consumed(position - segment.start).tolist()
+        epochs = [c // n if n else 0 for c, n in zip(consumed, self._lengths, strict=True)]
+        return {"position": position, "consumed": consumed, "epochs": epochs}
+
+    def config(self) -> dict[str, Any]:
+        seeds = []
+        components = []
+        for node in self._nodes:
+            chain = [link.config() for link in reversed(chain_of(node))]
+            components.append(fingerprint(chain))
+            seeds.append(next((link.get("seed") for link in chain if "seed" in link), None))
+        first = self._segments[0]
+        return {
+            "stage": "mix",
+            "seed": self._seed,
+            "weights": [round(w, 12) for w in first.shares],
+            "window": first.window,
+            "curriculum": [s.config() for s in self._segments[1:]],
+            "lengths": list(self._lengths),
+            "seeds": seeds,
+            "components": components,
+        }
+
+    def __len__(self) -> int:
+        return self.pass_length
+
+    @classmethod
+    def from_datasets(
+        cls,
+        datasets: Sequence[Any],
+        weights: Sequence[float],
+        seed: int,
+        *,
+        shuffle: bool = True,
+        window: int | None = None,
+        curriculum: Sequence[tuple[int, Sequence[float]]] = (),
+    ) -> MixSampler:
+        """Mix map-style datasets, each shuffled with its own seed hashed from ``seed``.
+
+        Index the result's items into ``torch.utils.data.ConcatDataset(datasets)``.
+
+        Examples:
+            >>> from itertools import islice
+            >>> mix = MixSampler.from_datasets([range(100), range(10)], [0.9, 0.1], seed=0)
+            >>> mix.window, mix.counts, len(mix)
+            (10, [9, 1], 110)
+            >>> sum(i >= 100 for i in islice(mix, 50))
+            5
+        """
+        from ._shuffle import ReproducibleShuffleSampler
+
+        samplers: list[Any] = []
+        for i, dataset in enumerate(datasets):
+            if not hasattr(dataset, "__len__"):
+                raise TypeError(
+                    f"datasets[{i}] should be a map-style dataset with __len__, but got "
+                    f"{type(dataset).__name__}"
+                )
+            records = range(len(dataset))
+            samplers.append(
+                ReproducibleShuffleSampler(records, derive(seed, "mix-component", i))
+                if shuffle
+                else records
+            )
+        return cls(samplers, weights, seed, window=window, curriculum=curriculum)
+
+
+def mix_position(node: Node, position: int) -> tuple[MixSampler, int] | None:
+    """The mixture under ``node`` and the first mixture position at ``node``'s ``position``.
+
+    Walks down shard (taking rank 0's position, so that every rank of a step agrees),
+    batch and skip stages; None if the chain has no mixture.
+    """
+    from ._batch import BatchSource
+    from ._shard import _Shard
+
+    for link in chain_of(node):
+        if isinstance(link, MixSampler):
+            return link, position
+        if isinstance(link, BatchSource):
+            position *= link.records_per_item
+        elif isinstance(link, _Shard):
+            position *= link.world_size
+        elif isinstance(link, Stage):
+            position = int(link._map(np.array([position], dtype=np.int64))[0])
+        elif isinstance(link, tud.Sampler):
+            return None
+    return None
+
+
+def adopt_curriculum(node: Node, state: Any) -> Any:
+    """``state`` with ``node``'s chain, if they differ only in curriculum segments to come.
+
+    A curriculum may be extended or changed at a resume: segments that start at or after
+    the first mixture position not yet consumed (rank 0's, NOTE [ mixture law ]) do not
+    touch the records already seen. Any other difference returns ``state`` unchanged, so
+    that loading it names the difference.
+
+    Raises:
+        ReproducibilityError: only the curriculum differs, but before that position.
+    """
+    if not isinstance(state, Mapping) or not isinstance(node, Stage):
+        return state
+    saved, position = state.get("chain"), state.get("position")
+    if not isinstance(saved, list) or isinstance(position, bool) or not isinstance(position, int):
+        return state
+    found = mix_position(node, position)
+    current = node.chain_config()
+    if found is None or position < 0 or len(saved) != len(current) or saved == current:
+        return state
+    if saved[1:] != current[1:] or not isinstance(saved[0], Mapping):
+        return state
+    old, new = dict(saved[0]), dict(current[0])
+    old_plan, new_plan = old.pop("curriculum", None), new.pop("curriculum", None)
+    if old != new or not isinstance(old_plan, list) or not isinstance(new_plan, list):
+        return state
+    reached = found[1]
+
+    def past(plan: list[Any]) -> list[Any]:
+        return [entry for entry in plan if isinstance(entry, list) and entry and entry[0] < reached]
+
+    if past(old_plan) != past(new_plan):
+        raise ReproducibilityError(
+            "cannot load this state: the mixture's curriculum changed before position "
+            f"{reached}, which the saved run had already reached (mix curriculum is "
+            f"{old_plan!r} in the state but {new_plan!r} here); segments may only be added "
+            f"or changed from position {reached} on, or the records seen would differ"
+        )
+    return {**state, "chain": current, "fingerprint": fingerprint(current)}
