@@ -150,7 +150,7 @@ def make_mixed_batch_sampler(
     check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
     check_int("batch_size", batch_size, minimum=1)
     check_int("skip", skip, minimum=0)
-    if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
+    if not isinstance(datasets, (list, tuple)):
         raise TypeError(
             f"datasets should be a list of map-style datasets, but got {type(datasets).__name__}"
         )

@@ -115,7 +115,7 @@ def _counts(name: str, shares: list[float], window: int) -> list[int]:
     for k in order[: window - sum(counts)]:
         counts[k] += 1
     for k, (share, got) in enumerate(zip(shares, counts, strict=True)):
-        if share > 0 and got == 0 and math.ceil(0.5 / share) > MAX_WINDOW:
+        if share > 0 and got == 0 and math.ceil(1 / share - 1e-9) > MAX_WINDOW:
             raise ValueError(
                 f"{name}[{k}] is a share of {share:.3g}, below what a window of at most "
                 f"{MAX_WINDOW} positions can represent; raise it to at least 1/{MAX_WINDOW} "
@@ -125,7 +125,7 @@ def _counts(name: str, shares: list[float], window: int) -> list[int]:
             raise ValueError(
                 f"{name}[{k}] is a share of {share:.3g}, which rounds to none of the "
                 f"window's {window} positions; pass a window of at least "
-                f"{math.ceil(0.5 / share)} positions (window=) or a larger weight"
+                f"{math.ceil(1 / share - 1e-9)} positions (window=) or a larger weight"
             )
     return counts
 
@@ -324,7 +324,7 @@ class MixSampler(Stage[int]):
         window: int | None = None,
         curriculum: Sequence[tuple[int, Sequence[float]]] = (),
     ) -> None:
-        if isinstance(samplers, (str, bytes)) or not isinstance(samplers, Sequence):
+        if not isinstance(samplers, (list, tuple)):
             raise TypeError(
                 "samplers should be a list of samplers, one per dataset, but got "
                 f"{type(samplers).__name__}"
