@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -238,9 +239,7 @@ def test_a_curriculum_switches_weights_without_losing_or_repeating_a_record(
         mine = position[component == c]
         assert mine.tolist() == list(range(len(mine)))
     bounds = [0, *sorted(starts), 400]
-    for (lo, hi), weights in zip(
-        zip(bounds, bounds[1:], strict=False), [WEIGHTS] + [w for _, w in plan], strict=True
-    ):
+    for (lo, hi), weights in zip(pairwise(bounds), [WEIGHTS] + [w for _, w in plan], strict=True):
         used = set(component[lo:hi].tolist())
         assert all(weights[c] > 0 for c in used)
 
