@@ -61,6 +61,11 @@ MAX_WINDOW = 2**16
 #: Table entries (arrangements x offsets x components) aimed at per segment.
 TABLE_ENTRIES = 2**18
 MIN_ARRANGEMENTS, MAX_ARRANGEMENTS = 8, 1024
+#: A table code is ``rank << CODE_SHIFT | component``.
+CODE_SHIFT = 16
+CODE_MASK = (1 << CODE_SHIFT) - 1
+#: The most components: a component number must fit below CODE_SHIFT bits.
+MAX_COMPONENTS = CODE_MASK
 
 
 def _check_weights(name: str, weights: Any, count: int) -> list[float]:
@@ -143,51 +148,76 @@ class _Segment:
         self.counts = np.asarray(counts, dtype=np.int64)
         self.key = derive(seed, "mix", index)
         self.bases = np.zeros(k, dtype=np.int64)
-        arrangements = TABLE_ENTRIES // (window * (k + 2))
-        self.arrangements = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, arrangements))
-        # T random arrangements of the window's labels, the rank of each offset among its
-        # component's offsets, and prefix counts (T, P + 1, K) for rotations.
+        wanted = TABLE_ENTRIES // (window * (k + 2))
+        # A power of two, so that a key's low bits pick the arrangement.
+        clamped = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, wanted))
+        self.arrangements = 1 << (clamped.bit_length() - 1)
+        # T random arrangements of the window's labels, and prefix counts (T, P + 1, K).
         rng = np.random.Generator(np.random.PCG64(derive(seed, "mix-arrangements", index)))
-        labels = np.repeat(np.arange(k, dtype=np.int16), counts)
+        labels = np.repeat(np.arange(k, dtype=np.int64), counts)
         order = np.argsort(rng.random((self.arrangements, window)), axis=1)
         self.labels = labels[order]
-        by_label = np.argsort(self.labels, axis=1, kind="stable")
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        ranks = np.arange(window, dtype=np.int64)[None, :] - first[labels][None, :]
-        self.ranks = np.empty((self.arrangements, window), dtype=np.int32)
-        np.put_along_axis(self.ranks, by_label, ranks.astype(np.int32), axis=1)
-        one_hot = self.labels[:, :, None] == np.arange(k, dtype=np.int16)[None, None, :]
-        prefix = np.zeros((self.arrangements, window + 1, k), dtype=np.int32)
+        one_hot = self.labels[:, :, None] == np.arange(k, dtype=np.int64)[None, None, :]
+        prefix = np.zeros((self.arrangements, window + 1, k), dtype=np.int64)
         np.cumsum(one_hot, axis=1, out=prefix[:, 1:, :])
         self.prefix = prefix
-        self._flat_labels = self.labels.ravel()
-        self._flat_ranks = self.ranks.ravel()
-        self._flat_prefix = prefix.ravel()
+        # Each offset x of the arrangement written twice (x in [0, 2P)), as one code:
+        # (rank of x among its component's offsets of the doubled arrangement) << 16 | k.
+        # Rotation b reads [b, b + P); the rank there is code >> 16 minus the component's
+        # count before b, so no offset wraps around.
+        doubled = np.concatenate([self.labels, self.labels], axis=1)
+        ranks = np.take_along_axis(prefix[:, :-1, :], self.labels[:, :, None], axis=2)[:, :, 0]
+        ranks = np.concatenate([ranks, ranks + self.counts[self.labels]], axis=1)
+        self._codes = ((ranks << CODE_SHIFT) | doubled).ravel()
+        self._prefix_flat = prefix.ravel()
 
     def _arrangement(self, windows: I64) -> tuple[I64, I64]:
-        """Each window's arrangement and rotation."""
+        """Each window's arrangement and rotation, from the window's key."""
         keys = stream_keys(self.key, windows)
-        table = (keys % np.uint64(self.arrangements)).astype(np.int64)
-        rotation = ((keys // np.uint64(self.arrangements)) % np.uint64(self.window)).astype(
+        table = (keys & np.uint64(self.arrangements - 1)).astype(np.int64)
+        # Lemire's reduction of the key's high 32 bits to [0, P).
+        rotation = (((keys >> np.uint64(32)) * np.uint64(self.window)) >> np.uint64(32)).astype(
             np.int64
         )
         return table, rotation
 
+    def _codes_at(self, local: I64) -> tuple[I64, I64, I64, I64, I64]:
+        """Window, slot, table code and per-window arrangement of each local position.
+
+        In stream order (few windows for many positions) each window's arrangement is
+        computed once and spread to its positions through ``slot``; otherwise per position.
+        """
+        size = self.window
+        window = local // size
+        offset = local - window * size
+        first, last = int(window[0]), int(window[-1])
+        if 0 <= last - first < len(window) and first == int(window.min()):
+            windows = np.arange(first, last + 1, dtype=np.int64)
+            slot = window - first
+            table, rotation = self._arrangement(windows)
+            code = self._codes[(table * (2 * size) + rotation)[slot] + offset]
+            return window, slot, code, table, rotation
+        table, rotation = self._arrangement(window)
+        code = self._codes[table * (2 * size) + rotation + offset]
+        return window, np.arange(len(window), dtype=np.int64), code, table, rotation
+
+    def components(self, local: I64) -> I64:
+        """The component of each local position (>= 0) of the segment."""
+        if len(local) == 0:
+            return local.copy()
+        out: I64 = self._codes_at(local)[2] & CODE_MASK
+        return out
+
     def locate(self, local: I64) -> tuple[I64, I64]:
         """Component and component position of each local position (>= 0) of the segment."""
         size, k = self.window, len(self.counts)
-        window = local // size
-        offset = local - window * size
-        table, rotation = self._arrangement(window)
-        offset += rotation
-        offset -= size * (offset >= size)
-        flat = table * size + offset
-        component = self._flat_labels[flat].astype(np.int64)
-        before = self._flat_prefix[(table * (size + 1) + rotation) * k + component]
-        rank = self._flat_ranks[flat].astype(np.int64) - before
-        counts = self.counts[component]
-        rank += counts * (rank < 0)
-        position: I64 = self.bases[component] + window * counts + rank
+        if len(local) == 0:
+            return local.copy(), local.copy()
+        window, slot, code, table, rotation = self._codes_at(local)
+        component: I64 = code & CODE_MASK
+        rank = code >> CODE_SHIFT
+        before = self._prefix_flat[((table * (size + 1) + rotation) * k)[slot] + component]
+        position: I64 = self.bases[component] + window * self.counts[component] + rank - before
         return component, position
 
     def consumed(self, local: int) -> I64:
@@ -344,6 +374,8 @@ class MixSampler(Stage[int]):
                 f"{type(curriculum).__name__}"
             )
         k = len(samplers)
+        if k > MAX_COMPONENTS:
+            raise ValueError(f"samplers should hold at most {MAX_COMPONENTS} samplers, but got {k}")
         plan: list[tuple[int, list[float]]] = [(0, _check_weights("weights", weights, k))]
         for i, entry in enumerate(curriculum):
             if not (isinstance(entry, Sequence) and len(entry) == 2):
@@ -447,7 +479,7 @@ class MixSampler(Stage[int]):
             [(0, 0), (0, 1), (1, 0), (1, 1)]
         """
         if len(self._segments) == 1:
-            return self._segments[0].locate(positions.astype(np.int64, copy=True))
+            return self._segments[0].locate(positions)
         which = np.searchsorted(np.asarray(self._starts), positions, side="right") - 1
         component = np.empty(len(positions), dtype=np.int64)
         position = np.empty(len(positions), dtype=np.int64)
@@ -458,18 +490,43 @@ class MixSampler(Stage[int]):
         return component, position
 
     def records(self, positions: I64) -> I64:
-        component, position = self.locate(positions)
-        out = np.empty(len(positions), dtype=np.int64)
-        if len(self._nodes) == 1:
-            out[:] = self._nodes[0].records(position)
-            return out
-        order = np.argsort(component.astype(np.int16), kind="stable")
-        bounds = np.searchsorted(component[order], np.arange(len(self._nodes) + 1))
+        n = len(positions)
+        if n == 0:
+            return positions.copy()
+        first = int(positions[0])
+        s = bisect_right(self._starts, first) - 1
+        segment = self._segments[s]
+        end = self._starts[s + 1] if s + 1 < len(self._starts) else None
+        if int(positions[-1]) - first == n - 1 and (end is None or first + n <= end):
+            # A run of consecutive positions in one segment (a rank of one, or a seek):
+            # each component's positions in it are consecutive too (NOTE [ mixture law ]),
+            # from its count at the run's start.
+            component = segment.components(positions - segment.start)
+            counts = segment.consumed(first - segment.start).tolist()
+            return self._gather(component, counts)
+        return self._gather(*self.locate(positions))
+
+    def _gather(self, component: I64, position: I64 | list[int]) -> I64:
+        """Each position's record: component ``k``'s chain at its position, offset.
+
+        ``position`` is each position's component position, or (a run of consecutive
+        positions) each component's first position.
+        """
+        out = np.empty(len(component), dtype=np.int64)
         for k, node in enumerate(self._nodes):
-            a, b = int(bounds[k]), int(bounds[k + 1])
-            if a < b:
-                where = order[a:b]
-                out[where] = node.records(position[where]) + self._offsets[k]
+            where = np.flatnonzero(component == k) if len(self._nodes) > 1 else None
+            size = len(component) if where is None else len(where)
+            if size == 0:
+                continue
+            if isinstance(position, list):
+                wanted = np.arange(position[k], position[k] + size, dtype=np.int64)
+            else:
+                wanted = position if where is None else position[where]
+            found = node.records(wanted) + self._offsets[k]
+            if where is None:
+                out[:] = found
+            else:
+                out[where] = found
         return out
 
     def batches(self, positions: I64) -> list[list[int]]:
