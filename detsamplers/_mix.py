@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
+from fractions import Fraction
 from numbers import Real
 from typing import Any
 
@@ -104,12 +105,24 @@ def _check_weights(name: str, weights: Any, count: int) -> list[float]:
 
 
 def _auto_window(shares: list[float]) -> int:
-    """The smallest ``P <= MAX_AUTO_WINDOW`` making every ``P * share`` whole, else the default."""
-    sizes = np.arange(1, MAX_AUTO_WINDOW + 1, dtype=np.float64)[:, None]
-    scaled = sizes * np.asarray(shares)[None, :]
-    whole = (np.abs(scaled - np.round(scaled)) <= 1e-9 * sizes).all(axis=1)
-    hits = np.flatnonzero(whole)
-    return int(hits[0]) + 1 if len(hits) else DEFAULT_WINDOW
+    """The shares' common denominator if it is at most ``MAX_AUTO_WINDOW``, else the default.
+
+    Each share is read as the nearest fraction with a denominator up to
+    ``MAX_AUTO_WINDOW`` (within 1e-9, so that 0.6 is 3/5).
+
+    Examples:
+        >>> _auto_window([0.6, 0.25, 0.15]), _auto_window([1 / 3, 2 / 3]), _auto_window([0.3721, 0.6279])
+        (20, 3, 1024)
+    """  # noqa: E501
+    window = 1
+    for share in shares:
+        fraction = Fraction(share).limit_denominator(MAX_AUTO_WINDOW)
+        if abs(float(fraction) - share) > 1e-9:
+            return DEFAULT_WINDOW
+        window = math.lcm(window, fraction.denominator)
+        if window > MAX_AUTO_WINDOW:
+            return DEFAULT_WINDOW
+    return window
 
 
 def _counts(name: str, shares: list[float], window: int) -> list[int]:
@@ -190,8 +203,8 @@ class _Segment:
         size = self.window
         window = local // size
         offset = local - window * size
-        first, last = int(window[0]), int(window[-1])
-        if 0 <= last - first < len(window) and first == int(window.min()):
+        first, last = int(window.min()), int(window.max())
+        if last - first < len(window):
             windows = np.arange(first, last + 1, dtype=np.int64)
             slot = window - first
             table, rotation = self._arrangement(windows)
