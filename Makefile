@@ -1,5 +1,5 @@
 # `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras and
-# the peers it is compared with (determined, torchdata, webdataset) against constraints.txt
+# the peers it is compared with (determined, torchdata, webdataset, grain, datasets) against constraints.txt
 # (the CPU build of torch), and runs ruff, mypy --strict and pytest.
 PYTHON ?= python3
 VENV := .venv
@@ -41,6 +41,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --quick
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
+	$(PY) benchmarks/mix_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -49,6 +50,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --plot docs/torchdata.png
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/shuffle_quality.py
+	$(PY) benchmarks/mix_table.py --plot docs/mix.png
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)
