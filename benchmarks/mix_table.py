@@ -316,11 +316,18 @@ def plot(path: str, sample: dict[str, np.ndarray]) -> None:
         return
     block = 100
     figure, axes = plt.subplots(1, 1, figsize=(8, 3.6))
+    axes.axhline(WEIGHTS[0], color="black", linewidth=0.8, linestyle="--", label="weight 0.6")
     for name, component in sample.items():
         usable = min(len(component), 20_000) // block * block
         share = (component[:usable] == 0).reshape(-1, block).mean(axis=1)
-        axes.plot(np.arange(len(share)) * block, share, label=name, linewidth=1)
-    axes.axhline(WEIGHTS[0], color="black", linewidth=0.8, linestyle="--", label="weight 0.6")
+        wide = name == "mix"
+        axes.plot(
+            np.arange(len(share)) * block,
+            share,
+            label=name,
+            linewidth=2.5 if wide else 1,
+            zorder=3 if wide else 2,
+        )
     axes.set_xlabel("mixture position")
     axes.set_ylabel(f"share of component 0 per {block} positions")
     axes.legend(loc="lower right")
