@@ -62,10 +62,12 @@ MAX_WINDOW = 2**16
 #: Table entries (arrangements x offsets x components) aimed at per segment.
 TABLE_ENTRIES = 2**18
 MIN_ARRANGEMENTS, MAX_ARRANGEMENTS = 8, 1024
-#: A table code is ``rank << CODE_SHIFT | component``.
-CODE_SHIFT = 16
-CODE_MASK = (1 << CODE_SHIFT) - 1
-#: The most components: a component number must fit below CODE_SHIFT bits.
+#: A table code is ``rank << RANK_SHIFT | count << COUNT_SHIFT | component``: the offset's
+#: rank among its component's offsets, its component's count per window, its component.
+COUNT_SHIFT, RANK_SHIFT = 16, 33
+CODE_MASK = (1 << COUNT_SHIFT) - 1
+COUNT_MASK = (1 << (RANK_SHIFT - COUNT_SHIFT)) - 1
+#: The most components: a component number must fit below COUNT_SHIFT bits.
 MAX_COMPONENTS = CODE_MASK
 
 
@@ -152,7 +154,14 @@ class _Segment:
     """One stretch of the stream with fixed weights: window, counts, tables and bases."""
 
     def __init__(
-        self, seed: int, index: int, start: int, shares: list[float], window: int, counts: list[int]
+        self,
+        seed: int,
+        index: int,
+        start: int,
+        shares: list[float],
+        window: int,
+        counts: list[int],
+        bases: I64,
     ) -> None:
         k = len(counts)
         self.start = start
@@ -160,7 +169,7 @@ class _Segment:
         self.window = window
         self.counts = np.asarray(counts, dtype=np.int64)
         self.key = derive(seed, "mix", index)
-        self.bases = np.zeros(k, dtype=np.int64)
+        self.bases = bases
         wanted = TABLE_ENTRIES // (window * (k + 2))
         # A power of two, so that a key's low bits pick the arrangement.
         clamped = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, wanted))
@@ -181,8 +190,14 @@ class _Segment:
         doubled = np.concatenate([self.labels, self.labels], axis=1)
         ranks = np.take_along_axis(prefix[:, :-1, :], self.labels[:, :, None], axis=2)[:, :, 0]
         ranks = np.concatenate([ranks, ranks + self.counts[self.labels]], axis=1)
-        self._codes = ((ranks << CODE_SHIFT) | doubled).ravel()
-        self._prefix_flat = prefix.ravel()
+        packed = (ranks << RANK_SHIFT) | (self.counts[doubled] << COUNT_SHIFT) | doubled
+        self._codes = packed.ravel()
+        # Per (arrangement, rotation, component): the component's count before the
+        # rotation, less its base, to subtract from a rank.
+        self._before = (prefix - bases[None, None, :]).ravel()
+        small = np.int8 if k <= np.iinfo(np.int8).max else np.int16
+        self._labels = doubled.astype(small).ravel()
+        self._columns = np.arange(window, dtype=np.int64)[None, :]
 
     def _arrangement(self, windows: I64) -> tuple[I64, I64]:
         """Each window's arrangement and rotation, from the window's key."""
@@ -194,11 +209,12 @@ class _Segment:
         )
         return table, rotation
 
-    def _codes_at(self, local: I64) -> tuple[I64, I64, I64, I64, I64]:
+    def _codes_at(self, local: I64) -> tuple[I64, I64 | None, I64, I64, I64]:
         """Window, slot, table code and per-window arrangement of each local position.
 
         In stream order (few windows for many positions) each window's arrangement is
-        computed once and spread to its positions through ``slot``; otherwise per position.
+        computed once and spread to its positions through ``slot``; otherwise per position
+        (``slot`` None).
         """
         size = self.window
         window = local // size
@@ -212,13 +228,16 @@ class _Segment:
             return window, slot, code, table, rotation
         table, rotation = self._arrangement(window)
         code = self._codes[table * (2 * size) + rotation + offset]
-        return window, np.arange(len(window), dtype=np.int64), code, table, rotation
+        return window, None, code, table, rotation
 
-    def components(self, local: I64) -> I64:
-        """The component of each local position (>= 0) of the segment."""
-        if len(local) == 0:
-            return local.copy()
-        out: I64 = self._codes_at(local)[2] & CODE_MASK
+    def run_components(self, first: int, count: int) -> npt.NDArray[np.integer[Any]]:
+        """The component of each of the local positions ``[first, first + count)``."""
+        size = self.window
+        start, offset = divmod(first, size)
+        stop = (first + count - 1) // size
+        table, rotation = self._arrangement(np.arange(start, stop + 1, dtype=np.int64))
+        rows = (table * (2 * size) + rotation)[:, None] + self._columns
+        out: npt.NDArray[np.integer[Any]] = self._labels[rows.ravel()[offset : offset + count]]
         return out
 
     def locate(self, local: I64) -> tuple[I64, I64]:
@@ -228,9 +247,11 @@ class _Segment:
             return local.copy(), local.copy()
         window, slot, code, table, rotation = self._codes_at(local)
         component: I64 = code & CODE_MASK
-        rank = code >> CODE_SHIFT
-        before = self._prefix_flat[((table * (size + 1) + rotation) * k)[slot] + component]
-        position: I64 = self.bases[component] + window * self.counts[component] + rank - before
+        rows = (table * (size + 1) + rotation) * k
+        before = self._before[(rows if slot is None else rows[slot]) + component]
+        position: I64 = window * ((code >> COUNT_SHIFT) & COUNT_MASK)
+        position += code >> RANK_SHIFT
+        position -= before
         return component, position
 
     def consumed(self, local: int) -> I64:
@@ -416,11 +437,11 @@ class MixSampler(Stage[int]):
         for i, (start, shares) in enumerate(plan):
             name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
             size = window if window is not None else _auto_window(shares)
-            segment = _Segment(seed, i, start, shares, size, _counts(name, shares, size))
+            bases = np.zeros(k, dtype=np.int64)
             if segments:
-                previous = segments[-1]
-                segment.bases = previous.consumed(start - previous.start)
-            segments.append(segment)
+                bases = segments[-1].consumed(start - segments[-1].start)
+            counts = _counts(name, shares, size)
+            segments.append(_Segment(seed, i, start, shares, size, counts, bases))
 
         self._inner_obj = list(samplers)
         self._nodes = nodes
@@ -510,16 +531,20 @@ class MixSampler(Stage[int]):
         s = bisect_right(self._starts, first) - 1
         segment = self._segments[s]
         end = self._starts[s + 1] if s + 1 < len(self._starts) else None
-        if int(positions[-1]) - first == n - 1 and (end is None or first + n <= end):
+        if (
+            int(positions[-1]) - first == n - 1
+            and (end is None or first + n <= end)
+            and (n < 2 or bool((np.diff(positions) == 1).all()))
+        ):
             # A run of consecutive positions in one segment (a rank of one, or a seek):
             # each component's positions in it are consecutive too (NOTE [ mixture law ]),
             # from its count at the run's start.
-            component = segment.components(positions - segment.start)
-            counts = segment.consumed(first - segment.start).tolist()
-            return self._gather(component, counts)
+            local = first - segment.start
+            component = segment.run_components(local, n)
+            return self._gather(component, segment.consumed(local).tolist())
         return self._gather(*self.locate(positions))
 
-    def _gather(self, component: I64, position: I64 | list[int]) -> I64:
+    def _gather(self, component: npt.NDArray[np.integer[Any]], position: I64 | list[int]) -> I64:
         """Each position's record: component ``k``'s chain at its position, offset.
 
         ``position`` is each position's component position, or (a run of consecutive

@@ -123,6 +123,13 @@ def test_any_set_of_positions_maps_as_each_position_alone(seed: int, data: st.Da
     assert mix.records(run).tolist() == mix._gather(*mix.locate(run)).tolist()
 
 
+def test_positions_with_consecutive_ends_but_gaps_inside_are_not_a_run() -> None:
+    mix = mixture(LENGTHS, WEIGHTS, 0)
+    for positions in ([20, 0, 22], [5, 9, 6, 7, 8], [3, 3, 5]):
+        block = mix.records(np.asarray(positions, dtype=np.int64)).tolist()
+        assert block == [int(mix.records(np.array([p]))[0]) for p in positions]
+
+
 def test_the_default_window_is_the_common_denominator_of_the_weights() -> None:
     assert (mixture(LENGTHS, WEIGHTS).window, mixture(LENGTHS, WEIGHTS).counts) == (20, [12, 5, 3])
     assert mixture(LENGTHS, [1, 1, 1]).window == 3
