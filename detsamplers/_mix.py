@@ -45,7 +45,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import ReproducibilityError, check_int
-from ._seeds import derive, stream_keys
+from ._seeds import derive, stream_key, stream_keys
 from ._source import IndexSource, Node, as_node, chain_of
 from ._stage import Stage, _Cursor
 from ._state import fingerprint
@@ -170,6 +170,8 @@ class _Segment:
         self.counts = np.asarray(counts, dtype=np.int64)
         self.key = derive(seed, "mix", index)
         self.bases = bases
+        self._bases = [int(b) for b in bases]
+        self._counts = list(counts)
         wanted = TABLE_ENTRIES // (window * (k + 2))
         # A power of two, so that a key's low bits pick the arrangement.
         clamped = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, wanted))
@@ -254,20 +256,26 @@ class _Segment:
         position -= before
         return component, position
 
-    def consumed(self, local: int) -> I64:
-        """Items each component has in the segment's first ``local`` positions."""
+    def consumed(self, local: int) -> list[int]:
+        """Items each component has in the segment's first ``local`` positions.
+
+        Plain integers, no numpy call per component: a loader asks for it at every batch
+        (the state's ``mixture`` field).
+        """
         size = self.window
         window, offset = divmod(local, size)
-        out: I64 = self.bases + window * self.counts
+        out = [b + window * c for b, c in zip(self._bases, self._counts, strict=True)]
         if offset:
-            table, rotation = (int(x[0]) for x in self._arrangement(np.array([window])))
+            # The window's arrangement and rotation, as _arrangement computes them.
+            key = stream_key(self.key, window)
+            table, rotation = key & (self.arrangements - 1), ((key >> 32) * size) >> 32
             prefix = self.prefix[table]
             end = rotation + offset
             if end <= size:
                 part = prefix[end] - prefix[rotation]
             else:
                 part = (prefix[size] - prefix[rotation]) + prefix[end - size]
-            out = out + part.astype(np.int64)
+            out = [a + b for a, b in zip(out, part.tolist(), strict=True)]
         return out
 
     def config(self) -> list[Any]:
@@ -439,7 +447,9 @@ class MixSampler(Stage[int]):
             size = window if window is not None else _auto_window(shares)
             bases = np.zeros(k, dtype=np.int64)
             if segments:
-                bases = segments[-1].consumed(start - segments[-1].start)
+                bases = np.asarray(
+                    segments[-1].consumed(start - segments[-1].start), dtype=np.int64
+                )
             counts = _counts(name, shares, size)
             segments.append(_Segment(seed, i, start, shares, size, counts, bases))
 
@@ -541,7 +551,7 @@ class MixSampler(Stage[int]):
             # from its count at the run's start.
             local = first - segment.start
             component = segment.run_components(local, n)
-            return self._gather(component, segment.consumed(local).tolist())
+            return self._gather(component, segment.consumed(local))
         return self._gather(*self.locate(positions))
 
     def _gather(self, component: npt.NDArray[np.integer[Any]], position: I64 | list[int]) -> I64:
@@ -587,7 +597,7 @@ class MixSampler(Stage[int]):
         position = check_int("position", position, minimum=0)
         s = bisect_right(self._starts, position) - 1
         segment = self._segments[s]
-        consumed = segment.consumed(position - segment.start).tolist()
+        consumed = segment.consumed(position - segment.start)
         epochs = [c // n if n else 0 for c, n in zip(consumed, self._lengths, strict=True)]
         return {"position": position, "consumed": consumed, "epochs": epochs}
 
