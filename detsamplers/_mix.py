@@ -19,7 +19,9 @@ of component ``k``'s own chain) by a pure function of ``(seed, weights, p)``:
   positions ``[B_k + j c_k, B_k + (j + 1) c_k)``, in stream order. The arrangement's
   prefix counts give the rank of an offset among its component's offsets in O(1), so
   any position costs a constant number of table lookups, O(log S) over ``S`` curriculum
-  segments, and a rank computes only its own positions.
+  segments, and a rank computes only its own positions. In a run of consecutive
+  positions each component's positions are consecutive too, from its count at the run's
+  start, so a run needs only the components.
 
 Each component's chain reads positions past its length as later passes
 (NOTE [ position algebra ]): component ``k`` is on its pass ``q // N_k``, and a small
@@ -57,7 +59,7 @@ I64 = npt.NDArray[np.int64]
 #: The window used when the weights have no common denominator up to ``MAX_AUTO_WINDOW``.
 DEFAULT_WINDOW = 1024
 MAX_AUTO_WINDOW = 4096
-#: The largest window one may pass: counts and ranks are held in int32 tables.
+#: The largest window one may pass: a count must fit the codes' 17-bit field (below).
 MAX_WINDOW = 2**16
 #: Table entries (arrangements x offsets x components) aimed at per segment.
 TABLE_ENTRIES = 2**18
