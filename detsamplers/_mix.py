@@ -10,9 +10,10 @@ of component ``k``'s own chain) by a pure function of ``(seed, weights, p)``:
   denominator (``[0.6, 0.25, 0.15]`` gives ``P = 20`` and counts ``12, 5, 3``) when it is
   at most 4096, else 1024; pass ``window=`` to choose.
 - Which offsets of window ``j`` belong to which component is one of ``T`` random
-  arrangements of the window's labels (drawn once from a numpy Generator keyed by the
-  seed), cyclically rotated: the arrangement and the rotation come from the SplitMix64
-  stream of ``derive(seed, "mix", segment)`` at counter ``j`` (NOTE [ seed mixing ]), so
+  arrangements of the window's labels (arrangement ``t`` sorts them by keyed hashes of
+  ``t P + i``, built the first time a window uses it), cyclically rotated: the
+  arrangement and the rotation come from the SplitMix64 stream of
+  ``derive(seed, "mix", segment)`` at counter ``j`` (NOTE [ seed mixing ]), so
   neighbouring windows, seeds and segments have unrelated interleavings. ``T`` is 8 to
   1024 (tables of about 2**18 entries), so there are ``T * P`` arrangements.
 - Component ``k`` advances through its chain in order: its items in window ``j`` are its
@@ -178,30 +179,56 @@ class _Segment:
         # A power of two, so that a key's low bits pick the arrangement.
         clamped = max(MIN_ARRANGEMENTS, min(MAX_ARRANGEMENTS, wanted))
         self.arrangements = 1 << (clamped.bit_length() - 1)
-        # T random arrangements of the window's labels, and prefix counts (T, P + 1, K).
-        rng = np.random.Generator(np.random.PCG64(derive(seed, "mix-arrangements", index)))
-        labels = np.repeat(np.arange(k, dtype=np.int64), counts)
-        order = np.argsort(rng.random((self.arrangements, window)), axis=1)
-        self.labels = labels[order]
-        one_hot = self.labels[:, :, None] == np.arange(k, dtype=np.int64)[None, None, :]
-        prefix = np.zeros((self.arrangements, window + 1, k), dtype=np.int64)
+        # T random arrangements of the window's labels, built when a window first uses one
+        # (a seek touches a few): arrangement t sorts the window's labels by the hashes of
+        # (key, t P + i), so it does not depend on which arrangements were built before.
+        t, size = self.arrangements, window
+        self._labels_sorted = np.repeat(np.arange(k, dtype=np.int64), counts)
+        self._arrangements_key = derive(seed, "mix-arrangements", index)
+        self._built = np.zeros(t, dtype=bool)
+        self._all_built = False
+        self.labels = np.zeros((t, size), dtype=np.int64)
+        self.prefix = np.zeros((t, size + 1, k), dtype=np.int64)
+        self._codes = np.zeros(t * 2 * size, dtype=np.int64)
+        small = np.int8 if k <= np.iinfo(np.int8).max else np.int16
+        self._labels = np.zeros(t * 2 * size, dtype=small)
+        self._before = np.zeros(t * (size + 1) * k, dtype=np.int64)
+        self._columns = np.arange(size, dtype=np.int64)[None, :]
+
+    def _build(self, tables: I64) -> None:
+        """Build the arrangements among ``tables`` not built yet."""
+        if self._all_built:
+            return
+        if bool(self._built[tables].all()):
+            return
+        rows = np.unique(tables)
+        rows = rows[~self._built[rows]]
+        size, k = self.window, len(self.counts)
+        cells = (rows[:, None] * size + self._columns).ravel()
+        order = np.argsort(stream_keys(self._arrangements_key, cells).reshape(-1, size), axis=1)
+        labels = self._labels_sorted[order]
+        one_hot = labels[:, :, None] == np.arange(k, dtype=np.int64)[None, None, :]
+        prefix = np.zeros((len(rows), size + 1, k), dtype=np.int64)
         np.cumsum(one_hot, axis=1, out=prefix[:, 1:, :])
-        self.prefix = prefix
-        # Each offset x of the arrangement written twice (x in [0, 2P)), as one code:
-        # (rank of x among its component's offsets of the doubled arrangement) << 16 | k.
-        # Rotation b reads [b, b + P); the rank there is code >> 16 minus the component's
-        # count before b, so no offset wraps around.
-        doubled = np.concatenate([self.labels, self.labels], axis=1)
-        ranks = np.take_along_axis(prefix[:, :-1, :], self.labels[:, :, None], axis=2)[:, :, 0]
-        ranks = np.concatenate([ranks, ranks + self.counts[self.labels]], axis=1)
+        # Each offset x of the arrangement written twice (x in [0, 2P)), as one code of its
+        # rank among its component's offsets of the doubled arrangement, its component's
+        # count and its component. Rotation b reads [b, b + P); the rank there is the code's
+        # rank minus the component's count before b, so no offset wraps around.
+        doubled = np.concatenate([labels, labels], axis=1)
+        ranks = np.take_along_axis(prefix[:, :-1, :], labels[:, :, None], axis=2)[:, :, 0]
+        ranks = np.concatenate([ranks, ranks + self.counts[labels]], axis=1)
         packed = (ranks << RANK_SHIFT) | (self.counts[doubled] << COUNT_SHIFT) | doubled
-        self._codes = packed.ravel()
+        self.labels[rows] = labels
+        self.prefix[rows] = prefix
+        self._codes.reshape(-1, 2 * size)[rows] = packed
+        self._labels.reshape(-1, 2 * size)[rows] = doubled
         # Per (arrangement, rotation, component): the component's count before the
         # rotation, less its base, to subtract from a rank.
-        self._before = (prefix - bases[None, None, :]).ravel()
-        small = np.int8 if k <= np.iinfo(np.int8).max else np.int16
-        self._labels = doubled.astype(small).ravel()
-        self._columns = np.arange(window, dtype=np.int64)[None, :]
+        self._before.reshape(-1, (size + 1) * k)[rows] = (
+            prefix - self.bases[None, None, :]
+        ).reshape(len(rows), -1)
+        self._built[rows] = True
+        self._all_built = bool(self._built.all())
 
     def _arrangement(self, windows: I64) -> tuple[I64, I64]:
         """Each window's arrangement and rotation, from the window's key."""
@@ -211,6 +238,7 @@ class _Segment:
         rotation = (((keys >> np.uint64(32)) * np.uint64(self.window)) >> np.uint64(32)).astype(
             np.int64
         )
+        self._build(table)
         return table, rotation
 
     def _codes_at(self, local: I64) -> tuple[I64, I64 | None, I64, I64, I64]:
@@ -271,6 +299,7 @@ class _Segment:
             # The window's arrangement and rotation, as _arrangement computes them.
             key = stream_key(self.key, window)
             table, rotation = key & (self.arrangements - 1), ((key >> 32) * size) >> 32
+            self._build(np.array([table], dtype=np.int64))
             prefix = self.prefix[table]
             end = rotation + offset
             if end <= size:
