@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import check_int
+from .._errors import check_bool, check_int
 from ._distributed import DistributedContext
 from ._lr_scheduler import LRScheduler
 from ._reducer import MetricReducer, ReducerEntry
@@ -67,6 +67,7 @@ class TrialContext:
         self._initial_batch = 0
         self._current_batch = 0
         self._current_epoch = 0
+        self._stop_requested = False
 
     # Hyperparameters and batch sizes.
 
@@ -121,6 +122,29 @@ class TrialContext:
     def current_train_epoch(self) -> int:
         """The epoch of the batch being trained, from records consumed."""
         return self._current_epoch
+
+    def set_stop_requested(self, stop_requested: bool) -> None:
+        """Ask the trainer to stop: it finishes the batch, checkpoints and ``fit`` returns.
+
+        Call it from ``train_batch``, ``evaluate_batch`` or a callback, e.g. for early
+        stopping. One rank asking is enough: the ranks agree on one stop batch at their
+        next check (NOTE [ stop agreement ]), which on a single process, or after a
+        validation, is the end of the current batch.
+
+        Examples:
+            >>> context = TrialContext({}, 0, DistributedContext())
+            >>> context.set_stop_requested(True); context.get_stop_requested()
+            True
+            >>> context.set_stop_requested(1)
+            Traceback (most recent call last):
+            ...
+            TypeError: stop_requested should be a bool, but got stop_requested=1 of type int
+        """
+        self._stop_requested = check_bool("stop_requested", stop_requested)
+
+    def get_stop_requested(self) -> bool:
+        """Whether a stop was requested with :meth:`set_stop_requested`."""
+        return self._stop_requested
 
     # Wrapping.
 

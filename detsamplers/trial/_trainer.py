@@ -8,19 +8,21 @@ Run a script that builds a trial under ``init()`` and calls ``Trainer(trial, con
 (the training loader, sharded and skipped) → model (callbacks, ranks' agreement) → load
 checkpoint (state, RNG, checks) → loop (train, report, validate, checkpoint) → close.
 See NOTE [ trial data ], NOTE [ trial RNG ], NOTE [ checkpoint layout ] and
-NOTE [ metric reduction ].
+NOTE [ metric reduction ], NOTE [ stop agreement ] and NOTE [ checkpoint retention ].
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from .._errors import ReproducibilityError
-from . import _checkpoint, _data, _rng
+from . import _checkpoint, _data, _preemption, _retention, _rng
 from ._context import TrialContext
 from ._lr_scheduler import LRScheduler
 from ._reducer import Window
@@ -90,6 +92,8 @@ class Trainer:
             raise TypeError(f"trial should be a Trial, but got {type(trial).__name__}")
         self.trial = trial
         self.context = context
+        self._retention = _retention.Retention("none", None, True)
+        self._last_validation: tuple[int, dict[str, Any]] = (-1, {})
 
     def fit(
         self,
@@ -100,8 +104,19 @@ class Trainer:
         latest_checkpoint: str | None = None,
         test_mode: bool = False,
         reporting_period: Length = _REPORTING_PERIOD,
+        checkpoint_policy: str = "best",
+        searcher_metric: str | None = None,
+        smaller_is_better: bool = True,
+        keep_last: int | None = None,
+        keep_best: int = 0,
+        stop_signals: Iterable[int] = _preemption.DEFAULT_STOP_SIGNALS,
+        stop_check_period: Length | None = None,
     ) -> None:
         """Train until ``max_length`` in total, resuming from ``latest_checkpoint`` if given.
+
+        A stop signal or ``context.set_stop_requested(True)`` pauses the run: every rank
+        finishes the same batch, one checkpoint is written and ``fit`` returns normally
+        (NOTE [ stop agreement ]). ``latest_checkpoint="auto"`` then resumes it.
 
         Args:
             max_length: The total length; a resumed run trains only what is left.
@@ -109,19 +124,58 @@ class Trainer:
             validation_period: Validate every so many batches (and at the end, if the
                 trial has a validation loader).
             checkpoint_dir: Where checkpoint folders and ``metrics.jsonl`` go.
-            latest_checkpoint: A checkpoint folder to resume from, e.g.
-                ``find_latest_checkpoint(checkpoint_dir)``.
+            latest_checkpoint: A checkpoint folder to resume from, or ``"auto"``: the
+                newest complete checkpoint in ``checkpoint_dir`` if there is one, else a
+                fresh start (for ``torchrun --max-restarts``, and relaunches after a pause).
             test_mode: Train one batch, validate one batch, checkpoint and return.
-            reporting_period: Reduce and log the training metrics every so many batches.
+            reporting_period: Reduce and log the training metrics every so many batches
+                (and at every validation, checkpoint and stop, as Determined does).
+            checkpoint_policy: After a validation, ``"all"`` checkpoints, ``"best"``
+                checkpoints if ``searcher_metric`` improved (``"all"`` without one, as
+                Determined's local training does), ``"none"`` does not.
+            searcher_metric: The validation metric that ranks checkpoints.
+            smaller_is_better: Whether a lower ``searcher_metric`` is better.
+            keep_last: Keep only this many newest checkpoints (``None``: keep all).
+            keep_best: With ``keep_last``, also keep this many best by ``searcher_metric``.
+            stop_signals: The signals that pause the run instead of killing it.
+            stop_check_period: How often the ranks check for a stop; ``None`` spaces the
+                checks to cost under 1% of training time, at most a second apart.
 
         Raises:
             ReproducibilityError: the training loader cannot resume reproducibly, or the
                 checkpoint was saved with another global batch size, seed or dataset.
         """
+        retention = _retention.Retention(
+            checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best
+        )
+        with _preemption.StopSignals(stop_signals) as signals:
+            self._fit(
+                max_length, checkpoint_period, validation_period, checkpoint_dir,
+                latest_checkpoint, test_mode, reporting_period, retention, signals,
+                stop_check_period,
+            )  # fmt: skip
+
+    def _fit(
+        self,
+        max_length: Length,
+        checkpoint_period: Length | None,
+        validation_period: Length | None,
+        checkpoint_dir: str,
+        latest_checkpoint: str | None,
+        test_mode: bool,
+        reporting_period: Length,
+        retention: _retention.Retention,
+        signals: _preemption.StopSignals,
+        stop_check_period: Length | None,
+    ) -> None:
         context, dist = self.context, self.context.distributed
         started = time.perf_counter()
 
         # Setup: where training stands, before the trial builds its loaders.
+        latest_checkpoint = _preemption.resolve_latest(latest_checkpoint, checkpoint_dir, dist)
+        if latest_checkpoint is not None:
+            retention.resumed_from = os.path.abspath(latest_checkpoint)
+        self._retention, self._last_validation = retention, (-1, {})
         saved = None if latest_checkpoint is None else _checkpoint.read_metadata(latest_checkpoint)
         if latest_checkpoint is not None and saved is None:
             raise ValueError(
@@ -146,6 +200,7 @@ class Trainer:
             "checkpoint": checkpoint_period,
             "validation": validation_period,
             "reporting": reporting_period,
+            "stop_check": stop_check_period,
         }
         every = {
             name: None
@@ -184,6 +239,9 @@ class Trainer:
                 _rng.seed_all(context.get_trial_seed(), "rank", rank, initial)
         else:
             _rng.seed_all(context.get_trial_seed(), "rank", rank, 0)
+        if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
+            _preemption.truncate_metrics(checkpoint_dir, initial)
+            retention.remember(checkpoint_dir)
 
         # Loop.
         reporter = Reporter(checkpoint_dir, dist.is_chief, initial, total)
@@ -191,6 +249,8 @@ class Trainer:
         window = Window(entries)
         batches = initial
         last_checkpoint = last_validation = -1
+        agreement = _preemption.StopAgreement(dist, initial, every["stop_check"])
+        stop = 0
         for callback in callbacks.values():
             callback.on_training_start()
         iterator = iter(train_data)
@@ -219,19 +279,38 @@ class Trainer:
                     callback.on_training_epoch_end(epoch_idx)
             reporter.advance()
             end = batches == total
-            if end or self._due(every["reporting"], batches):
+            validate = self._due(every["validation"], batches) or bool(end and every["validation"])
+            checkpoint = self._due(every["checkpoint"], batches) or end
+            if end or validate or checkpoint or self._due(every["reporting"], batches):
                 reporter.log("training", batches, window.reduce(dist))
                 window = Window(entries)
-            if self._due(every["validation"], batches) or (end and every["validation"]):
+            if validate:
                 self._validate(reporter, batches, callbacks, test_mode)
                 last_validation = batches
-            if self._due(every["checkpoint"], batches) or end:
+                done, validated = self._last_validation
+                checkpoint |= done == batches and retention.after_validation(validated, dist)
+            if checkpoint:
                 self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
                 last_checkpoint = batches
+            if not end and (agreement.due(batches) or validate):
+                stop = agreement.agree(batches, self._stop_code(signals))
+                if stop:
+                    break
         if test_mode and last_validation != batches:
             self._validate(reporter, batches, callbacks, test_mode)
         if test_mode and last_checkpoint != batches:
             self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
+
+        # Stop: the ranks agreed to pause after this batch (NOTE [ stop agreement ]).
+        if stop:
+            stopping = time.perf_counter()
+            if window.batches:
+                reporter.log("training", batches, window.reduce(dist))
+            if last_checkpoint != batches:
+                self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
+            reason = _preemption.STOP_REASONS[stop]
+            seconds = time.perf_counter() - stopping
+            reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
 
         # Close.
         reporter.close()
@@ -241,6 +320,11 @@ class Trainer:
     @staticmethod
     def _due(period: int | None, batches: int) -> bool:
         return period is not None and batches % period == 0
+
+    def _stop_code(self, signals: _preemption.StopSignals) -> int:
+        if signals.received is not None:
+            return _preemption.SIGNALLED
+        return _preemption.REQUESTED if self.context.get_stop_requested() else 0
 
     def _validate(
         self, reporter: Reporter, batches: int, callbacks: dict[str, Any], test_mode: bool
@@ -267,6 +351,7 @@ class Trainer:
                         break
                 metrics = window.reduce(dist)
         reporter.log("validation", batches, metrics)
+        self._last_validation = (batches, metrics)
         for callback in callbacks.values():
             callback.on_validation_end(metrics)
 
@@ -280,6 +365,7 @@ class Trainer:
     ) -> None:
         """Save a checkpoint at ``batches`` (a collective: every rank calls it)."""
         context, dist = self.context, self.context.distributed
+        done, validation = self._last_validation
         loader_state = None
         if data is not None:  # a fresh stream at the position: workers prefetch ahead
             loader_state = data.state(batches, dist.get_size(), dist.get_rank())
@@ -298,8 +384,11 @@ class Trainer:
             if data is None
             else data.global_digest(batches, dist.get_size()),
             "hparams": _json_or_none(context.get_hparams()),
+            "validation_metrics": _json_or_none(validation) if done == batches else None,
         }
         rank_state = {"rng": _rng.capture(), "loader": loader_state}
         path = _checkpoint.save(checkpoint_dir, context, callbacks, metadata, rank_state)
+        if dist.is_chief:  # only once the new folder is complete (NOTE [ checkpoint retention ])
+            self._retention.apply(checkpoint_dir)
         for callback in callbacks.values():
             callback.on_checkpoint_write_end(path)

@@ -51,7 +51,8 @@ def test_a_resumed_run_trains_only_what_is_left(tmp_path: Path) -> None:
     resumed = run(folder, 11, resume=True)
     assert resumed.context.current_train_batch() == 11
     trained = [row["batches_trained"] for row in metrics(folder) if row["type"] == "training"]
-    assert trained == [5, 10, 11]  # every 5 batches, and at the end of each fit
+    # every 5 batches, at each checkpoint (3, 6, 9) and validation (4, 8), and at each end
+    assert trained == [3, 4, 5, 6, 8, 9, 10, 11]
     assert find_latest_checkpoint(folder) == os.path.join(folder, "batch-000011")
 
 
