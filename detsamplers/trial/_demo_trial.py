@@ -5,6 +5,9 @@ Each rank of a run is started by torchrun (``_demo.py`` launches it)::
     OMP_NUM_THREADS=1 python -m torch.distributed.run --nproc_per_node=2 \
         -m detsamplers.trial._demo_trial --checkpoint-dir ckpt --max-batches 48 --resume
 
+``--resume`` passes ``latest_checkpoint="auto"``, so the same command also survives
+``torchrun --max-restarts=3`` and a relaunch after SIGTERM.
+
 Every rank appends the dataset indices of its share of each global batch to
 ``<record-dir>/records-rank<r>.jsonl``, so the demo can rebuild the global batches.
 """
@@ -22,7 +25,6 @@ import torch.utils.data as tud
 from torch import nn
 
 from ..loader import DataLoader
-from ._checkpoint import find_latest_checkpoint
 from ._context import TrialContext
 from ._init import init
 from ._lr_scheduler import LRScheduler
@@ -123,7 +125,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=256)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--num-workers", type=int, default=0)
-    parser.add_argument("--resume", action="store_true", help="from the latest checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help='latest_checkpoint="auto": the newest, if any'
+    )
+    parser.add_argument("--stop-check-period", type=int, default=None)
     parser.add_argument("--weights-out", default=None, help="rank 0 saves the final weights")
     parser.add_argument("--test-mode", action="store_true")
     return parser.parse_args(argv)
@@ -141,17 +146,21 @@ def main(argv: Sequence[str] | None = None, trial_class: type[DemoTrial] = DemoT
     }
     if args.record_dir is not None:
         os.makedirs(args.record_dir, exist_ok=True)
+        rank = os.environ.get("RANK", "0")  # for the demo, which signals one rank
+        with open(os.path.join(args.record_dir, f"pid-rank{rank}"), "w") as f:
+            f.write(str(os.getpid()))
     with init(hparams=hparams, seed=args.seed) as context:
         trial = trial_class(context)
-        latest = find_latest_checkpoint(args.checkpoint_dir) if args.resume else None
+        stop_check = None if args.stop_check_period is None else Batch(args.stop_check_period)
         Trainer(trial, context).fit(
             max_length=Batch(args.max_batches),
             checkpoint_period=Batch(args.checkpoint_every),
             validation_period=Epoch(1),
             checkpoint_dir=args.checkpoint_dir,
-            latest_checkpoint=latest,
+            latest_checkpoint="auto" if args.resume else None,
             test_mode=args.test_mode,
             reporting_period=Batch(8),
+            stop_check_period=stop_check,
         )
         if args.weights_out is not None and context.distributed.get_rank() == 0:
             torch.save(unwrapped(trial.model).state_dict(), args.weights_out)

@@ -182,7 +182,7 @@ class StopAgreement:
         self._cost = self._since - started
         self._since_batches = batches
         self._next = batches + self._spacing(per_batch, cost)
-        return int(round(flag))
+        return int(flag)
 
     def _spacing(self, per_batch: float, cost: float) -> int:
         if self.period is not None:

@@ -13,7 +13,8 @@ Retention follows Determined's checkpoint garbage collection (``save_trial_lates
 ``searcher_metric`` (the validation at the checkpoint's own batch, saved in its
 metadata). ``keep_last=None``, the default, deletes nothing, as local Determined does.
 Rank 0 applies it after each checkpoint is complete, so an old folder goes only once a
-newer one is complete, and it never deletes the folder this ``fit`` resumed from. A
+newer one is complete; it never deletes the folder this ``fit`` resumed from, nor
+folders past the current batch (left by an earlier run that was resumed further back). A
 folder is deleted by removing ``metadata.json`` first, so that it stops counting as
 complete at once, then the rest.
 """
@@ -156,11 +157,16 @@ class Retention:
                     decision = True
         return bool(distributed.broadcast(decision))
 
-    def apply(self, checkpoint_dir: str) -> list[str]:
-        """Delete the checkpoints retention lets go (on rank 0); their paths."""
+    def apply(self, checkpoint_dir: str, batches_trained: int) -> list[str]:
+        """Delete the checkpoints retention lets go (on rank 0); their paths.
+
+        Only checkpoints up to ``batches_trained``, this run's history, are considered:
+        folders past it come from a run that a resume from an older checkpoint left
+        behind, and are left alone.
+        """
         if self.keep_last is None:
             return []
-        found = complete_checkpoints(checkpoint_dir)
+        found = [row for row in complete_checkpoints(checkpoint_dir) if row[0] <= batches_trained]
         keep = {path for _, path, _ in found[-self.keep_last :]}
         if self.keep_best:
             scored = []

@@ -389,6 +389,6 @@ class Trainer:
         rank_state = {"rng": _rng.capture(), "loader": loader_state}
         path = _checkpoint.save(checkpoint_dir, context, callbacks, metadata, rank_state)
         if dist.is_chief:  # only once the new folder is complete (NOTE [ checkpoint retention ])
-            self._retention.apply(checkpoint_dir)
+            self._retention.apply(checkpoint_dir, batches)
         for callback in callbacks.values():
             callback.on_checkpoint_write_end(path)
