@@ -1,11 +1,14 @@
 """``python -m detsamplers demo``: pause 2 ranks midway, resume on 1, verify the batches.
 
-Three torchrun launches of :mod:`detsamplers.trial._demo_trial` (gloo on 127.0.0.1):
+Five torchrun launches of :mod:`detsamplers.trial._demo_trial` (gloo on 127.0.0.1):
 
 1. an uninterrupted reference run on ``ranks`` ranks;
-2. the same run stopped at ``pause_at`` as a preemption would stop it (its ``fit`` ends
-   there with a checkpoint);
-3. a resume from ``find_latest_checkpoint`` on ``resume_ranks`` ranks, to the end.
+2. the same run stopped at ``pause_at`` (its ``max_length`` ends there with a checkpoint);
+3. a resume from ``latest_checkpoint="auto"`` on ``resume_ranks`` ranks, to the end;
+4. the full run again, preempted: once rank 1 has trained ``pause_at`` batches it gets
+   SIGTERM (as ``kill`` on its pid, or a cluster's preemption, would send it), and
+   every rank stops after the same batch, checkpoints and exits 0;
+5. the same command relaunched, resuming with ``"auto"`` on ``ranks`` ranks.
 
 Each rank logs the indices of its share of every global batch; the demo rebuilds the
 global batches (rank ``r`` of ``W`` holds positions ``j * W + r``) and prints a
@@ -17,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +34,7 @@ import torch
 
 from ._checkpoint import find_latest_checkpoint
 
-__all__ = ["global_batches", "launch", "run_demo", "seen_once_per_epoch"]
+__all__ = ["global_batches", "launch", "run_demo", "seen_once_per_epoch", "torchrun"]
 
 
 def free_port() -> int:
@@ -40,14 +44,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def torchrun(
+    ranks: int,
+    args: list[str],
+    module: str = "detsamplers.trial._demo_trial",
+    options: Sequence[str] | None = None,
+) -> list[str]:
+    """The torchrun command for ``module`` on ``ranks`` ranks of this node.
+
+    ``options`` replace the single-node rendezvous on 127.0.0.1, e.g. with
+    ``--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT``.
+    """
+    if options is None:
+        options = ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
+    return [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+        *options, "-m", module, *args,
+    ]  # fmt: skip
+
+
 def launch(
-    ranks: int, args: list[str], log: str, module: str = "detsamplers.trial._demo_trial"
+    ranks: int,
+    args: list[str],
+    log: str,
+    module: str = "detsamplers.trial._demo_trial",
+    options: Sequence[str] | None = None,
 ) -> float:
     """Run ``module`` on ``ranks`` ranks with torchrun; its output goes to ``log``; seconds."""
-    command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", module, *args,
-    ]  # fmt: skip
+    command = torchrun(ranks, args, module, options)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
     with open(log, "a") as out:
@@ -111,6 +135,85 @@ def _resume_seconds(checkpoint_dir: str) -> float:
 
 
 @dataclass
+class Preempted:
+    """What the SIGTERM step saw."""
+
+    folder: str
+    returncode: int
+    stop_batch: int | None  # batches trained at the stop checkpoint
+    last_batches: list[int]  # each rank's last batch index before the stop
+    exit_seconds: float  # from SIGTERM to the exit of every rank (torchrun's exit)
+    resume_seconds: float
+
+
+def _rows(path: str) -> list[dict[str, Any]]:
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def _preempt(
+    ranks: int, pause_at: int, max_batches: int, common: list[str], folder: str, log: str
+) -> Preempted:
+    """Steps 4 and 5: SIGTERM to the last rank once it trained ``pause_at``, then a relaunch."""
+    first, second = os.path.join(folder, "first"), os.path.join(folder, "second")
+    base = [f"--checkpoint-dir={folder}", *common, f"--max-batches={max_batches}", "--resume"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    victim = os.path.join(first, f"records-rank{ranks - 1}.jsonl")
+    command = torchrun(ranks, [*base, f"--record-dir={first}"])
+    with open(log, "a") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while process.poll() is None and len(_rows(victim)) < pause_at:
+            time.sleep(0.005)
+        signalled = time.perf_counter()
+        if process.poll() is None:
+            with open(os.path.join(first, f"pid-rank{ranks - 1}")) as f:
+                os.kill(int(f.read()), signal.SIGTERM)
+        returncode = process.wait()
+    exit_seconds = time.perf_counter() - signalled
+    weights = os.path.join(second, "weights.pt")
+    again = [*base, f"--record-dir={second}", f"--weights-out={weights}"]
+    resume_seconds = launch(ranks, again, log)
+    stops = [r for r in _rows(os.path.join(folder, "metrics.jsonl")) if r["type"] == "stop"]
+    files = [os.path.join(first, f"records-rank{rank}.jsonl") for rank in range(ranks)]
+    last = [max((r["batch"] for r in _rows(path)), default=-1) for path in files]
+    stop_batch = stops[-1]["batches_trained"] if stops else None
+    return Preempted(folder, returncode, stop_batch, last, exit_seconds, resume_seconds)
+
+
+def _preemption_checks(
+    run: Preempted, expected: dict[int, list[int]], ranks: int, max_batches: int, reference: str
+) -> list[Check]:
+    """The SIGTERM step's rows of the verification table."""
+    first, second = os.path.join(run.folder, "first"), os.path.join(run.folder, "second")
+    trained = {
+        rank: [r["batch"] for d in (first, second)
+               for r in _rows(os.path.join(d, f"records-rank{rank}.jsonl"))]
+        for rank in range(ranks)
+    }  # fmt: skip
+    once = all(sorted(batches) == list(range(max_batches)) for batches in trained.values())
+    stitched = {**global_batches(first, ranks), **global_batches(second, ranks)}
+    same = sum(stitched.get(b) == expected.get(b) for b in range(max_batches))
+    a = torch.load(os.path.join(reference, "weights.pt"), weights_only=True)
+    b = torch.load(os.path.join(second, "weights.pt"), weights_only=True)
+    stop = run.stop_batch
+    return [
+        Check("SIGTERM to one rank: every rank exited 0", run.returncode == 0,
+              f"torchrun exit status {run.returncode}, {run.exit_seconds:.2f} s after the signal"),
+        Check("SIGTERM to one rank: all stopped after one batch",
+              stop is not None and run.last_batches == [stop - 1] * ranks,
+              f"checkpoint at batch {stop}; last batch per rank {run.last_batches}"),
+        Check("SIGTERM + auto resume: no batch twice or skipped", once,
+              f"{ranks} ranks x {max_batches} batches over both launches"),
+        Check("SIGTERM + auto resume: global batches identical", same == max_batches,
+              f"{same}/{max_batches} global batches"),
+        Check("SIGTERM + auto resume: final weights bit-identical",
+              all(torch.equal(a[k], b[k]) for k in a), f"{len(a)} tensors"),
+    ]  # fmt: skip
+
+
+@dataclass
 class Check:
     """One row of the verification table."""
 
@@ -161,7 +264,12 @@ def run_demo(
         weights = os.path.join(record_dir, "weights.pt")
         args = [f"--checkpoint-dir={ckpt}", f"--record-dir={record_dir}", *common, *extra]
         seconds.append(launch(world, [*args, f"--weights-out={weights}"], log))
-        echo(f"[{number}/3] {title} on {world} rank(s): {seconds[-1]:.1f} s")
+        echo(f"[{number}/5] {title} on {world} rank(s): {seconds[-1]:.1f} s")
+    preempted = _preempt(ranks, pause_at, max_batches, common, os.path.join(work, "sigterm"), log)
+    echo(f"[4/5] SIGTERM to rank {ranks - 1} after batch {pause_at} on {ranks} rank(s): "
+         f"exit {preempted.returncode}, {preempted.exit_seconds:.1f} s after it")  # fmt: skip
+    echo(f"[5/5] relaunched with latest_checkpoint=\"auto\" on {ranks} rank(s): "
+         f"{preempted.resume_seconds:.1f} s")  # fmt: skip
 
     expected = global_batches(reference, ranks)
     first = global_batches(os.path.join(paused, "first"), ranks)
@@ -193,6 +301,7 @@ def run_demo(
     else:
         why = f"not expected: world size {ranks} -> {resume_ranks} re-seeds dropout"
         checks.append(Check("final weights bit-identical", None, why))
+    checks += _preemption_checks(preempted, expected, ranks, max_batches, reference)
     size = _size(pause_ckpt) if os.path.isdir(pause_ckpt) else 0
     checks.append(Check("checkpoint size", None, f"{size / 1024:.1f} KiB ({ranks} rank files)"))
     checks.append(Check("time to resume", None,

@@ -9,13 +9,15 @@ ranks agree: at a *check* every rank contributes its flag to one ``all_reduce(MA
 all of them stop after the same batch, checkpoint there and return from ``fit``.
 
 A check costs one small collective (tens to hundreds of microseconds with gloo on
-loopback), so with several ranks the checks are spaced by :class:`StopAgreement`: each
-check also carries every rank's measured seconds per batch and its last check's cost,
-and from their maxima (the same numbers on every rank, hence the same schedule) the next
-check is placed so that checks cost at most 1% of training time, but never more than
-about a second of training apart. A check also follows every validation, so that early
-stopping decided there takes effect after that very batch. A single process checks
-after every batch, for free. ``stop_check_period`` fixes the spacing instead.
+loopback), so with several ranks :class:`StopAgreement` spaces the checks. Each check
+also carries every rank's seconds per batch since the last check and the cost of that
+check; from the largest time per batch and the smallest cost (a rank that arrives
+early also waits for the others, which is their imbalance, not the check's cost), the
+same numbers on every rank and so the same schedule, it places the next check so that
+checks cost at most 1% of training time, and at most about a second of training apart.
+A check also follows every validation, so that early stopping decided there takes
+effect after that very batch. A single process checks after every batch, for free.
+``stop_check_period`` fixes the spacing instead.
 
 The handler does nothing but record the signal, so a second signal during the
 checkpoint write is absorbed and cannot interrupt it; the previous handlers come back
@@ -175,9 +177,12 @@ class StopAgreement:
             return code
         started = time.perf_counter()
         per_batch = (started - self._since) / max(1, batches - self._since_batches)
-        values = torch.tensor([float(code), per_batch, self._cost], dtype=torch.float64)
+        # The smallest cost: a rank that arrives early also waits for the others, which is
+        # their imbalance, not the check's cost; the last rank to arrive measures the check.
+        values = torch.tensor([float(code), per_batch, -self._cost], dtype=torch.float64)
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._group)
         flag, per_batch, cost = values.tolist()
+        cost = -cost
         self._since = time.perf_counter()
         self._cost = self._since - started
         self._since_batches = batches
