@@ -12,22 +12,13 @@ from torch import nn
 from trial_helpers import metrics
 
 from detsamplers.trial import load_trial_from_checkpoint_path
-from detsamplers.trial._demo import launch, run_demo
+from detsamplers.trial._demo import launch
 from detsamplers.trial._demo_trial import DemoTrial
 
 pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16", "--max-batches=48"]
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[bool, list[str], Path]:
-    """The demo's three runs: 2 ranks straight, 2 ranks paused at 20, resumed on 1 rank."""
-    work = tmp_path_factory.mktemp("demo")
-    lines: list[str] = []
-    ok = run_demo(ranks=2, pause_at=20, resume_ranks=1, workdir=str(work), echo=lines.append)
-    return ok, lines, work
 
 
 def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straight_run(
