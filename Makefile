@@ -21,7 +21,8 @@ $(DOCS_STAMP): $(STAMP)
 
 install: $(STAMP)
 
-# Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches.
+# Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches;
+# then SIGTERM one rank of a run and relaunch it with latest_checkpoint="auto".
 demo: $(STAMP)
 	$(PY) -m detsamplers demo
 
@@ -42,6 +43,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/mix_table.py --quick
+	$(PY) benchmarks/preemption_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -51,6 +53,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png
+	$(PY) benchmarks/preemption_table.py
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)
