@@ -139,22 +139,27 @@ class Retention:
             return
         with open(path) as f:
             for line in f:
-                row = json.loads(line)
-                if row.get("type") == "validation" and self.searcher_metric in row["metrics"]:
-                    value = self.metric(row["metrics"])
-                    if self._better(value):
-                        self.best = value
+                try:
+                    row = json.loads(line)
+                    value = self.metric(row["metrics"]) if row["type"] == "validation" else None
+                except (ValueError, KeyError, TypeError):
+                    continue  # another row, or one without the metric
+                if value is not None and self._better(value):
+                    self.best = value
 
     def after_validation(self, metrics: dict[str, Any], distributed: DistributedContext) -> bool:
-        """Whether to checkpoint after this validation (rank 0's decision, broadcast)."""
+        """Whether to checkpoint after this validation (rank 0's decision, broadcast).
+
+        The metric is checked on every rank (the reduced metrics are the same on each), so
+        a missing one raises everywhere instead of leaving the others in the broadcast.
+        """
+        value = None if self.searcher_metric is None else self.metric(metrics)
         decision = False
-        if distributed.is_chief and self.policy != "none":
+        if distributed.is_chief:
             decision = self.policy == "all"
-            if self.searcher_metric is not None:
-                value = self.metric(metrics)
-                if self._better(value):
-                    self.best = value
-                    decision = True
+            if value is not None and self._better(value):
+                self.best = value
+                decision = self.policy != "none"
         return bool(distributed.broadcast(decision))
 
     def apply(self, checkpoint_dir: str, batches_trained: int) -> list[str]:
@@ -171,10 +176,11 @@ class Retention:
         if self.keep_best:
             scored = []
             for batches, path, metadata in found:
-                metrics = metadata.get("validation_metrics") or {}
-                if self.searcher_metric in metrics:
-                    value = self.metric(metrics)
-                    scored.append((value if self.smaller_is_better else -value, -batches, path))
+                try:
+                    value = self.metric(metadata.get("validation_metrics") or {})
+                except ValueError:
+                    continue  # no validation at this checkpoint's batch: not ranked
+                scored.append((value if self.smaller_is_better else -value, -batches, path))
             keep |= {path for _, _, path in sorted(scored)[: self.keep_best]}
         deleted = []
         for _, path, _ in found:
