@@ -21,7 +21,10 @@ effect after that very batch. A single process checks after every batch, for fre
 
 The handler does nothing but record the signal, so a second signal during the
 checkpoint write is absorbed and cannot interrupt it; the previous handlers come back
-when ``fit`` returns or raises.
+when ``fit`` returns or raises. The loaders' worker processes ignore the stop signals
+(:func:`shield_workers`): torchrun's agent and Slurm signal a worker's whole process
+group, and torch's workers die on a SIGTERM that does not come from their parent, which
+makes the next batch raise. They still exit with the main process.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "StopAgreement",
     "StopSignals",
     "resolve_latest",
+    "shield_workers",
     "truncate_metrics",
 ]
 
@@ -134,6 +138,36 @@ class StopSignals:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         self._previous.clear()
+
+
+class _ShieldedInit:
+    """A ``worker_init_fn``: ignore the stop signals, then run the user's (picklable)."""
+
+    def __init__(self, signals: tuple[signal.Signals, ...], user: Any) -> None:
+        self.signals = signals
+        self.user = user
+
+    def __call__(self, worker_id: int) -> None:
+        for number in self.signals:
+            signal.signal(number, signal.SIG_IGN)
+        if self.user is not None:
+            self.user(worker_id)
+
+
+def shield_workers(loader: Any, signals: StopSignals) -> Any:
+    """Make ``loader``'s worker processes ignore the stop signals; returns ``loader``.
+
+    Examples:
+        >>> import signal, torch.utils.data as tud
+        >>> loader = shield_workers(tud.DataLoader(range(4), num_workers=1), StopSignals())
+        >>> loader.worker_init_fn.signals == (signal.SIGTERM, signal.SIGUSR1)
+        True
+    """
+    user = getattr(loader, "worker_init_fn", _ShieldedInit((), None))
+    workers = getattr(loader, "num_workers", 0)
+    if signals.signals and workers and not isinstance(user, _ShieldedInit):
+        loader.worker_init_fn = _ShieldedInit(signals.signals, user)
+    return loader
 
 
 class StopAgreement:

@@ -94,6 +94,7 @@ class Trainer:
         self.context = context
         self._retention = _retention.Retention("none", None, True)
         self._last_validation: tuple[int, dict[str, Any]] = (-1, {})
+        self._signals = _preemption.StopSignals(())
 
     def fit(
         self,
@@ -169,6 +170,7 @@ class Trainer:
         stop_check_period: Length | None,
     ) -> None:
         context, dist = self.context, self.context.distributed
+        self._signals = signals
         started = time.perf_counter()
 
         # Setup: where training stands, before the trial builds its loaders.
@@ -193,6 +195,7 @@ class Trainer:
         epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
         rank, size = dist.get_rank(), dist.get_size()
         train_data = user_loader if data is None else data.build(initial, size, rank)
+        _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
         total = to_batches("max_length", max_length, epoch_records, global_batch)
         if test_mode:
             total = min(total, initial + 1)
@@ -340,6 +343,7 @@ class Trainer:
             model.eval()
         with _rng.fork(context.get_trial_seed(), "validation", batches), torch.no_grad():
             data = _data.validation_loader(trial.build_validation_data_loader(), context, full)
+            _preemption.shield_workers(data, self._signals)
             if full:
                 metrics = trial.evaluate_full_dataset(data) if dist.is_chief else None
                 metrics = dist.broadcast(metrics)

@@ -7,8 +7,10 @@ test_trial_preemption_distributed.py.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trial_helpers import HPARAMS, identical, metrics, weights
 
-from detsamplers.trial import Batch, Callback, Trainer, _checkpoint, find_latest_checkpoint, init
+from detsamplers.trial import (
+    Batch,
+    Callback,
+    Trainer,
+    _checkpoint,
+    _preemption,
+    find_latest_checkpoint,
+    init,
+)
 from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._preemption import StopAgreement, StopSignals
 from detsamplers.trial._retention import complete_checkpoints
@@ -31,10 +41,11 @@ def fit(
     batches: int = TOTAL,
     trial_class: type[DemoTrial] = DemoTrial,
     latest_checkpoint: str | None = "auto",
+    num_workers: int = 0,
     **options: Any,
 ) -> DemoTrial:
     """The demo trial on one rank: checkpoints every 3, validation every 4, reports every 5."""
-    with init(hparams=dict(HPARAMS), seed=1) as context:
+    with init(hparams={**HPARAMS, "num_workers": num_workers}, seed=1) as context:
         trial = trial_class(context)
         Trainer(trial, context).fit(
             Batch(batches),
@@ -121,6 +132,36 @@ def test_a_stop_at_any_batch_then_auto_resume_gives_the_uninterrupted_run(
         stop_at + 1,
         stop_at + 1,
     ]
+
+
+class GroupSignalled(DemoTrial):
+    """SIGTERM to the loader workers and this process at batch 3, as ``killpg`` sends it.
+
+    From another process: torch's workers exit quietly on a SIGTERM from their parent.
+    """
+
+    def train_batch(self, data: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        if batch_idx == 3:
+            pids = [str(child.pid) for child in multiprocessing.active_children()]
+            subprocess.run(["kill", "-TERM", *pids, str(os.getpid())], check=True)
+        return super().train_batch(data, epoch_idx, batch_idx)
+
+
+def test_sigterm_to_the_whole_process_group_spares_the_loader_workers(tmp_path: Path) -> None:
+    straight = fit(str(tmp_path / "straight"), num_workers=1)
+    paused = fit(str(tmp_path / "paused"), trial_class=GroupSignalled, num_workers=1)
+    assert paused.context.current_train_batch() == 4
+    resumed = fit(str(tmp_path / "paused"), num_workers=1)
+    assert identical(weights(straight), weights(resumed))
+
+
+def test_unshielded_loader_workers_die_of_a_group_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The control for the test above: torch's workers die of a SIGTERM from a non-parent.
+    monkeypatch.setattr(_preemption, "shield_workers", lambda loader, signals: loader)
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        fit(str(tmp_path), trial_class=GroupSignalled, num_workers=1)
 
 
 def test_a_second_signal_during_the_checkpoint_write_does_not_corrupt_it(
