@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public, untyped export
+from torch.distributed.rendezvous import rendezvous
 
 from .._errors import check_int
 
@@ -123,5 +125,12 @@ def setup() -> tuple[DistributedContext, bool]:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend=backend, rank=rank, world_size=size)
+    # NOTE [ restart attempts ]: torchrun keeps its store across the restarts of a worker
+    # group, and the default group's keys carry no attempt number, so a restarted rank can
+    # read a dead rank's gloo address and fail to connect; a prefix per attempt keeps them
+    # apart.
+    store, _, _ = next(rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = PrefixStore(f"detsamplers/attempt-{attempt}", store)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size)
     return DistributedContext(rank, size, local_rank), True

@@ -21,7 +21,8 @@ effect after that very batch. A single process checks after every batch, for fre
 
 The handler does nothing but record the signal, so a second signal during the
 checkpoint write is absorbed and cannot interrupt it; the previous handlers come back
-when ``fit`` returns or raises. The loaders' worker processes ignore the stop signals
+when ``fit`` returns or raises; if it raises after a signal came, the signal is sent again
+so that it takes its usual effect. The loaders' worker processes ignore the stop signals
 (:func:`shield_workers`): torchrun's agent and Slurm signal a worker's whole process
 group, and torch's workers die on a SIGTERM that does not come from their parent, which
 makes the next batch raise. They still exit with the main process.
@@ -138,6 +139,10 @@ class StopSignals:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         self._previous.clear()
+        if error is not None and self.received is not None:
+            # ``fit`` failed before it could pause (a rank died, say): the signal gets its
+            # usual effect now, so that torchrun's agent need not wait to kill the process.
+            os.kill(os.getpid(), signal.Signals[self.received])
 
 
 class _ShieldedInit:

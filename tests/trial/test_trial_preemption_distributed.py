@@ -47,8 +47,8 @@ def test_a_torchrun_restart_after_a_worker_dies_resumes_on_its_own_bit_identical
     for name, value in (("AT", "13"), ("RANK", "1"), ("FIRST_ATTEMPT", "1")):
         monkeypatch.setenv(f"TRIAL_KILL_{name}", value)
     args = [f"--checkpoint-dir={tmp_path}", *COMMON, "--resume", f"--weights-out={tmp_path}/w.pt"]
-    # c10d rendezvous: with the static one (--master_port) torch 2.13's restarted ranks
-    # can read the dead attempt's gloo addresses from the reused store and fail to connect
+    # c10d rendezvous, as for elastic jobs; init() keys the store per attempt, so that the
+    # restarted ranks never read the dead attempt's gloo addresses (NOTE [ restart attempts ])
     endpoint = f"--rdzv-endpoint=127.0.0.1:{free_port()}"
     options = ["--rdzv-backend=c10d", endpoint, "--rdzv-id=restarted", "--max-restarts=1"]
     launch(2, args, str(tmp_path / "log"), module="trial_worker", options=options)
