@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -355,3 +356,24 @@ def test_stop_signals_outside_the_main_thread_leave_the_handlers_alone() -> None
     thread.start()
     thread.join()
     assert seen == [signal.SIG_DFL, None]
+
+
+def test_a_fit_that_fails_after_a_signal_lets_the_signal_end_the_process(tmp_path: Path) -> None:
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_trial_preemption import fit
+from detsamplers.trial._demo_trial import DemoTrial
+
+class Failing(DemoTrial):
+    def train_batch(self, data, epoch_idx, batch_idx):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise RuntimeError("a peer died")
+
+try:
+    fit({str(tmp_path)!r}, trial_class=Failing)
+except RuntimeError:
+    print("the signal was swallowed")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, check=False)
+    assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
