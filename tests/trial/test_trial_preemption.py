@@ -110,7 +110,7 @@ def test_sigusr1_pauses_too_and_stop_signals_picks_the_signals(tmp_path: Path) -
     assert unpaused.context.current_train_batch() == TOTAL
 
 
-@settings(max_examples=8)
+@settings(max_examples=6)
 @given(stop_at=st.integers(0, TOTAL - 2))
 def test_a_stop_at_any_batch_then_auto_resume_gives_the_uninterrupted_run(
     straight: tuple[DemoTrial, list[dict[str, Any]]], stop_at: int
