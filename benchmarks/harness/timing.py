@@ -9,11 +9,13 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from harness.fmt import fmt_time
 from harness.table import Cell
 
 Batches = Iterable[Sequence[int]]
+T = TypeVar("T")
 
 
 def median(values: Sequence[float]) -> float:
@@ -223,13 +225,13 @@ def alternating(names: Sequence[str], rounds: int) -> list[list[str]]:
     return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)] if n else []
 
 
-def interleaved(ops: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+def interleaved(ops: dict[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:
     """Call every op ``rounds`` times, alternating which goes first; each op's results.
 
     Each op returns one measurement (a time or a rate); ``gc.collect()`` runs before each.
     Interleaving spreads the load of a shared machine over all peers alike.
     """
-    out: dict[str, list[float]] = {name: [] for name in ops}
+    out: dict[str, list[T]] = {name: [] for name in ops}
     for order in alternating(list(ops), rounds):
         for name in order:
             gc.collect()

@@ -14,10 +14,30 @@ import importlib.util
 import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 #: Batches of indices (question 1) or of sample ids (questions 2, 4 and 5).
 Batches = Iterable[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class ShardFormat:
+    """Question 4: a peer's own shard format and its streaming reader.
+
+    Every sample is ``{"png": <a 70-byte PNG>, "cls": i}`` for ``i`` in ``range(total)``;
+    every batch comes back as the list of its ``cls`` values.
+
+    Attributes:
+        write: ``(folder, total, per_shard)`` writes the samples in the peer's format and
+            returns what ``epoch`` and ``resume`` read (a path or a pattern).
+        epoch: ``(written, num_workers, batch)`` to one shuffled epoch of batches.
+        resume: ``(written, batch, position)`` to a function that builds the reader, loads
+            the state saved at ``position`` samples through the peer's API (saved
+            beforehand) and returns the first batch.
+    """
+
+    write: Callable[[str, int, int], str]
+    epoch: Callable[[str, int, int], Iterable[list[int]]]
+    resume: Callable[[str, int, int], Callable[[], list[int]]]
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,7 @@ class Peer:
     resume: Callable[[int, int, int], Callable[[], Sequence[int]]] | None = None
     resume_max_n: int | None = None
     shuffle_first: Callable[[int], object] | None = None
-    shards: Any = None
+    shards: ShardFormat | None = None
     capability: Callable[[bool], dict[str, bool | str]] | None = None
 
     def missing(self) -> str | None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch.utils.data as tud
+from harness.samples import PNG
 
 import detsamplers as ds
-from peers import Peer
+from detsamplers.loader import WebDataLoader, WebDatasetSource
+from peers import Peer, ShardFormat
 
 
 def index_batches(n: int, world: int, rank: int, batch: int) -> Iterable[list[int]]:
@@ -38,13 +42,58 @@ def shuffle_first(n: int) -> int:
     return next(iter(ds.ReproducibleShuffleSampler(tud.SequentialSampler(range(n)), 0)))
 
 
+def write_tar(folder: str, total: int, per_shard: int) -> str:
+    """webdataset tar shards written with ``webdataset.ShardWriter``; their brace pattern."""
+    import webdataset as wds
+
+    pattern = os.path.join(folder, "wds-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
+        for i in range(total):
+            sink.write({"__key__": f"{i:08d}", "png": PNG, "cls": i})
+    shards = -(-total // per_shard)
+    return os.path.join(folder, f"wds-{{000000..{shards - 1:06d}}}.tar")
+
+
+def _pair(sample: dict[str, Any]) -> tuple[bytes, int]:
+    return sample["png"], int(sample["cls"])
+
+
+def source(urls: str, batch: int, **kwargs: Any) -> WebDatasetSource:
+    """``WebDatasetSource(urls, seed=0, batch_size=batch, decode=(), map=(png, cls))``."""
+    return WebDatasetSource(urls, seed=0, batch_size=batch, decode=(), map=_pair, **kwargs)
+
+
+def shard_epoch(urls: str, workers: int, batch: int) -> Iterator[list[int]]:
+    """One epoch (``repeat=False``) in this process or through ``WebDataLoader``."""
+    stream = source(urls, batch, repeat=False)
+    batches: Iterable[Any] = WebDataLoader(stream, num_workers=workers) if workers else stream
+    for _, labels in batches:
+        yield labels.tolist()
+
+
+def shard_resume(urls: str, batch: int, position: int) -> Callable[[], list[int]]:
+    """``load_state_dict`` of the state at ``position`` into a freshly built source."""
+    state = {**source(urls, batch).state_dict(), "position": position}
+
+    def run() -> list[int]:
+        fresh = source(urls, batch)
+        fresh.load_state_dict(state)
+        labels: list[int] = next(iter(fresh))[1].tolist()
+        return labels
+
+    return run
+
+
 PEERS = [
     Peer(
         name="detsamplers",
         how="make_batch_sampler(range(N), 'training', shuffle_seed=0, num_workers=W, rank=r, "
-        "batch_size=B); resume: load_state_dict of the chain's state_dict",
+        "batch_size=B); resume: load_state_dict of the chain's state_dict; shards: "
+        "WebDatasetSource(tar shards, seed=0, batch_size=B, decode=(), shuffle_shards=True), "
+        "WebDataLoader with workers",
         index_batches=index_batches,
         resume=resume,
         shuffle_first=shuffle_first,
+        shards=ShardFormat(write_tar, shard_epoch, shard_resume),
     )
 ]

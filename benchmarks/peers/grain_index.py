@@ -1,0 +1,149 @@
+"""google grain: ``MapDataset.shuffle`` and the ``IndexSampler`` of its ``DataLoader``.
+
+grain's shuffle is an index map (O(1) per index, a state of one integer), like ours.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from peers import Peer
+
+
+def _grain() -> Any:
+    return importlib.import_module("grain")
+
+
+def map_dataset(n: int, world: int, rank: int, batch: int) -> Any:
+    """``MapDataset.range(n).shuffle(seed=0).repeat(None)[rank::world].batch(batch)``.
+
+    ``shuffle`` then ``repeat`` draws a new permutation each epoch.
+    """
+    return _grain().MapDataset.range(n).shuffle(seed=0).repeat(None)[rank::world].batch(batch)
+
+
+def map_batches(n: int, world: int, rank: int, batch: int) -> Iterator[Sequence[int]]:
+    """The batches of ``map_dataset`` by random access, ``dataset[i]`` for i = 0, 1, ..."""
+    dataset = map_dataset(n, world, rank, batch)
+    for i in itertools.count():
+        yield dataset[i]
+
+
+def map_resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
+    """A fresh ``to_iter_dataset()`` iterator, ``set_state({"next_index": k})``, next batch."""
+    state = {"next_index": position // batch}
+
+    def run() -> Sequence[int]:
+        iterator = iter(map_dataset(n, 1, 0, batch).to_iter_dataset())
+        iterator.set_state(state)
+        out: Sequence[int] = next(iterator)
+        return out
+
+    return run
+
+
+def map_shuffle_first(n: int) -> int:
+    """The first index of ``MapDataset.range(n).shuffle(seed=0)``."""
+    return int(_grain().MapDataset.range(n).shuffle(seed=0)[0])
+
+
+def sampler(n: int, world: int, rank: int) -> Any:
+    """``IndexSampler(n, ShardOptions(rank, world), shuffle=True, num_epochs=None, seed=0)``."""
+    grain = _grain()
+    shard = grain.sharding.ShardOptions(shard_index=rank, shard_count=world)
+    return grain.samplers.IndexSampler(n, shard, shuffle=True, num_epochs=None, seed=0)
+
+
+def sampler_batches(n: int, world: int, rank: int, batch: int) -> Iterator[Sequence[int]]:
+    """The record keys at the indices grain's DataLoader asks for: rank, rank + W, ..."""
+    indices = sampler(n, world, rank)
+    steps = itertools.count(rank, world)
+    while True:
+        yield [indices[next(steps)].record_key for _ in range(batch)]
+
+
+class _Records:
+    """A data source whose record ``i`` is ``i``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def __repr__(self) -> str:  # grain checks the source of a state by its repr
+        return f"_Records({self.n})"
+
+
+def loader(n: int, batch: int) -> Any:
+    """``grain.DataLoader`` over records ``0..n-1``, IndexSampler, no workers, Batch(batch)."""
+    grain = _grain()
+    return grain.DataLoader(
+        data_source=_Records(n),
+        sampler=sampler(n, 1, 0),
+        worker_count=0,
+        operations=[grain.transforms.Batch(batch)],
+    )
+
+
+def loader_state(n: int, batch: int, position: int) -> str:
+    """The iterator state after ``position`` records, in grain's own format.
+
+    grain's state names the last index read: written here from the state after one batch
+    instead of iterating ``position`` records (``tests/test_bench_harness.py`` checks it
+    equals the state after iterating, on a small N).
+    """
+    iterator = iter(loader(n, batch))
+    next(iterator)
+    state = json.loads(iterator.get_state())
+    state["last_seen_indices"] = {"0": position - 1}
+    return json.dumps(state, indent=4)
+
+
+def loader_resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
+    """A fresh ``DataLoader`` iterator, ``set_state(state)``, next batch."""
+    state = loader_state(n, batch, position).encode()
+
+    def run() -> Sequence[int]:
+        iterator = iter(loader(n, batch))
+        iterator.set_state(state)
+        out: Sequence[int] = next(iterator)
+        return out
+
+    return run
+
+
+def sampler_shuffle_first(n: int) -> int:
+    """The first record key of a fresh unsharded ``IndexSampler`` over ``n`` records."""
+    return int(sampler(n, 1, 0)[0].record_key)
+
+
+PEERS = [
+    Peer(
+        name="grain MapDataset",
+        distribution="grain",
+        module="grain",
+        how="MapDataset.range(N).shuffle(seed=0).repeat(None)[r::W].batch(B), read by "
+        "dataset[i]; resume: to_iter_dataset() iterator set_state({'next_index': k})",
+        index_batches=map_batches,
+        resume=map_resume,
+        shuffle_first=map_shuffle_first,
+    ),
+    Peer(
+        name="grain IndexSampler",
+        distribution="grain",
+        module="grain",
+        how="IndexSampler(N, ShardOptions(r, W), shuffle=True, num_epochs=None, seed=0) at "
+        "indices r, r+W, ...; resume: DataLoader(worker_count=0, Batch(B)) iterator set_state",
+        index_batches=sampler_batches,
+        resume=loader_resume,
+        shuffle_first=sampler_shuffle_first,
+    ),
+]

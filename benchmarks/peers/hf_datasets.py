@@ -1,0 +1,77 @@
+"""Hugging Face datasets: ``to_iterable_dataset`` with its buffer shuffle and state API."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from functools import cache
+from typing import Any
+
+from peers import Peer
+
+#: Shards of the iterable dataset, and the shuffle buffer (the documented defaults
+#: are 1 shard and 1,000 examples; more shards let split_dataset_by_node split by shard).
+SHARDS = 64
+BUFFER = 1000
+
+
+@cache
+def table(n: int) -> Any:
+    """The arrow ``Dataset`` with column ``i`` = 0..n-1, built once per n (data, not sampler)."""
+    datasets = importlib.import_module("datasets")
+    datasets.disable_progress_bars()
+    return datasets.Dataset.from_dict({"i": range(n)})
+
+
+def stream(n: int, world: int, rank: int) -> Any:
+    """``to_iterable_dataset(num_shards=64).shuffle(seed=0, buffer_size=1000).repeat(None)``,
+    split with ``split_dataset_by_node(rank, world)``."""
+    split = importlib.import_module("datasets.distributed").split_dataset_by_node
+    shuffled = table(n).to_iterable_dataset(num_shards=SHARDS).shuffle(seed=0, buffer_size=BUFFER)
+    return split(shuffled.repeat(None), rank=rank, world_size=world)
+
+
+def index_batches(n: int, world: int, rank: int, batch: int) -> Iterator[Sequence[int]]:
+    """Batches of ``i`` through ``IterableDataset.iter(batch_size=batch)``."""
+    for rows in stream(n, world, rank).iter(batch_size=batch):
+        yield rows["i"]
+
+
+def take(examples: Any, batch: int) -> list[int]:
+    """The next ``batch`` values of ``i``."""
+    return [row["i"] for row in itertools.islice(examples, batch)]
+
+
+def resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
+    """``load_state_dict`` of the state saved after ``position`` examples, then a batch.
+
+    Reaching the state takes iterating ``position`` examples (outside the timing).
+    """
+    ahead = stream(n, 1, 0)
+    examples = iter(ahead)
+    for _ in itertools.islice(examples, position):
+        pass
+    state = ahead.state_dict()
+
+    def run() -> Sequence[int]:
+        fresh = stream(n, 1, 0)
+        fresh.load_state_dict(state)
+        return take(iter(fresh), batch)
+
+    return run
+
+
+PEERS = [
+    Peer(
+        name="HF datasets",
+        distribution="datasets",
+        module="datasets",
+        how=f"Dataset.to_iterable_dataset(num_shards={SHARDS}).shuffle(seed=0, "
+        f"buffer_size={BUFFER}).repeat(None), split_dataset_by_node(r, W), .iter(batch_size=B); "
+        "resume: load_state_dict of state_dict()",
+        index_batches=index_batches,
+        resume=resume,
+        resume_max_n=10**6,
+    )
+]

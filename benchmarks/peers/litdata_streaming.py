@@ -1,0 +1,86 @@
+"""Lightning's litdata: ``optimize`` writes its chunk format, ``StreamingDataset`` reads it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from harness.samples import PNG
+
+from peers import Peer, ShardFormat
+
+
+def _litdata() -> Any:
+    return importlib.import_module("litdata")
+
+
+def _sample(i: int) -> dict[str, Any]:
+    return {"png": PNG, "cls": i}
+
+
+def write(folder: str, total: int, per_shard: int) -> str:
+    """``litdata.optimize`` of the samples, ``chunk_size=per_shard``, one worker."""
+    out = os.path.join(folder, "litdata")
+    _litdata().optimize(
+        fn=_sample,
+        inputs=list(range(total)),
+        output_dir=out,
+        chunk_size=per_shard,
+        num_workers=1,
+        verbose=False,
+    )
+    return out
+
+
+def loader(folder: str, workers: int, batch: int) -> Any:
+    """``StreamingDataLoader(StreamingDataset(folder, shuffle=True, seed=0), batch_size)``."""
+    litdata = _litdata()
+    dataset = litdata.StreamingDataset(folder, shuffle=True, seed=0)
+    return litdata.StreamingDataLoader(dataset, batch_size=batch, num_workers=workers)
+
+
+def _labels(batch: Any) -> list[int]:
+    return [int(x) for x in batch["cls"]]
+
+
+def epoch(folder: str, workers: int, batch: int) -> Iterator[list[int]]:
+    """One epoch of the loader."""
+    for out in loader(folder, workers, batch):
+        yield _labels(out)
+
+
+def resume(folder: str, batch: int, position: int) -> Callable[[], list[int]]:
+    """The loader's ``state_dict()`` after ``position`` samples, loaded into a fresh loader.
+
+    Reaching the state takes iterating up to ``position`` (epochs are ``iter()`` calls).
+    """
+    ahead = loader(folder, 0, batch)
+    seen = 0
+    while seen < position:
+        for out in ahead:
+            seen += len(out["cls"])
+            if seen >= position:
+                break
+    state = ahead.state_dict()
+
+    def run() -> list[int]:
+        fresh = loader(folder, 0, batch)
+        fresh.load_state_dict(state)
+        return _labels(next(iter(fresh)))
+
+    return run
+
+
+PEERS = [
+    Peer(
+        name="litdata",
+        distribution="litdata",
+        module="litdata",
+        how="optimize(chunk_size=2,000 samples) then StreamingDataLoader(StreamingDataset("
+        "dir, shuffle=True, seed=0), batch_size=B, num_workers=w); resume: load_state_dict "
+        "of the loader's state_dict()",
+        shards=ShardFormat(write, epoch, resume),
+    )
+]
