@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
+
 from peers import Peer
 
 
@@ -125,6 +127,76 @@ def sampler_shuffle_first(n: int) -> int:
     return int(sampler(n, 1, 0)[0].record_key)
 
 
+#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
+CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
+
+
+def _map_stream(world: int, workers: int, state: dict[str, int] | None) -> list[list[int]]:
+    grain = _grain()
+    per_rank = []
+    for rank in range(world):
+        dataset = map_dataset(CAP_N, world, rank, CAP_BATCH // world).to_iter_dataset()
+        if workers:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        iterator = iter(dataset)
+        if state is not None:
+            iterator.set_state(state)
+        per_rank.append(take(iterator, CAP_STEPS - (CAP_AT if state else 0)))
+    return merge_ranks(per_rank)
+
+
+def map_capability(quick: bool) -> dict[str, Outcome]:
+    """The MapDataset pipeline, its iterator state saved at step CAP_AT on one rank."""
+    iterator = iter(map_dataset(CAP_N, 1, 0, CAP_BATCH).to_iter_dataset())
+    reference = take(iterator, CAP_STEPS)
+    iterator = iter(map_dataset(CAP_N, 1, 0, CAP_BATCH).to_iter_dataset())
+    take(iterator, CAP_AT)
+    state = iterator.get_state()
+    rest = reference[CAP_AT:]
+    return {
+        "same config": outcome(lambda: same_stream(rest, _map_stream(1, 0, state))),
+        "other num_workers": outcome(lambda: same_stream(rest, _map_stream(1, 2, state))),
+        "other world size": outcome(
+            lambda: same_stream(rest, _map_stream(2, 0, state), ordered=False)
+        ),
+    }
+
+
+def _loader(world: int, rank: int, workers: int) -> Any:
+    grain = _grain()
+    return grain.DataLoader(
+        data_source=_Records(CAP_N),
+        sampler=sampler(CAP_N, world, rank),
+        worker_count=workers,
+        operations=[grain.transforms.Batch(CAP_BATCH // world)],
+    )
+
+
+def _loader_stream(world: int, workers: int, state: bytes) -> list[list[int]]:
+    per_rank = []
+    for rank in range(world):
+        iterator = iter(_loader(world, rank, workers))
+        iterator.set_state(state)
+        per_rank.append(take(iterator, CAP_STEPS - CAP_AT))
+    return merge_ranks(per_rank)
+
+
+def loader_capability(quick: bool) -> dict[str, Outcome]:
+    """grain's DataLoader over IndexSampler, its iterator state saved at step CAP_AT."""
+    reference = take(iter(_loader(1, 0, 0)), CAP_STEPS)
+    iterator = iter(_loader(1, 0, 0))
+    take(iterator, CAP_AT)
+    state = iterator.get_state()
+    rest = reference[CAP_AT:]
+    return {
+        "same config": outcome(lambda: same_stream(rest, _loader_stream(1, 0, state))),
+        "other num_workers": outcome(lambda: same_stream(rest, _loader_stream(1, 2, state))),
+        "other world size": outcome(
+            lambda: same_stream(rest, _loader_stream(2, 0, state), ordered=False)
+        ),
+    }
+
+
 PEERS = [
     Peer(
         name="grain MapDataset",
@@ -135,6 +207,7 @@ PEERS = [
         index_batches=map_batches,
         resume=map_resume,
         shuffle_first=map_shuffle_first,
+        capability=map_capability,
     ),
     Peer(
         name="grain IndexSampler",
@@ -145,5 +218,6 @@ PEERS = [
         index_batches=sampler_batches,
         resume=loader_resume,
         shuffle_first=sampler_shuffle_first,
+        capability=loader_capability,
     ),
 ]

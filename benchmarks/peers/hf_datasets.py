@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
+from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
+
 from peers import Peer
 
 #: Shards of the iterable dataset, and the shuffle buffer (the documented defaults
@@ -38,7 +40,7 @@ def index_batches(n: int, world: int, rank: int, batch: int) -> Iterator[Sequenc
         yield rows["i"]
 
 
-def take(examples: Any, batch: int) -> list[int]:
+def first(examples: Any, batch: int) -> list[int]:
     """The next ``batch`` values of ``i``."""
     return [row["i"] for row in itertools.islice(examples, batch)]
 
@@ -57,9 +59,47 @@ def resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
     def run() -> Sequence[int]:
         fresh = stream(n, 1, 0)
         fresh.load_state_dict(state)
-        return take(iter(fresh), batch)
+        return first(iter(fresh), batch)
 
     return run
+
+
+#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
+CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
+
+
+def _loader(world: int, rank: int, workers: int) -> Any:
+    stateful = importlib.import_module("torchdata.stateful_dataloader").StatefulDataLoader
+    return stateful(stream(CAP_N, world, rank), batch_size=CAP_BATCH // world, num_workers=workers)
+
+
+def _labels(loader: Any) -> Iterator[list[int]]:
+    for rows in loader:
+        yield [int(i) for i in rows["i"]]
+
+
+def _stream(world: int, workers: int, state: dict[str, Any]) -> list[list[int]]:
+    per_rank = []
+    for rank in range(world):
+        loader = _loader(world, rank, workers)
+        loader.load_state_dict(state)
+        per_rank.append(take(_labels(loader), CAP_STEPS - CAP_AT))
+    return merge_ranks(per_rank)
+
+
+def capability(quick: bool) -> dict[str, Outcome]:
+    """torchdata's StatefulDataLoader over the stream (HF's way to resume with workers)."""
+    reference = take(_labels(_loader(1, 0, 0)), CAP_STEPS)[CAP_AT:]
+    ahead = _loader(1, 0, 0)
+    take(_labels(ahead), CAP_AT)
+    state = ahead.state_dict()
+    return {
+        "same config": outcome(lambda: same_stream(reference, _stream(1, 0, state))),
+        "other num_workers": outcome(lambda: same_stream(reference, _stream(1, 2, state))),
+        "other world size": outcome(
+            lambda: same_stream(reference, _stream(2, 0, state), ordered=False)
+        ),
+    }
 
 
 PEERS = [
@@ -73,5 +113,6 @@ PEERS = [
         index_batches=index_batches,
         resume=resume,
         resume_max_n=10**6,
+        capability=capability,
     )
 ]

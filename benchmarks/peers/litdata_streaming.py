@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from harness.capability import Outcome, outcome, same_stream, take
 from harness.samples import PNG
 
 from peers import Peer, ShardFormat
@@ -73,6 +75,38 @@ def resume(folder: str, batch: int, position: int) -> Callable[[], list[int]]:
     return run
 
 
+#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
+CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
+
+
+def _endless(loader: Any) -> Iterator[list[int]]:
+    while True:  # an epoch per iter(), as a training loop drives it
+        for out in loader:
+            yield _labels(out)
+
+
+def _stream(folder: str, workers: int, state: dict[str, Any]) -> list[list[int]]:
+    fresh = loader(folder, workers, CAP_BATCH)
+    fresh.load_state_dict(state)
+    return take(_endless(fresh), CAP_STEPS - CAP_AT)
+
+
+def capability(quick: bool) -> dict[str, Outcome]:
+    """StreamingDataLoader's state after CAP_AT steps, loaded into a fresh loader."""
+    with tempfile.TemporaryDirectory() as parent:
+        folder = write(parent, CAP_N, CAP_N // 4)
+        reference = take(_endless(loader(folder, 0, CAP_BATCH)), CAP_STEPS)[CAP_AT:]
+        ahead = loader(folder, 0, CAP_BATCH)
+        take(_endless(ahead), CAP_AT)
+        state = ahead.state_dict()
+        return {
+            "same config": outcome(lambda: same_stream(reference, _stream(folder, 0, state))),
+            "other num_workers": outcome(lambda: same_stream(reference, _stream(folder, 2, state))),
+            # litdata reads the world size from torch.distributed: a multi-process run.
+            "other world size": "not checked (needs torch.distributed)",
+        }
+
+
 PEERS = [
     Peer(
         name="litdata",
@@ -82,5 +116,6 @@ PEERS = [
         "dir, shuffle=True, seed=0), batch_size=B, num_workers=w); resume: load_state_dict "
         "of the loader's state_dict()",
         shards=ShardFormat(write, epoch, resume),
+        capability=capability,
     )
 ]

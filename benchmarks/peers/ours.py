@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch.utils.data as tud
+from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
 from harness.samples import PNG
 
 import detsamplers as ds
@@ -84,6 +86,64 @@ def shard_resume(urls: str, batch: int, position: int) -> Callable[[], list[int]
     return run
 
 
+#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
+CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
+
+
+def _chain_stream(world: int, workers: int, skip: int) -> list[list[int]]:
+    per_rank = []
+    for rank in range(world):
+        chain = ds.make_batch_sampler(
+            range(CAP_N), "training", shuffle_seed=0, num_workers=world, rank=rank,
+            batch_size=CAP_BATCH // world, skip=skip,
+        )  # fmt: skip
+        data: Any = list(range(CAP_N))
+        loader: tud.DataLoader[Any] = tud.DataLoader(data, batch_sampler=chain, num_workers=workers)
+        per_rank.append(take(loader, CAP_STEPS - skip))
+    return merge_ranks(per_rank)
+
+
+def capability(quick: bool) -> dict[str, Outcome]:
+    """The chain under torch's DataLoader, resumed with ``skip`` (its state, one integer)."""
+    reference = _chain_stream(1, 0, 0)[CAP_AT:]
+    return {
+        "same config": outcome(lambda: same_stream(reference, _chain_stream(1, 0, CAP_AT))),
+        "other num_workers": outcome(lambda: same_stream(reference, _chain_stream(1, 2, CAP_AT))),
+        "other world size": outcome(
+            lambda: same_stream(reference, _chain_stream(2, 0, CAP_AT), ordered=False)
+        ),
+    }
+
+
+def _source_stream(urls: str, world: int, workers: int, position: int) -> list[list[int]]:
+    base = source(urls, CAP_BATCH // world, shuffle_window=8)
+    state = {**base.state_dict(), "position": position}
+    per_rank = []
+    for rank in range(world):
+        part = base.for_rank(world_size=world, rank=rank)
+        part.load_state_dict(state)
+        batches: Iterable[Any] = WebDataLoader(part, num_workers=workers) if workers else part
+        per_rank.append(take((labels for _, labels in batches), CAP_STEPS - position // CAP_BATCH))
+    return merge_ranks(per_rank)
+
+
+def shard_capability(quick: bool) -> dict[str, Outcome]:
+    """WebDatasetSource (shard and window shuffles), resumed with ``load_state_dict``."""
+    with tempfile.TemporaryDirectory() as folder:
+        urls = write_tar(folder, CAP_N, CAP_N // 4)
+        reference = _source_stream(urls, 1, 0, 0)[CAP_AT:]
+        at = CAP_AT * CAP_BATCH
+        return {
+            "same config": outcome(lambda: same_stream(reference, _source_stream(urls, 1, 0, at))),
+            "other num_workers": outcome(
+                lambda: same_stream(reference, _source_stream(urls, 1, 2, at))
+            ),
+            "other world size": outcome(
+                lambda: same_stream(reference, _source_stream(urls, 2, 0, at), ordered=False)
+            ),
+        }
+
+
 PEERS = [
     Peer(
         name="detsamplers",
@@ -95,5 +155,12 @@ PEERS = [
         resume=resume,
         shuffle_first=shuffle_first,
         shards=ShardFormat(write_tar, shard_epoch, shard_resume),
-    )
+        capability=capability,
+    ),
+    Peer(
+        name="detsamplers WebDatasetSource",
+        how="WebDatasetSource(tar shards, seed=0, shuffle_window=8), for_rank(W, r), "
+        "WebDataLoader with workers; resume: load_state_dict",
+        capability=shard_capability,
+    ),
 ]

@@ -1,0 +1,76 @@
+"""Checking by running whether a resume reproduces the exact remaining stream."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+
+#: What a check reports: True, False, or why it could not run ("no (raises ...)" counts as no).
+Outcome = bool | str
+
+
+def take(batches: Iterable[Sequence[int]], count: int) -> list[list[int]]:
+    """The first ``count`` batches as lists of ints."""
+    return [[int(i) for i in batch] for batch in itertools.islice(batches, count)]
+
+
+def merge_ranks(per_rank: Sequence[Sequence[Sequence[int]]]) -> list[list[int]]:
+    """Global steps from each rank's batches: step t holds every rank's batch t, sorted.
+
+    One rank's batches come back as they are (in their order).
+
+    Examples:
+        >>> merge_ranks([[[4, 0], [2]], [[1], [3, 5]]])
+        [[0, 1, 4], [2, 3, 5]]
+        >>> merge_ranks([[[4, 0], [2]]])
+        [[4, 0], [2]]
+    """
+    if len(per_rank) == 1:
+        return [list(batch) for batch in per_rank[0]]
+    steps = min(len(batches) for batches in per_rank)
+    return [sorted(i for batches in per_rank for i in batches[t]) for t in range(steps)]
+
+
+def same_stream(
+    reference: Sequence[Sequence[int]], resumed: Sequence[Sequence[int]], *, ordered: bool = True
+) -> bool:
+    """Whether ``resumed`` holds the same batches as ``reference``, in the same order.
+
+    With ``ordered=False`` the order within a batch is ignored (global batches gathered
+    from several ranks).
+
+    Examples:
+        >>> same_stream([[1, 2], [3]], [[1, 2], [3]])
+        True
+        >>> same_stream([[1, 2], [3]], [[2, 1], [3]])
+        False
+        >>> same_stream([[1, 2], [3]], [[2, 1], [3]], ordered=False)
+        True
+    """
+    if len(reference) != len(resumed):
+        return False
+    if ordered:
+        return [list(b) for b in reference] == [list(b) for b in resumed]
+    return [sorted(b) for b in reference] == [sorted(b) for b in resumed]
+
+
+def outcome(check: Callable[[], bool]) -> Outcome:
+    """Run ``check``; an exception is a "no" that names it.
+
+    Examples:
+        >>> outcome(lambda: True), outcome(lambda: 1 / 0 > 0)
+        (True, 'no (raises ZeroDivisionError)')
+    """
+    try:
+        return bool(check())
+    except Exception as exc:  # the peer refused the resume: that is the answer
+        return f"no (raises {type(exc).__name__})"
+
+
+def show(result: Outcome) -> str:
+    """ "yes", "no" or the reason."""
+    if result is True:
+        return "yes"
+    if result is False:
+        return "no"
+    return result

@@ -1,0 +1,67 @@
+"""Question 5: does a resume on another num_workers or world size give the exact rest?
+
+Each peer runs a small stream (160 records, global batch 16, 25 steps: two and a half
+epochs), saves its state after step 13 through its own API and resumes: with the same
+configuration, with 2 DataLoader workers instead of none, and on 2 ranks of batch 8
+instead of 1 rank of batch 16 (the same global batch). A resume passes when the steps it
+yields equal the uninterrupted run's (on 2 ranks: each step's samples, gathered over the
+ranks). A peer that refuses the resume (raises) fails it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.capability import Outcome, show
+from harness.cli import Run
+from harness.output import pyplot, save
+from harness.table import Table
+
+from questions.common import how_notes, runnable
+
+KEY = "p5"
+TITLE = "Resume on another configuration: is the remaining stream exact? (capability)"
+CHANGES = ("same config", "other num_workers", "other world size")
+
+
+def run(out: Run, quick: bool) -> None:
+    ready, missing = runnable("capability")
+    rows: list[list[str]] = []
+    records = []
+    for peer in ready:
+        assert peer.capability is not None
+        result = peer.capability(quick)
+        rows.append([peer.name, *(show(result[c]) for c in CHANGES)])
+        records.append({"peer": peer.name, "cells": {}, "result": dict(result)})
+    for peer in missing:
+        rows.append([peer.name, *(peer.missing() or "not installed" for _ in CHANGES)])
+        records.append({"peer": peer.name, "cells": {}, "result": {}})
+    notes = [
+        "160 records, global batch 16, 25 steps; state saved after step 13 (mid-epoch 2) "
+        "through the peer's own API, resumed on the configuration of the column: no workers "
+        "and one rank of 16 (same config), 2 DataLoader workers, or 2 ranks of 8. yes = the "
+        "remaining steps equal the uninterrupted run's; no (raises X) = the peer refused.",
+        *how_notes(ready),
+    ]
+    out.emit(Table(KEY, TITLE, ["peer", *CHANGES], rows, notes, records))
+
+
+def _score(result: Outcome | None) -> float:
+    return 1.0 if result is True else 0.0
+
+
+def plot(path: Path, tables: list[Table], machine: str) -> None:
+    plt = pyplot()
+    table = tables[0]
+    peers = [r["peer"] for r in table.records]
+    grid = [[_score(r["result"].get(c)) for c in CHANGES] for r in table.records]
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(peers)))
+    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(CHANGES)), CHANGES, fontsize=8)
+    ax.set_yticks(range(len(peers)), peers, fontsize=8)
+    for i, record in enumerate(table.records):
+        for j, change in enumerate(CHANGES):
+            text = show(record["result"][change]) if change in record["result"] else "-"
+            ax.text(j, i, text.split(" (")[0], ha="center", va="center", fontsize=8)
+    ax.set_title("5. exact remaining stream after a resume on another configuration", fontsize=10)
+    save(fig, path, machine)
