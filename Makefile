@@ -1,5 +1,6 @@
 # `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras and
-# the peers it is compared with (determined, torchdata, webdataset, grain, datasets) against constraints.txt
+# the peers it is compared with (determined, torchdata, webdataset, grain, litdata, datasets)
+# against constraints.txt
 # (the CPU build of torch), and runs ruff, mypy --strict and pytest.
 PYTHON ?= python3
 VENV := .venv
@@ -44,6 +45,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/mix_table.py --quick
 	$(PY) benchmarks/preemption_table.py --quick
+	$(PY) benchmarks/peers_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -54,6 +56,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png
 	$(PY) benchmarks/preemption_table.py
+	$(PY) benchmarks/peers_table.py --plot-dir docs
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)

@@ -1,0 +1,145 @@
+"""The benchmark harness and the peer adapters: small inputs, behaviour only (no timing)."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from harness import capability, fmt, table, timing  # noqa: E402
+from harness.table import Cell, Table  # noqa: E402
+from peers import all_peers, ours, with_question  # noqa: E402
+
+HAVE_GRAIN = all(p.missing() is None for p in all_peers() if p.module == "grain")
+HAVE_DATASETS = all(p.missing() is None for p in all_peers() if p.module == "datasets")
+
+
+@pytest.mark.parametrize("module", [capability, timing])
+def test_the_harness_examples_run_as_doctests(module: object) -> None:
+    failures, tried = doctest.testmod(module)  # type: ignore[arg-type]
+    assert tried > 0
+    assert failures == 0
+
+
+def test_every_question_has_us_first_and_a_peer_beside_us() -> None:
+    peers = all_peers()
+    assert peers[0].name == "detsamplers"
+    assert len({p.name for p in peers}) == len(peers)
+    for question in ("index_batches", "resume", "shuffle_first", "shards", "capability"):
+        names = [p.name for p in with_question(question)]
+        assert names[0] == "detsamplers", question
+        assert len(names) >= 2, question
+
+
+def test_a_table_renders_its_machine_line_rows_and_wrapped_notes() -> None:
+    rows = [["1", table.show(Cell("capped", 2e6), fmt.fmt_rate)]]
+    text = table.render(Table("x", "A title", ["W", "rate"], rows, ["n " * 80], []), "machine")
+    lines = text.splitlines()
+    assert lines[:2] == ["Table x. A title", "machine"]
+    assert "2 M/s*" in text
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_a_missing_cell_shows_its_note_and_no_ratio() -> None:
+    missing = table.not_installed("not installed (pip install grain)")
+    assert table.show(missing, fmt.fmt_time) == "not installed (pip install grain)"
+    assert table.show_ratio(Cell("ok", 1.0), missing) == "-"
+    assert json.dumps(table.jsonable({"a": [missing]}))
+
+
+def test_alternating_orders_put_each_peer_first_in_turn() -> None:
+    orders = timing.alternating(["a", "b"], 3)
+    assert orders == [["a", "b"], ["b", "a"], ["a", "b"]]
+    calls: list[str] = []
+    out = timing.interleaved({"a": lambda: calls.append("a") or 1, "b": lambda: 2}, 2)
+    assert out == {"a": [1, 1], "b": [2, 2]}
+    assert calls == ["a", "a"]
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_our_index_adapter_yields_batches_of_records(world: int) -> None:
+    batches = ours.index_batches(100, world, 0, 8)
+    first = next(iter(batches))
+    assert len(first) == 8
+    assert all(0 <= i < 100 for i in first)
+
+
+def test_our_resume_adapter_returns_the_batch_at_the_position() -> None:
+    chain = iter(ours.index_batches(100, 1, 0, 8))
+    expected = [next(chain) for _ in range(40)][-1]
+    assert list(ours.resume(100, 8, 39 * 8)()) == list(expected)
+
+
+def test_our_shard_adapter_reads_every_sample_once_and_resumes(tmp_path: Path) -> None:
+    urls = ours.write_tar(str(tmp_path), 40, 10)
+    seen = [i for batch in ours.shard_epoch(urls, 0, 8) for i in batch]
+    assert sorted(seen) == list(range(40))
+    endless = ours.source(urls, 8)
+    stream = [b[1].tolist() for _, b in zip(range(12), endless, strict=False)]
+    assert ours.shard_resume(urls, 8, 11 * 8)() == stream[11]
+
+
+def test_the_capability_check_fails_a_resume_that_changes_the_stream() -> None:
+    reference = [[0, 1], [2, 3], [4, 5]]
+    assert capability.same_stream(reference, [[0, 1], [2, 3], [4, 5]])
+    assert not capability.same_stream(reference, [[0, 1], [2, 3]])
+    assert not capability.same_stream(reference, [[0, 1], [3, 2], [4, 5]])
+    assert not capability.same_stream(reference, [[0, 1], [2, 4], [3, 5]], ordered=False)
+
+    def refuses() -> bool:
+        raise ValueError("worker count differs")
+
+    assert capability.outcome(refuses) == "no (raises ValueError)"
+    assert capability.show(False) == "no"
+
+
+def test_a_resume_with_another_seed_is_caught_as_not_exact() -> None:
+    other = ours.ds.make_batch_sampler(
+        range(160), "training", shuffle_seed=1, num_workers=1, rank=0, batch_size=16, skip=13
+    )
+    reference = ours._chain_stream(1, 0, 0)[13:]
+    assert capability.take(other, 12) != reference
+    assert not capability.same_stream(reference, capability.take(other, 12))
+
+
+@pytest.mark.skipif(not HAVE_GRAIN, reason="grain is not installed")
+def test_grain_state_written_for_a_position_equals_the_state_after_iterating() -> None:
+    from peers import grain_index
+
+    n, batch, steps = 200, 8, 7
+    iterator = iter(grain_index.loader(n, batch))
+    for _ in range(steps):
+        next(iterator)
+    walked = json.loads(iterator.get_state())
+    written = json.loads(grain_index.loader_state(n, batch, steps * batch))
+    assert written == walked
+    expected = next(iterator).tolist()
+    assert list(grain_index.loader_resume(n, batch, steps * batch)()) == expected
+
+
+@pytest.mark.skipif(not HAVE_GRAIN, reason="grain is not installed")
+def test_grain_adapters_yield_batches_of_records_of_their_rank() -> None:
+    from peers import grain_index
+
+    for make in (grain_index.map_batches, grain_index.sampler_batches):
+        first = list(next(iter(make(64, 2, 1, 8))))
+        assert len(first) == 8
+        assert all(0 <= int(i) < 64 for i in first)
+    dataset = grain_index.map_dataset(64, 1, 0, 8)
+    epoch = [int(i) for b in (dataset[k] for k in range(8)) for i in b]
+    assert sorted(epoch) == list(range(64))
+
+
+@pytest.mark.skipif(not HAVE_DATASETS, reason="datasets is not installed")
+def test_the_hf_adapter_yields_each_record_once_per_epoch() -> None:
+    from peers import hf_datasets
+
+    batches = iter(hf_datasets.index_batches(64, 1, 0, 8))
+    epoch = [int(i) for _ in range(8) for i in next(batches)]
+    assert sorted(epoch) == list(range(64))
