@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,8 @@ def plot_bars(
 def save(fig: Any, path: Path, machine: str) -> None:
     """Put the machine line on ``fig`` and save it as a PNG."""
     plt = pyplot()
-    fig.suptitle(machine, fontsize=7)
+    lines = [part for line in machine.splitlines() for part in textwrap.wrap(line, 110)]
+    fig.suptitle("\n".join(lines), fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

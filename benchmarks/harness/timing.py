@@ -225,15 +225,21 @@ def alternating(names: Sequence[str], rounds: int) -> list[list[str]]:
     return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)] if n else []
 
 
-def interleaved(ops: dict[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:
+def interleaved(
+    ops: dict[str, Callable[[], T]], rounds: int, *, warm: bool = False
+) -> dict[str, list[T]]:
     """Call every op ``rounds`` times, alternating which goes first; each op's results.
 
     Each op returns one measurement (a time or a rate); ``gc.collect()`` runs before each.
-    Interleaving spreads the load of a shared machine over all peers alike.
+    Interleaving spreads the load of a shared machine over all peers alike. With ``warm``,
+    an untimed call precedes each kept one: ``gc.collect()`` and the other peers' runs
+    evict the caches, which alone makes a sub-millisecond operation ten times slower.
     """
     out: dict[str, list[T]] = {name: [] for name in ops}
     for order in alternating(list(ops), rounds):
         for name in order:
             gc.collect()
+            if warm:
+                ops[name]()
             out[name].append(ops[name]())
     return out

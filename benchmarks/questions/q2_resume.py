@@ -53,7 +53,7 @@ def run(out: Run, quick: bool) -> None:
                 )
                 continue
             ops[peer.name] = _timed(peer.resume(n, BATCH, position(n)))
-        for name, times in interleaved(ops, rounds).items():
+        for name, times in interleaved(ops, rounds, warm=True).items():
             cells[name] = Cell("ok", median(times), times)
         for peer in missing:
             cells[peer.name] = missing_cell(peer)
@@ -76,7 +76,7 @@ def run(out: Run, quick: bool) -> None:
     notes = [
         f"Build the pipeline, load the state saved at position 3.5 N (batch {BATCH}, one rank) "
         f"through the peer's own API and take the first batch; median of {rounds} runs, the "
-        "peers alternating which goes first.",
+        "peers alternating which goes first, each run after an untimed one (warm caches).",
         *how_notes(ready),
         "ds/best peer below 1 = detsamplers resumes faster than the fastest peer.",
     ]
