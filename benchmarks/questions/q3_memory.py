@@ -11,7 +11,7 @@ from harness.output import plot_bars, pyplot, save
 from harness.table import Cell, Table, show
 from harness.timing import rss_peak, traced_peak
 
-from questions.common import how_notes, missing_cell, runnable
+from questions.common import missing_cell, runnable
 
 KEY = "p3"
 TITLE = "Memory of a shuffle of N records: build it, take its first index (lower is better)"
@@ -71,7 +71,10 @@ def run(out: Run, quick: bool) -> None:
         "of an untraced run (VmHWM reset before it, after malloc_trim; figures below about "
         "100 kB are page noise), then the tracemalloc peak of a second run (numpy and Python "
         "allocations), and the untraced run's time.",
-        *how_notes(ready),
+        "The shuffles: detsamplers ReproducibleShuffleSampler(SequentialSampler(range(N)), 0); "
+        "grain MapDataset.range(N).shuffle(seed=0)[0]; grain IndexSampler(N, NoSharding(), "
+        "shuffle=True, num_epochs=None, seed=0)[0]. Mosaic's get_shuffle algorithms are not "
+        "measured: mosaicml-streaming does not import next to this torch (docs/benchmarks.md).",
         "ds/peer below 1 = detsamplers uses less memory.",
     ]
     out.emit(Table(KEY, TITLE, headers, rows, notes, records))
