@@ -32,7 +32,7 @@ def position(n: int) -> int:
 
 
 def run(out: Run, quick: bool) -> None:
-    sizes = (10**4, 10**6) if quick else (10**6, 10**8)
+    sizes = (10**4, 10**5) if quick else (10**6, 10**8)
     rounds = 3 if quick else 5
     ready, missing = runnable("resume")
     for peer in ready:  # first calls pay for imports and caches
