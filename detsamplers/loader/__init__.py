@@ -18,7 +18,6 @@ Examples:
 
 from ._check import check_reproducible
 from ._dataloader import DataLoader
-from ._web_loader import WebDataLoader
-from ._webdataset import WebDatasetSource
+from ._wds import WebDataLoader, WebDatasetSource
 
 __all__ = ["DataLoader", "WebDataLoader", "WebDatasetSource", "check_reproducible"]

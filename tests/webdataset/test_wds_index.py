@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wds_helpers import COUNTS, make, png_bytes, write_shards
 
-from detsamplers.loader import _shard_index
-from detsamplers.loader._shard_index import expand_urls, index_shards, scan_shard
+from detsamplers.loader._wds import _index as _shard_index
+from detsamplers.loader._wds._index import index_shards, scan_shard
+from detsamplers.loader._wds._urls import expand_urls
 
 SHARD_BYTES: dict[str, bytes] = {}
 

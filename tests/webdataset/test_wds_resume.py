@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from wds_helpers import TOTAL, global_stream, make, noisy_label, simulate, write_shards
 
 from detsamplers import ReproducibilityError
-from detsamplers.loader import WebDataLoader, WebDatasetSource, _shard_reader
+from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader._wds import _reader as _shard_reader
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

@@ -1,36 +1,11 @@
 """``WebDatasetSource``: webdataset tar shards as an exactly resumable stream of batches.
 
-NOTE [ shard stream split ]
-The source yields whole batches (collated inside it), so it is used with
-``DataLoader(batch_size=None)``; ``WebDataLoader`` is that DataLoader, plus the
-bookkeeping of the position. With ``B = batch_size``, ``W = world_size`` and the global
-batch ``G = B * W``, batch ``t`` of rank ``r`` holds the global positions
-``(t * B + i) * W + r`` for ``i < B`` (NOTE [ shard stream order ] maps them to samples):
-global batch ``t`` is the positions ``[t G, (t + 1) G)``, dealt out across ranks.
-
-DataLoader worker ``w`` of ``K`` builds the batches ``t0 + w, t0 + w + K, ...`` of its
-rank, where ``t0`` is the batch the pass starts at. Torch's DataLoader takes one item from
-each worker in turn, so the rank still receives ``t0, t0 + 1, ...`` in order, whatever
-``K``: nothing is duplicated or lost. A batch's contents and its map-stage random draws
-(seeded from ``batch_key(seed, t * W + r)``, NOTE [ per-batch seeding ]) do not
-depend on ``K``, on prefetching, or on where the run resumed.
-
-The state holds the global position ``t * G`` after the last batch handed out. Resuming
-it with another ``num_workers`` gives the same batches. Resuming it with another world
-size ``W'`` and batch size ``B'`` gives the same *global* batches (each split differently
-across ranks) when the state's position is a multiple of ``G' = B' * W'``; keeping
-``B' * W' = B * W`` always satisfies this. Otherwise loading the state is a ``ValueError``.
-The map-stage draws are keyed per rank batch, so they change with the world size (as in
-the map-style loader), never with ``num_workers``.
-
-``repeat=True`` (training) streams epoch after epoch forever: every rank gets a full batch
-at every step, so uneven shards can never leave one rank waiting in a collective.
-``repeat=False`` (validation) is one pass over epoch 0's order. With ``drop_last=True``
-every rank yields ``N // G`` full batches (the last ``N % G`` samples are not read), so
-ranks stay in step. With ``drop_last=False`` every sample is read once: the last, partial
-global batch gives rank ``r`` the positions ``≡ r (mod W)`` left, so a rank may get a
-smaller last batch, or none; ``len()`` is exact per rank (``ceil((N - r) / G)``), and
-code that runs a collective per step must use ``drop_last=True``. Nothing is ever padded.
+The source ties the pieces of this package together: the URLs are expanded
+(:mod:`._urls`) and indexed (:mod:`._index`, NOTE [ shard index ]), positions are mapped
+to samples (:mod:`._order`, NOTE [ shard stream order ]) and split across ranks and
+workers (:mod:`._split`, NOTE [ shard stream split ]), samples are read
+(:mod:`._reader`), decoded (:mod:`._decode`) and collated, and the state is checked on
+load (:mod:`._state`).
 """
 
 from __future__ import annotations
@@ -43,37 +18,18 @@ import numpy as np
 import torch.utils.data as tud
 from torch.utils.data import default_collate
 
-from .._errors import ReproducibilityError, check_bool, check_callable, check_int
-from .._state import check_header, fingerprint
-from ._seeding import batch_key, seed_globals
-from ._shard_index import expand_urls, index_shards
-from ._shard_order import ShardOrder
-from ._shard_reader import ShardReader
+from ..._errors import check_bool, check_callable, check_int
+from ..._state import fingerprint
+from .._seeding import batch_key, seed_globals
+from ._decode import make_decoder
+from ._index import index_shards
+from ._order import ShardOrder
+from ._reader import ShardReader
+from ._split import pass_batches, rank_batches, rank_positions
+from ._state import STATE_VERSION, check_state
+from ._urls import expand_urls
 
-__all__ = ["STATE_VERSION", "WebDatasetSource"]
-
-#: The format version of ``WebDatasetSource.state_dict()``.
-STATE_VERSION = 1
-_STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
-
-
-def _make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:
-    """Build webdataset's ``.decode(*args)``: strings are image specs, callables are handlers."""
-    if decode is None:
-        return None
-    from webdataset import autodecode
-
-    if isinstance(decode, autodecode.Decoder):
-        return decode  # type: ignore[no-any-return]
-    args = [decode] if isinstance(decode, str) or callable(decode) else decode
-    if not isinstance(args, Sequence) or not all(isinstance(a, str) or callable(a) for a in args):
-        raise TypeError(
-            "decode should be a webdataset image spec such as 'rgb8', a decoding handler, a "
-            f"sequence of these, or a webdataset.autodecode.Decoder, but got {decode!r}"
-        )
-    handlers = [autodecode.ImageHandler(a) if isinstance(a, str) else a for a in args]
-    decoder: Callable[[dict[str, Any]], Any] = autodecode.Decoder(handlers)
-    return decoder
+__all__ = ["WebDatasetSource"]
 
 
 class WebDatasetSource(tud.IterableDataset[Any]):
@@ -166,7 +122,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         skip = check_int("skip", skip, minimum=0)
         if index_dir is not None and not isinstance(index_dir, str):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
-        decoder = _make_decoder(decode)
+        decoder = make_decoder(decode)
         expanded = expand_urls(urls)
         shards = index_shards(expanded, index_dir=index_dir, progress=rank == 0)
         total = sum(len(s) for s in shards)
@@ -260,8 +216,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     def _pass_batches(self) -> int:
         """Global batches in a pass with ``repeat=False`` (the last may be partial)."""
-        full, partial = divmod(self.num_samples, self.global_batch)
-        return full + (partial > 0 and not self.drop_last)
+        return pass_batches(self.num_samples, self.global_batch, self.drop_last)
 
     def __len__(self) -> int:
         """Batches this rank yields in a full pass (``repeat=False`` only)."""
@@ -270,17 +225,13 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 "len() of a WebDatasetSource with repeat=True is undefined: it streams "
                 "forever; count steps in the training loop, or use repeat=False"
             )
-        if self.drop_last:
-            return self._pass_batches()
-        limit = self.num_samples - self.rank
-        return max(0, -(-limit // self.global_batch))
+        return rank_batches(
+            self.num_samples, self.batch_size, self.world_size, self.rank, self.drop_last
+        )
 
     def _positions(self, batch: int) -> np.ndarray[Any, np.dtype[np.int64]]:
-        offsets = np.arange(self.batch_size, dtype=np.int64) + batch * self.batch_size
-        positions = offsets * self.world_size + self.rank
-        if not self.repeat:
-            positions = positions[positions < self.num_samples]
-        return positions
+        limit = None if self.repeat else self.num_samples
+        return rank_positions(batch, self.batch_size, self.world_size, self.rank, limit)
 
     def _end(self) -> int | None:
         """The batch a pass ends before (``None``: never), for this rank."""
@@ -422,63 +373,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ReproducibilityError: a shard's sample count, the shard list or the
                 configuration changed since the state was saved (the message names it).
         """
-        position = check_header(state_dict, _STATE_KEYS, type(self).__name__, STATE_VERSION)
-        unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS)
-        if unknown:
-            raise ValueError(
-                f"state has keys {', '.join(unknown)} that WebDatasetSource.state_dict() never "
-                "writes; it was saved by another object or edited: pass the state it saved"
-            )
-        if not isinstance(state_dict["counts"], list):
-            raise TypeError(
-                "state['counts'] should be the list of samples per shard from "
-                f"WebDatasetSource.state_dict(), but got {state_dict['counts']!r}"
-            )
-        if not isinstance(state_dict["config"], Mapping):
-            raise TypeError(
-                "state['config'] should be the dict of settings from "
-                f"WebDatasetSource.state_dict(), but got {state_dict['config']!r}"
-            )
-        self._check_counts(list(state_dict["counts"]))
-        config = dict(state_dict["config"])
-        changed = [
-            f"{key} is {config.get(key)!r} in the state but {value!r} here"
-            for key, value in self._config.items()
-            if config.get(key) != value
-        ]
-        if not changed and state_dict["fingerprint"] != self._fingerprint:
-            changed = ["the shard file names or their order differ"]
-        if changed:
-            raise ReproducibilityError(
-                f"cannot load this state into WebDatasetSource: {'; '.join(changed)}; "
-                "resuming from it would train on other data. Rebuild the source as it was."
-            )
-        if position % self.global_batch:
-            raise ValueError(
-                f"state_dict['position']={position} should be a multiple of the global batch "
-                f"batch_size * world_size = {self.global_batch}; resume with a batch_size and "
-                "world_size whose product divides it (keep batch_size * world_size unchanged)"
-            )
-        if not self.repeat and position > self._pass_batches() * self.global_batch:
-            raise ValueError(
-                f"state_dict['position']={position} is past the end of the pass "
-                f"({self.num_samples} samples) with repeat=False"
-            )
-        self.position = position
-
-    def _check_counts(self, counts: list[Any]) -> None:
-        if len(counts) != len(self._counts):
-            raise ReproducibilityError(
-                f"cannot load this state into WebDatasetSource: it was saved with "
-                f"{len(counts)} shards, but urls name {len(self._counts)}; pass the same urls"
-            )
-        changed = [
-            f"shard {info.path!r} had {old} samples when the state was saved but has {new} now"
-            for info, old, new in zip(self.shards, counts, self._counts, strict=True)
-            if old != new
-        ]
-        if changed:
-            raise ReproducibilityError(
-                f"cannot resume WebDatasetSource: {'; '.join(changed)}; the stream after the "
-                "checkpoint would differ. Restore the original shards or start a new run."
-            )
+        self.position = check_state(
+            state_dict,
+            config=self._config,
+            fingerprint=self._fingerprint,
+            paths=[s.path for s in self.shards],
+            counts=self._counts,
+            global_batch=self.global_batch,
+            end=None if self.repeat else self._pass_batches() * self.global_batch,
+        )

@@ -6,7 +6,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from ._shard_index import ShardInfo
+from ._index import ShardInfo
 
 __all__ = ["ShardReader"]
 
@@ -23,7 +23,8 @@ class ShardReader:
 
     Examples:
         >>> import os, tempfile, webdataset as wds
-        >>> from detsamplers.loader._shard_index import expand_urls, index_shards
+        >>> from detsamplers.loader._wds._index import index_shards
+        >>> from detsamplers.loader._wds._urls import expand_urls
         >>> folder = tempfile.mkdtemp()
         >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
         ...     w.write({"__key__": "k0", "cls": b"7"})

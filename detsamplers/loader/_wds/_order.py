@@ -29,8 +29,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from .._permute import Permutation, make_permutation
-from .._seeds import derive
+from ..._permute import Permutation, make_permutation
+from ..._seeds import derive
 
 __all__ = ["ShardOrder"]
 

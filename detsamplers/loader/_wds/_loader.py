@@ -8,10 +8,10 @@ from typing import Any
 import torch
 import torch.utils.data as tud
 
-from .._errors import check_int
-from .._seeds import derive
-from ._inline import InlineCollate
-from ._webdataset import WebDatasetSource
+from ..._errors import check_int
+from ..._seeds import derive
+from .._inline import InlineCollate
+from ._source import WebDatasetSource
 
 __all__ = ["WebDataLoader"]
 
