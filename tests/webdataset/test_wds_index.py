@@ -182,10 +182,11 @@ def test_a_shard_without_its_end_of_archive_block_is_refused(tmp_path: Path) -> 
         make(pattern)
 
 
-def test_a_compressed_or_remote_shard_is_refused_with_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"urls should name local uncompressed \.tar files"):
-        make("https://host/data-{000..001}.tar")
-    with pytest.raises(ValueError, match=r"urls should name local uncompressed \.tar files"):
+def test_a_compressed_or_piped_shard_is_refused_with_the_fix(tmp_path: Path) -> None:
+    expected = r"urls should name uncompressed \.tar files by path or fsspec URL"
+    with pytest.raises(ValueError, match=expected + r".*s3://\.\.\. with s3fs"):
+        make("pipe:curl -s https://host/data-{000..001}.tar")
+    with pytest.raises(ValueError, match=expected + r".*decompress \.tar\.gz shards"):
         make(str(tmp_path / "a.tar.gz"))
     (tmp_path / "a.tar").write_bytes(b"\x1f\x8b" + b"x" * 2000)
     with pytest.raises(ValueError, match=r"shard '.*a\.tar' is compressed; .* decompress it"):

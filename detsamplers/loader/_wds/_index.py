@@ -20,6 +20,8 @@ when that folder is read-only (or ``index_dir`` is given), under ``index_dir`` (
 ``$XDG_CACHE_HOME/detsamplers/shard-index``) with a name hashed from the shard's path. An
 entry is used only while the shard's absolute path, size and modification time are those
 recorded in it; otherwise the shard is scanned again and the entry rewritten atomically.
+A remote shard's index is found or built by :mod:`._remote_index` (NOTE [ index file
+format ]), with the same scan over ranged reads.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._urls import local_path
+from ._fetch import RemoteOptions
+from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_VERSION", "ShardInfo", "index_shards", "scan_shard"]
 
@@ -61,9 +64,11 @@ class ShardInfo:
 
     Attributes:
         url: The shard's URL as given (after brace expansion).
-        path: Its absolute local path.
+        path: Its absolute local path, or its URL if it is remote.
         keys: Each sample's ``__key__``.
         members: Each sample's members as ``[suffix, data offset, size]``.
+        size: A remote shard's size in bytes when indexed (-1 for a local shard).
+        version: A remote shard's ETag (or modification time) when indexed, or ``None``.
 
     Examples:
         >>> info = ShardInfo("a.tar", "/d/a.tar", ("k0",), [[["cls", 512, 1]]])
@@ -75,6 +80,8 @@ class ShardInfo:
     path: str
     keys: tuple[str, ...]
     members: list[list[Member]]
+    size: int = -1
+    version: str | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -97,11 +104,14 @@ def _check_tail(path: str, handle: Any, end: int, size: int) -> None:
             raise _corrupt(path, f"bytes after offset {end} are not a valid tar member header")
 
 
-def scan_shard(path: str) -> tuple[tuple[str, ...], list[list[Member]]]:
+def scan_shard(
+    path: str, remote: tuple[Any, int] | None = None
+) -> tuple[tuple[str, ...], list[list[Member]]]:
     """List a shard and group its members into samples (NOTE [ shard index ]).
 
     Args:
-        path: A local path to an uncompressed tar file.
+        path: A local path to an uncompressed tar file, or the URL of ``remote``.
+        remote: A remote shard as a seekable file and its size (``None``: open ``path``).
 
     Returns:
         ``(keys, members)``: each sample's key, and its members as [suffix, offset, size].
@@ -111,10 +121,10 @@ def scan_shard(path: str) -> tuple[tuple[str, ...], list[list[Member]]]:
         ValueError: it is compressed, truncated or corrupt, or has a
             repeated suffix within one sample.
     """
-    size = os.path.getsize(path)
+    size = os.path.getsize(path) if remote is None else remote[1]
     keys: list[str] = []
     samples: list[list[Member]] = []
-    with open(path, "rb") as handle:
+    with open(path, "rb") if remote is None else remote[0] as handle:
         try:
             tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
         except tarfile.TarError as exn:
@@ -220,26 +230,37 @@ def _save(files: list[str], info: ShardInfo, stat: os.stat_result) -> None:
 
 
 def index_shards(
-    urls: Sequence[str], index_dir: str | None = None, progress: bool = True
+    urls: Sequence[str],
+    index_dir: str | None = None,
+    progress: bool = True,
+    options: RemoteOptions | None = None,
 ) -> list[ShardInfo]:
     """Index each shard of ``urls``, from its cached index file or by a scan.
 
     Args:
-        urls: Local shard URLs, already expanded (see :func:`expand_urls`).
+        urls: Shard URLs, already expanded (see :func:`expand_urls`).
         index_dir: Where to cache index files; ``None`` puts them next to the shards and
             falls back to :func:`default_index_dir` if that folder is read-only.
         progress: Show a tqdm bar when many shards must be scanned.
+        options: How to read remote shards (default: :class:`RemoteOptions`).
 
     Returns:
         One :class:`ShardInfo` per URL, in the order given.
 
     Raises:
         FileNotFoundError: a shard does not exist (the message names it).
-        ValueError: a shard is not an uncompressed tar, or is truncated or corrupt.
+        ValueError: a shard is not an uncompressed tar, or is truncated or corrupt, or
+            a remote shard changed since its index was built.
+        OSError: a remote shard could not be read (the message names it).
     """
     out: list[ShardInfo | None] = []
     todo: list[tuple[int, str, str, os.stat_result]] = []
+    remote: list[tuple[int, str]] = []
     for url in urls:
+        if is_remote(url):
+            out.append(None)
+            remote.append((len(out) - 1, url))
+            continue
         path = local_path(url)
         try:
             stat = os.stat(path)
@@ -264,4 +285,12 @@ def index_shards(
         info = ShardInfo(url, path, keys, members)
         _save(_candidates(path, index_dir), info, stat)
         out[slot] = info
+    if remote:
+        from ._remote_index import index_remote_shards
+
+        built = index_remote_shards(
+            [url for _, url in remote], options or RemoteOptions(), index_dir, progress
+        )
+        for (slot, _), info in zip(remote, built, strict=True):
+            out[slot] = info
     return [info for info in out if info is not None]

@@ -1,4 +1,4 @@
-"""``ShardReader``: read indexed samples from local tar shards, one open shard at a time."""
+"""``ShardReader``: read indexed samples from local or remote shards, one open shard at a time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
+from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
+from ._urls import is_remote
 
 __all__ = ["ShardReader"]
 
@@ -17,9 +19,12 @@ class ShardReader:
     """Read samples by (shard, index), keeping the current shard open.
 
     One reader per process or worker. A sample is the dict webdataset yields: ``__key__``,
-    ``__url__``, one raw ``bytes`` entry per suffix and ``__local_path__``. Each member
-    is one seek and one read at the offsets of the index (NOTE [ shard index ]); reads
-    within a shard are mostly sequential, so the buffer serves most seeks.
+    ``__url__``, one raw ``bytes`` entry per suffix, and for a local shard
+    ``__local_path__`` (webdataset gives remote samples none). A local shard is a file:
+    each member is one seek and one read at the offsets of the index (NOTE [ shard
+    index ]), mostly served by the buffer since reads within a shard are mostly
+    sequential. A remote shard is read in blocks of ``read_ahead`` bytes that start at the
+    first sample read (NOTE [ remote reads ]): a sample is one slice of a kept block.
 
     Examples:
         >>> import os, tempfile, webdataset as wds
@@ -34,21 +39,36 @@ class ShardReader:
         ('k0', b'7')
     """
 
-    def __init__(self, shards: Sequence[ShardInfo]) -> None:
+    def __init__(self, shards: Sequence[ShardInfo], options: RemoteOptions | None = None) -> None:
         self.shards = shards
+        self.options = options or RemoteOptions()
+        self.remote = [is_remote(s.url) for s in shards]
         self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
         self.current = -1
         self.handle: BinaryIO | None = None
+        self.stream: RemoteShard | None = None
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
+        """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
         info = self.shards[shard]
-        if shard != self.current or self.handle is None:
+        if shard != self.current:
             self.close()
-            self.handle = open(info.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
             self.current = shard
-        handle = self.handle
         sample: dict[str, Any] = {"__key__": info.keys[index], "__url__": info.url}
-        for suffix, offset, size in info.members[index]:
+        members = info.members[index]
+        if self.remote[shard]:
+            if self.stream is None:
+                self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+            start = min(m[1] for m in members) if members else 0
+            end = max(m[1] + m[2] for m in members) if members else 0
+            data = self.stream.read(start, end)
+            for suffix, offset, size in members:
+                sample[suffix] = data[offset - start : offset - start + size]
+            return sample
+        if self.handle is None:
+            self.handle = open(info.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
+        handle = self.handle
+        for suffix, offset, size in members:
             handle.seek(offset)
             data = handle.read(size)
             if len(data) != size:
@@ -61,6 +81,9 @@ class ShardReader:
         return sample
 
     def close(self) -> None:
+        """Close the open shard, if any."""
         if self.handle is not None:
             self.handle.close()
             self.handle = None
+        self.stream = None
+        self.current = -1

@@ -22,6 +22,7 @@ from ..._errors import check_bool, check_callable, check_int
 from ..._state import fingerprint
 from .._seeding import batch_key, seed_globals
 from ._decode import make_decoder
+from ._fetch import make_options
 from ._index import index_shards
 from ._order import ShardOrder
 from ._reader import ShardReader
@@ -39,13 +40,16 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     permutation of ``(seed, epoch)``, optionally shuffling samples within windows of each
     shard; then repeat; then the split across ranks and DataLoader workers (NOTE [ shard
     stream split ]); then batch. Each sample is a dict as webdataset yields it
-    (``__key__``, ``__url__``, ``__local_path__`` and one raw ``bytes`` entry per suffix),
+    (``__key__``, ``__url__``, one raw ``bytes`` entry per suffix, and ``__local_path__``
+    for a local shard),
     passed through ``decode`` and then ``map``; each batch is ``collate_fn`` of its samples.
     Shards are indexed once and the index cached (NOTE [ shard index ]).
 
     Args:
-        urls: Local uncompressed ``.tar`` shards: a path, a brace pattern such as
-            ``"data-{000000..000099}.tar"``, or a sequence of paths.
+        urls: Uncompressed ``.tar`` shards: a path or fsspec URL (``https://...``,
+            ``s3://...``), a brace pattern such as ``"data-{000000..000099}.tar"``, or a
+            sequence of these. Remote shards are read by byte ranges (NOTE [ remote
+            reads ]).
         seed: Keys the shard and window shuffles and the per-batch RNG seeding.
         batch_size: Samples per batch on each rank, a positive integer.
         world_size: Number of ranks (``torch.distributed`` world size).
@@ -61,12 +65,20 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         repeat: Stream epochs forever (training); ``False`` gives one pass (validation).
         drop_last: With ``repeat=False``, drop the last partial global batch.
         skip: Global batches to skip before the first one (O(1): nothing is read).
-        index_dir: Where to cache shard indexes (default: next to the shards).
+        index_dir: Where to cache shard indexes (default: next to local shards, and
+            ``$XDG_CACHE_HOME/detsamplers/shard-index`` for remote ones).
+        storage_options: Arguments of the fsspec filesystem of remote shards.
+        timeout: Seconds a remote read may wait to connect or for the next bytes before
+            it is retried.
+        retries: Retries of a remote read after a transient failure, with backoff.
+        read_ahead: Bytes per remote range request (memory: two blocks per reader).
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: an argument is out of range, or a shard is missing, compressed,
-            truncated or corrupt (the message names it).
+        ValueError: an argument is out of range, or a shard is compressed, truncated or
+            corrupt, or changed since its index file was written (the message names it).
+        FileNotFoundError: a shard does not exist (the message names it).
+        OSError: a remote shard could not be read within ``retries`` (it is named).
 
     Determinism:
         A batch's samples and the draws ``decode``/``map`` make from torch, numpy and
@@ -106,6 +118,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         drop_last: bool = False,
         skip: int = 0,
         index_dir: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout: float = 60.0,
+        retries: int = 5,
+        read_ahead: int = 4 << 20,
     ) -> None:
         seed = check_int("seed", seed)
         batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -124,7 +140,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
         decoder = make_decoder(decode)
         expanded = expand_urls(urls)
-        shards = index_shards(expanded, index_dir=index_dir, progress=rank == 0)
+        self.remote = make_options(timeout, retries, read_ahead, storage_options)
+        shards = index_shards(expanded, index_dir, progress=rank == 0, options=self.remote)
         total = sum(len(s) for s in shards)
         if total == 0:
             raise ValueError(
@@ -264,7 +281,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ['k2', 'k3']
         """
         own = reader is None
-        reader = reader or ShardReader(self.shards)
+        reader = reader or ShardReader(self.shards, self.remote)
         try:
             shards, samples = self._order.locate(self._positions(batch))
             items = [
@@ -312,7 +329,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         step = max(num_workers, 1)
         end = self._end()
         batch = self._begin() + worker_id
-        reader = ShardReader(self.shards)
+        reader = ShardReader(self.shards, self.remote)
         try:
             while end is None or batch < end:
                 yield self.batch_at(batch, reader)

@@ -1,4 +1,10 @@
-"""Shard URLs: brace patterns expanded as webdataset expands them, and local paths."""
+"""Shard URLs: brace patterns expanded as webdataset expands them; local or remote.
+
+A URL with a scheme of two or more letters other than ``file`` (``http://``, ``https://``,
+``s3://``, ``gs://``, ...) is remote and read through fsspec (NOTE [ remote reads ]);
+anything else is a local path. ``pipe:`` commands and compressed shards are refused: the
+source reads byte ranges, which a pipe or a gzip stream cannot give.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,26 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["expand_urls", "local_path"]
+__all__ = ["expand_urls", "is_remote", "local_path"]
 
 
 def expand_urls(urls: Any) -> list[str]:
-    """Expand brace patterns (and ``::`` lists) as webdataset does, into local paths.
+    """Expand brace patterns (and ``::`` lists) as webdataset does, into shard URLs.
 
     Args:
         urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings.
 
     Raises:
         TypeError: ``urls`` is neither a string nor a sequence of strings.
-        ValueError: it is empty, or names a remote or piped shard.
+        ValueError: it is empty, or names a piped or compressed shard.
 
     Examples:
-        >>> expand_urls("data-{000..002}.tar")
-        ['data-000.tar', 'data-001.tar', 'data-002.tar']
-        >>> expand_urls("http://host/a.tar")
+        >>> expand_urls("https://host/data-{000..001}.tar")
+        ['https://host/data-000.tar', 'https://host/data-001.tar']
+        >>> expand_urls("pipe:curl -s http://host/a.tar")
         Traceback (most recent call last):
         ...
-        ValueError: urls should name local uncompressed .tar files, but got 'http://host/a.tar'; ...
+        ValueError: urls should name uncompressed .tar files by path or fsspec URL, but got ...
     """
     if isinstance(urls, str):
         from webdataset.shardlists import expand_urls as wds_expand
@@ -41,13 +47,27 @@ def expand_urls(urls: Any) -> list[str]:
     if not out:
         raise ValueError("urls should name at least one shard, but got an empty list")
     for url in out:
-        scheme = url.split(":", 1)[0] if ":" in url else ""
-        if (len(scheme) > 1 and scheme != "file") or url.endswith((".gz", ".tgz")):
+        if url.startswith("pipe:") or url.endswith((".gz", ".tgz")):
             raise ValueError(
-                f"urls should name local uncompressed .tar files, but got {url!r}; "
-                "the source seeks into shards: copy or decompress them to a local folder"
+                "urls should name uncompressed .tar files by path or fsspec URL, but got "
+                f"{url!r}; the source reads byte ranges of shards, which a pipe or a "
+                "compressed stream cannot give: pass the shard's own URL (s3://... with "
+                "s3fs, gs://... with gcsfs, https://...) and decompress .tar.gz shards"
             )
     return out
+
+
+def is_remote(url: str) -> bool:
+    """Whether ``url`` is read through fsspec rather than as a local file.
+
+    Examples:
+        >>> is_remote("https://host/a.tar"), is_remote("s3://b/a.tar"), is_remote("/d/a.tar")
+        (True, True, False)
+        >>> is_remote("file:///d/a.tar"), is_remote("C:/d/a.tar")
+        (False, False)
+    """
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and len(scheme) > 1 and scheme != "file"
 
 
 def local_path(url: str) -> str:

@@ -1,0 +1,318 @@
+"""Remote shards: byte ranges through fsspec, with timeouts, retries and a read-ahead.
+
+NOTE [ remote reads ]
+A remote shard (``https://``, ``s3://``, ``gs://``, any fsspec URL; see :mod:`._urls`) is
+read in *blocks*: byte ranges of ``read_ahead`` bytes that start at the first byte a
+sample needs, so a resumed rank downloads nothing before the sample it resumes at. A
+:class:`RemoteShard` keeps its last two blocks: memory is bounded by ``2 * read_ahead``
+per open shard (one per DataLoader worker), and reading a shard front to back costs one
+request per ``read_ahead`` bytes. A sample that does not lie in a kept block starts a
+new block (a window shuffle can fetch some bytes twice; nothing is ever read whole).
+
+Over HTTP(S) each block is one ``GET`` with a ``Range`` header, and with ``If-Match``
+when the shard's ETag is a strong one, so a shard rewritten while a run reads it fails
+with the server's 412 instead of mixing two versions. The connection waits at most
+``timeout`` seconds to connect and ``timeout`` seconds between two reads of the body
+(aiohttp's ``sock_connect``/``sock_read``), so a stalled server cannot hang a rank. A
+transient failure (connection reset or dropped, a timeout, HTTP 408, 425, 429 or 5xx)
+is retried up to ``retries`` times after a backoff of 0.25 s, 0.5 s, 1 s, ... (at most
+8 s, with jitter); the retry asks for the bytes from the first one not yet received, so
+nothing is lost or read twice. HTTP 404 is a ``FileNotFoundError`` naming the URL; any
+other 4xx is a permanent ``OSError`` naming it; a shard that runs out of retries raises
+``OSError`` (``TimeoutError`` after a stall) naming the URL, the attempts and the last
+error. The longest a rank can wait on one block is about
+``(retries + 1) * timeout`` plus the backoffs (at most ``8 * retries`` seconds).
+
+Other fsspec filesystems (``s3fs``, ``gcsfs``, ...) are called through ``cat_file`` with
+the same retries; their own timeouts come from ``storage_options``, and a failed block is
+fetched again whole (the samples are still exact: a block is used only once complete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..._errors import check_int
+
+__all__ = [
+    "RemoteOptions",
+    "RemoteShard",
+    "ShardChangedError",
+    "changed_error",
+    "make_options",
+    "remote_fs",
+    "retrying",
+    "stat_remote",
+]
+
+T = TypeVar("T")
+
+#: HTTP statuses worth retrying: timeouts, rate limits and server errors.
+TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_BACKOFF_FIRST = 0.25
+_BACKOFF_MAX = 8.0
+_CHUNK = 1 << 16
+_BLOCKS_KEPT = 2
+_JITTER = random.Random()  # never the global RNG: the per-batch seeding owns it
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How remote shards are read (NOTE [ remote reads ]).
+
+    Attributes:
+        timeout: Seconds to connect, and seconds between two reads of a response, before
+            the attempt counts as failed.
+        retries: Attempts after the first for a transient failure.
+        read_ahead: Bytes fetched per request.
+        storage_options: Keyword arguments for the fsspec filesystem.
+
+    Examples:
+        >>> RemoteOptions().read_ahead
+        4194304
+    """
+
+    timeout: float = 60.0
+    retries: int = 5
+    read_ahead: int = 4 << 20
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def make_options(
+    timeout: Any, retries: Any, read_ahead: Any, storage_options: Any
+) -> RemoteOptions:
+    """Check the source's remote arguments and bundle them.
+
+    Examples:
+        >>> make_options(0, 5, 1 << 20, None)
+        Traceback (most recent call last):
+        ...
+        ValueError: timeout should be a positive number of seconds, but got timeout=0
+    """
+    valid = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+    if not valid:
+        raise TypeError(f"timeout should be a number of seconds, but got timeout={timeout!r}")
+    if not timeout > 0:
+        raise ValueError(
+            f"timeout should be a positive number of seconds, but got timeout={timeout}"
+        )
+    retries = check_int("retries", retries, minimum=0)
+    read_ahead = check_int("read_ahead", read_ahead, minimum=1)
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(
+            "storage_options should be a mapping of fsspec filesystem arguments or None, "
+            f"but got storage_options of type {type(storage_options).__name__}"
+        )
+    return RemoteOptions(float(timeout), retries, read_ahead, dict(storage_options or {}))
+
+
+def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
+    """The fsspec filesystem and path of ``url``, with the timeouts set for HTTP(S).
+
+    Raises:
+        ImportError: fsspec (or aiohttp, for HTTP) is not installed; the message says how.
+    """
+    try:
+        import fsspec
+    except ImportError:
+        raise ImportError(
+            f"reading {url!r} needs fsspec: pip install 'detsamplers[remote]' "
+            "(plus s3fs for s3:// or gcsfs for gs://)"
+        ) from None
+    kwargs = dict(options.storage_options)
+    if url.split("://", 1)[0] in ("http", "https"):
+        try:
+            import aiohttp
+        except ImportError:
+            raise ImportError(
+                f"reading {url!r} needs aiohttp: pip install 'detsamplers[remote]'"
+            ) from None
+        client = dict(kwargs.get("client_kwargs") or {})
+        client.setdefault(
+            "timeout",
+            aiohttp.ClientTimeout(
+                total=None, sock_connect=options.timeout, sock_read=options.timeout
+            ),
+        )
+        kwargs["client_kwargs"] = client
+    return fsspec.core.url_to_fs(url, **kwargs)  # type: ignore[no-any-return]
+
+
+def _status(exn: BaseException) -> int | None:
+    status = getattr(exn, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def _transient(exn: BaseException) -> bool:
+    """Whether a failed attempt is worth retrying (NOTE [ remote reads ])."""
+    status = _status(exn)
+    if status is not None:
+        return status in TRANSIENT_STATUS
+    if isinstance(exn, FileNotFoundError | PermissionError | IsADirectoryError):
+        return False
+    if isinstance(exn, TimeoutError | asyncio.TimeoutError | ConnectionError | OSError):
+        return True
+    name = type(exn).__module__ + "." + type(exn).__name__
+    # aiohttp's payload and connection errors, fsspec's FSTimeoutError.
+    return name.startswith("aiohttp.") or name.endswith("FSTimeoutError")
+
+
+class ShardChangedError(ValueError):
+    """A shard's bytes changed since its index was built."""
+
+
+def changed_error(url: str, what: str) -> ShardChangedError:
+    """The error for a shard rewritten since it was indexed (the message names it)."""
+    return ShardChangedError(
+        f"shard {url!r} changed since its index was built ({what}); its sample offsets no "
+        "longer hold: restore the shard, or delete its index file (or the cached index) "
+        "and rebuild it with `python -m detsamplers index`"
+    )
+
+
+def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], T]) -> T:
+    """Run ``attempt`` until it succeeds, retrying transient failures with backoff.
+
+    Raises:
+        FileNotFoundError: the URL does not exist (HTTP 404).
+        ShardChangedError: the server refused the recorded ETag (HTTP 412).
+        TimeoutError: every attempt stalled.
+        OSError: a permanent failure, or transient ones past ``retries``; names the URL.
+    """
+    for tried in range(options.retries + 1):
+        try:
+            return attempt()
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"shard {url!r} does not exist (not found while {what}); check urls"
+            ) from None
+        except ValueError:
+            raise  # a clear error of ours (a server ignoring Range, a changed shard)
+        except Exception as exn:
+            if _status(exn) == 412:
+                raise changed_error(url, "the server no longer matches its ETag") from None
+            if not _transient(exn):
+                raise OSError(
+                    f"{what} shard {url!r} failed: {exn!r}; this error is not retried"
+                ) from exn
+            if tried == options.retries:
+                kind = TimeoutError if _is_timeout(exn) else OSError
+                raise kind(
+                    f"{what} shard {url!r} failed {tried + 1} times (retries="
+                    f"{options.retries}, timeout={options.timeout} s); last error: {exn!r}"
+                ) from exn
+            delay = min(_BACKOFF_FIRST * 2**tried, _BACKOFF_MAX)
+            time.sleep(delay * (0.5 + _JITTER.random() / 2))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _is_timeout(exn: BaseException) -> bool:
+    return isinstance(exn, TimeoutError | asyncio.TimeoutError) or type(exn).__name__.endswith(
+        "TimeoutError"
+    )
+
+
+def stat_remote(url: str, options: RemoteOptions) -> tuple[int, str | None]:
+    """The size of a remote shard and its version (ETag, generation or modification time).
+
+    Raises:
+        FileNotFoundError: it does not exist (the message names it).
+        ValueError: the server does not report its size.
+    """
+    fs, path = remote_fs(url, options)
+    info = retrying(url, "looking up", options, lambda: fs.info(path))
+    size = info.get("size")
+    if not isinstance(size, int):
+        raise ValueError(
+            f"shard {url!r} has no known size (the server sent no Content-Length); the "
+            "source reads byte ranges, so it needs a server that reports sizes"
+        )
+    for name in ("ETag", "etag", "generation", "Last-Modified", "LastModified", "mtime"):
+        if info.get(name) is not None:
+            return size, str(info[name])
+    return size, None
+
+
+class RemoteShard:
+    """Byte ranges of one remote shard, fetched in blocks (NOTE [ remote reads ]).
+
+    Args:
+        url: The shard's URL.
+        size: Its size, as indexed; a range past it is never asked for.
+        version: Its ETag as indexed, or ``None``; a strong ETag is sent as ``If-Match``.
+        options: Timeouts, retries and the read-ahead.
+    """
+
+    def __init__(self, url: str, size: int, version: str | None, options: RemoteOptions) -> None:
+        self.url = url
+        self.size = size
+        self.options = options
+        self.fs, self.path = remote_fs(url, options)
+        self.http = url.split("://", 1)[0] in ("http", "https")
+        strong = version is not None and version.startswith('"')
+        self.headers = {"If-Match": version} if self.http and strong else {}
+        self.blocks: list[tuple[int, bytes]] = []
+        #: Bytes received from the server, retried bytes included (for tests and figures).
+        self.received = 0
+
+    def read(self, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)``, from a kept block or a new one starting at ``start``."""
+        for first, data in self.blocks:
+            if first <= start and end <= first + len(data):
+                return data[start - first : end - first]
+        stop = min(self.size, max(end, start + self.options.read_ahead))
+        data = self.fetch(start, stop)
+        self.blocks = [*self.blocks[-(_BLOCKS_KEPT - 1) :], (start, data)]
+        return data[: end - start]
+
+    def fetch(self, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)`` in one range request, retried where it stopped."""
+        received = bytearray()
+        if self.http:
+            from fsspec.asyn import sync
+
+            def attempt() -> bytes:
+                sync(self.fs.loop, self._get, start, end, received)
+                return bytes(received)
+        else:
+
+            def attempt() -> bytes:
+                data = self.fs.cat_file(self.path, start=start, end=end)
+                self.received += len(data)
+                return bytes(data)
+
+        data = retrying(self.url, "reading", self.options, attempt)
+        if len(data) != end - start:
+            raise changed_error(
+                self.url, f"bytes {start}..{end} gave {len(data)} bytes; it is shorter now"
+            )
+        return data
+
+    async def _get(self, start: int, end: int, received: bytearray) -> None:
+        """One ranged GET of ``[start + len(received), end)``, appended to ``received``."""
+        session = await self.fs.set_session()
+        kwargs = dict(self.fs.kwargs)
+        headers = {**kwargs.pop("headers", {}), **self.headers}
+        headers["Range"] = f"bytes={start + len(received)}-{end - 1}"
+        async with session.get(self.fs.encode_url(self.path), headers=headers, **kwargs) as r:
+            if r.status == 404:
+                raise FileNotFoundError(self.url)
+            r.raise_for_status()
+            if r.status != 206:
+                raise ValueError(
+                    f"shard {self.url!r}: the server answered a Range request with HTTP "
+                    f"{r.status}, not 206 Partial Content; the source reads byte ranges, so "
+                    "it needs a server that honours Range requests"
+                )
+            async for chunk in r.content.iter_chunked(_CHUNK):
+                self.received += len(chunk)
+                received += chunk[: end - start - len(received)]
+        if len(received) < end - start:
+            raise ConnectionResetError(
+                f"the response ended after {len(received)} of {end - start} bytes"
+            )
