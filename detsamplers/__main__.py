@@ -1,4 +1,8 @@
-"""``python -m detsamplers demo``: the pause-and-resume demonstration (see ``make demo``)."""
+"""``python -m detsamplers``: the ``demo`` and ``index`` commands.
+
+``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
+index files of webdataset shards (NOTE [ index file format ]).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--batches", type=int, default=48, help="total global batches (48)")
     demo.add_argument("--num-workers", type=int, default=1, help="loader workers per rank (1)")
     demo.add_argument("--workdir", default=None, help="keep the runs here (default: temporary)")
+    index = commands.add_parser(
+        "index",
+        help="write <shard>.index.npz for each webdataset shard, for remote reading",
+        description="Scan each shard once and write its index file (the byte ranges of its "
+        "samples) next to it, or into --out to upload next to the shards. A "
+        "WebDatasetSource over remote shards reads these instead of scanning the shards.",
+    )
+    index.add_argument("urls", nargs="+", help="shard paths, fsspec URLs or brace patterns")
+    index.add_argument("--out", default=None, help="write the files into this folder")
+    index.add_argument("--timeout", type=float, default=60.0, help="remote stall timeout (60 s)")
+    index.add_argument("--retries", type=int, default=5, help="remote retries (5)")
     args = parser.parse_args(argv)
+    if args.command == "index":
+        return _index(parser, args.urls, args.out, args.timeout, args.retries)
 
     from .trial._demo import run_demo
 
@@ -43,6 +60,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo failed: {error}", file=sys.stderr)
         return 1
     return 0 if ok else 1
+
+
+def _index(
+    parser: argparse.ArgumentParser, urls: list[str], out: str | None, timeout: float, retries: int
+) -> int:
+    from .loader._wds._fetch import make_options
+    from .loader._wds._remote_index import write_index
+    from .loader._wds._urls import expand_urls
+
+    try:
+        options = make_options(timeout, retries, 4 << 20, None)
+        shards = [shard for url in urls for shard in expand_urls(url)]
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    for shard in shards:
+        try:
+            target, samples = write_index(shard, options, out)
+        except (OSError, ValueError) as error:
+            print(f"index failed: {error}", file=sys.stderr)
+            return 1
+        print(f"{target}: {samples} samples")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
-"""Fixtures for the webdataset source tests: one folder of real shards per session."""
+"""Fixtures for the webdataset source tests: real shards, and a real HTTP server of them."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+from http_server import ShardServer
 from wds_helpers import write_shards
 
 
@@ -10,3 +15,26 @@ from wds_helpers import write_shards
 def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The brace pattern of 7 shards of 3 to 20 samples (see wds_helpers.COUNTS)."""
     return write_shards(tmp_path_factory.mktemp("shards"))
+
+
+@pytest.fixture(scope="session")
+def http_root(shards: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder served over HTTP, holding a copy of the shards under ``s/``."""
+    root = tmp_path_factory.mktemp("served")
+    shutil.copytree(Path(shards).parent, root / "s", ignore=shutil.ignore_patterns("*.json"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def http_server(http_root: Path) -> Iterator[ShardServer]:
+    """An aiohttp server of ``http_root`` on 127.0.0.1, a free port, for the session."""
+    server = ShardServer(http_root)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def server(http_server: ShardServer) -> ShardServer:
+    """The session's server with its log cleared and no fault switched on."""
+    http_server.reset()
+    return http_server
