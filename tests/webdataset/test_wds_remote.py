@@ -18,7 +18,7 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, global_stream, make, simulate
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import ShardChangedError
+from detsamplers.loader._wds._fetch import _FIRST_BLOCK, ShardChangedError
 from detsamplers.loader._wds._index_file import decode_index, encode_index
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -125,7 +125,7 @@ def test_a_resume_downloads_only_bytes_at_and_after_the_resumed_sample(
     first, last = members[0][1], members[-1][1] + members[-1][2]
     name = f"s/data-{shard:06d}.tar"
     assert list(shard_bytes(server)) == [name]
-    stop = min(source.shards[shard].size, max(last, first + read_ahead))
+    stop = min(source.shards[shard].size, max(last, first + min(_FIRST_BLOCK, read_ahead)))
     assert server.served.ranges[name] == [(first, stop)]
     if read_ahead == 1:  # the sample's own bytes, nothing else
         assert shard_bytes(server)[name] == last - first
@@ -159,15 +159,25 @@ def test_a_shard_changed_since_its_index_file_was_written_is_refused_by_name(
 ) -> None:
     folder = http_root / "changing"
     folder.mkdir(exist_ok=True)
-    for i in (0, 1):
-        (folder / f"data-00000{i}.tar").write_bytes(
-            (http_root / f"s/data-00000{i}.tar").read_bytes()
-        )
-    url = url_of(server, "data-{000000..000001}.tar", "changing")
-    assert main(["index", url, "--out", str(folder)]) == 0
-    assert make(url, index_dir=str(tmp_path)).num_samples == COUNTS[0] + COUNTS[1]
+    for i in (0, 1, 2):
+        data = (http_root / f"s/data-00000{i}.tar").read_bytes()
+        (folder / f"data-00000{i}.tar").write_bytes(data)
+    url = url_of(server, "data-{000000..000002}.tar", "changing")
+    assert main(["index", url, "--out", str(folder)]) == 0  # records each shard's ETag
+    server.reset()
+    source = make(url, index_dir=str(tmp_path), shuffle_shards=False, batch_size=1)
+    assert source.num_samples == sum(COUNTS[:3])
+    assert shard_bytes(server) == {}
     os.utime(folder / "data-000001.tar", ns=(10**18, 10**18))  # a new ETag, same bytes
+    stream = iter(source)
+    assert [int(next(stream)) for _ in range(COUNTS[0])] == list(range(COUNTS[0]))
     with pytest.raises(ShardChangedError, match=r"shard 'http://.*/changing/data-000001\.tar' "):
+        next(stream)  # every read sends the recorded ETag: HTTP 412
+    # An index file written from the local file records no ETag: the size is checked.
+    assert main(["index", str(folder / "data-000002.tar")]) == 0
+    with open(folder / "data-000002.tar", "ab") as handle:
+        handle.write(bytes(1024))  # two more zero blocks: a valid tar, a different size
+    with pytest.raises(ShardChangedError, match=r"data-000002\.tar' changed .* index file says"):
         make(url, index_dir=str(tmp_path))
 
 

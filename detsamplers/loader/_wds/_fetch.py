@@ -2,12 +2,15 @@
 
 NOTE [ remote reads ]
 A remote shard (``https://``, ``s3://``, ``gs://``, any fsspec URL; see :mod:`._urls`) is
-read in *blocks*: byte ranges of ``read_ahead`` bytes that start at the first byte a
-sample needs, so a resumed rank downloads nothing before the sample it resumes at. A
-:class:`RemoteShard` keeps its last two blocks: memory is bounded by ``2 * read_ahead``
-per open shard (one per DataLoader worker), and reading a shard front to back costs one
-request per ``read_ahead`` bytes. A sample that does not lie in a kept block starts a
-new block (a window shuffle can fetch some bytes twice; nothing is ever read whole).
+read in *blocks*: byte ranges that start at the first byte a sample needs, so a resumed
+rank downloads nothing before the sample it resumes at. The first block after opening a
+shard or jumping within it is 64 KiB (or the sample, if larger), so the first batch after
+a resume waits for little more than its own bytes; each block that continues the previous
+one is twice as long, up to ``read_ahead`` bytes. A :class:`RemoteShard` keeps its last
+two blocks: memory is bounded by ``2 * read_ahead`` per open shard (one per DataLoader
+worker), and reading a shard front to back costs one request per ``read_ahead`` bytes
+once the blocks are full size. A sample that does not lie in a kept block starts a new
+block (a window shuffle can fetch some bytes twice; nothing is ever read whole).
 
 Over HTTP(S) each block is one ``GET`` with a ``Range`` header, and with ``If-Match``
 when the shard's ETag is a strong one, so a shard rewritten while a run reads it fails
@@ -58,6 +61,7 @@ _BACKOFF_FIRST = 0.25
 _BACKOFF_MAX = 8.0
 _CHUNK = 1 << 16
 _BLOCKS_KEPT = 2
+_FIRST_BLOCK = 64 << 10
 _JITTER = random.Random()  # never the global RNG: the per-batch seeding owns it
 
 
@@ -257,6 +261,7 @@ class RemoteShard:
         strong = version is not None and version.startswith('"')
         self.headers = {"If-Match": version} if self.http and strong else {}
         self.blocks: list[tuple[int, bytes]] = []
+        self.block = min(_FIRST_BLOCK, options.read_ahead)
         #: Bytes received from the server, retried bytes included (for tests and figures).
         self.received = 0
 
@@ -265,7 +270,12 @@ class RemoteShard:
         for first, data in self.blocks:
             if first <= start and end <= first + len(data):
                 return data[start - first : end - first]
-        stop = min(self.size, max(end, start + self.options.read_ahead))
+        if self.blocks:  # reading on from the last block doubles the next one
+            last, data = self.blocks[-1]
+            onward = last <= start <= last + len(data) + _FIRST_BLOCK
+            smallest = min(_FIRST_BLOCK, self.options.read_ahead)
+            self.block = min(2 * self.block, self.options.read_ahead) if onward else smallest
+        stop = min(self.size, max(end, start + self.block))
         data = self.fetch(start, stop)
         self.blocks = [*self.blocks[-(_BLOCKS_KEPT - 1) :], (start, data)]
         return data[: end - start]
@@ -303,6 +313,9 @@ class RemoteShard:
             if r.status == 404:
                 raise FileNotFoundError(self.url)
             r.raise_for_status()
+            total = r.headers.get("Content-Range", "").rpartition("/")[2]
+            if r.status == 206 and total.isdigit() and int(total) != self.size:
+                raise changed_error(self.url, f"it has {total} bytes, {self.size} when indexed")
             if r.status != 206:
                 raise ValueError(
                     f"shard {self.url!r}: the server answered a Range request with HTTP "

@@ -79,7 +79,7 @@ class ShardInfo:
     url: str
     path: str
     keys: tuple[str, ...]
-    members: list[list[Member]]
+    members: Sequence[list[Member]]
     size: int = -1
     version: str | None = None
 

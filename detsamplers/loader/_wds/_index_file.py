@@ -28,14 +28,60 @@ import io
 import itertools
 import json
 import zipfile
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "decode_index", "encode_index"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "PackedMembers", "decode_index", "encode_index"]
 
 FORMAT = "detsamplers-shard-index"
 FORMAT_VERSION = 2
+
+
+class PackedMembers(Sequence[list[Any]]):
+    """The members of each sample, built as a sample is asked for: ``[suffix, offset, size]``.
+
+    Decoding an index file makes five flat lists, not one list per member, so a shard of
+    thousands of samples loads in microseconds; each lookup builds one sample's lists.
+
+    Examples:
+        >>> packed = PackedMembers(["cls", "png", "cls"], [512, 1536, 3072], [1, 70, 1], [0, 2, 3])
+        >>> len(packed), packed[1], packed[-2]
+        (2, [['cls', 3072, 1]], [['cls', 512, 1], ['png', 1536, 70]])
+    """
+
+    __slots__ = ("offsets", "sizes", "starts", "suffixes")
+
+    def __init__(
+        self, suffixes: list[str], offsets: list[int], sizes: list[int], starts: list[int]
+    ) -> None:
+        self.suffixes, self.offsets, self.sizes, self.starts = suffixes, offsets, sizes, starts
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> list[Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[list[Any]]: ...
+    def __getitem__(self, index: int | slice) -> list[Any] | list[list[Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"sample {index} of {count}")
+        index %= count
+        first, stop = self.starts[index], self.starts[index + 1]
+        return [[self.suffixes[j], self.offsets[j], self.sizes[j]] for j in range(first, stop)]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def _joined(strings: list[str]) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -48,7 +94,7 @@ def _split(array: np.ndarray[Any, Any]) -> list[str]:
 
 
 def encode_index(
-    keys: tuple[str, ...], members: list[list[Any]], size: int, etag: str | None
+    keys: tuple[str, ...], members: Sequence[list[Any]], size: int, etag: str | None
 ) -> bytes:
     """The bytes of an index file (NOTE [ index file format ]).
 
@@ -72,7 +118,7 @@ def encode_index(
     return buffer.getvalue()
 
 
-def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], list[list[Any]], int, str | None]:
+def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers, int, str | None]:
     """``(keys, members, size, etag)`` from the bytes of an index file.
 
     Raises:
@@ -89,10 +135,12 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], list[list[Any]
             starts = arrays["starts"].tolist()
             offsets = arrays["offsets"].tolist()
             sizes = arrays["sizes"].tolist()
-        rows = [list(m) for m in zip(suffixes, offsets, sizes, strict=True)]
-        if len(starts) != len(keys) + 1 or starts[-1] != len(rows):
+        counts = {len(suffixes), len(offsets), len(sizes), starts[-1] if starts else -1}
+        if len(starts) != len(keys) + 1 or len(counts) != 1 or starts[0] != 0:
             raise ValueError("the sample starts do not match the keys and members")
-        members = [rows[a:b] for a, b in itertools.pairwise(starts)]
+        if any(b < a for a, b in itertools.pairwise(starts)):
+            raise ValueError("the sample starts decrease")
+        members = PackedMembers(suffixes, offsets, sizes, starts)
         return keys, members, int(header["size"]), header.get("etag")
     except (ValueError, KeyError, OSError, TypeError, AttributeError, zipfile.BadZipFile) as exn:
         raise ValueError(

@@ -4,7 +4,10 @@ For a remote shard (NOTE [ remote reads ]) the index is, in this order:
 
 1. the index file next to it, ``<url>.index.npz`` (NOTE [ index file format ]), written by
    ``python -m detsamplers index``; the shard's size and ETag must be those it records,
-   else the source refuses the shard by name;
+   else the source refuses the shard by name. Over HTTP(S), when the file records a strong
+   ETag, that check is made by every read (``If-Match``, and the size in the response's
+   ``Content-Range``) instead of a lookup now: building the source costs one request per
+   shard. Otherwise the shard is looked up (``HEAD``) and compared at once;
 2. the local cache, ``<index_dir>/<hash>.index.npz``, the hash keyed by the URL, the size
    and the ETag (or modification time) the server reports now, so a rewritten shard
    misses the cache instead of using stale offsets;
@@ -12,12 +15,13 @@ For a remote shard (NOTE [ remote reads ]) the index is, in this order:
    ``read_ahead`` bytes: headers and small members are streamed, large members'
    data are skipped), written to the cache.
 
-Shards are looked up with up to 16 threads, so a large shard list costs a few round trips
-per shard, overlapped.
+Shards are looked up with up to 16 threads, so the round trips of a long shard list overlap.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import importlib
 import io
@@ -36,6 +40,7 @@ __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index"]
 #: The index file of shard ``u`` is ``u + INDEX_SUFFIX``.
 INDEX_SUFFIX = ".index.npz"
 _THREADS = 16
+_CONCURRENT = 32
 
 
 class RemoteFile(io.RawIOBase):
@@ -103,20 +108,82 @@ def _scan(url: str, size: int, version: str | None, options: RemoteOptions) -> S
     return ShardInfo(url, url, keys, members, size, version)
 
 
-def index_remote(url: str, options: RemoteOptions, index_dir: str | None) -> ShardInfo:
+def _checked_on_read(url: str, etag: str | None) -> bool:
+    """Whether every read of ``url`` checks ``etag`` (``If-Match``), so no lookup is needed."""
+    http = url.split("://", 1)[0] in ("http", "https")
+    return http and etag is not None and etag.startswith('"')
+
+
+_NOT_FETCHED = b""
+
+
+def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
+    """The index in an index file, and whether reads will check it is still current."""
+    keys, members, size, etag = decode_index(data, url)
+    return ShardInfo(url, url, keys, members, size, etag), _checked_on_read(url, etag)
+
+
+async def _cat_all(fs: Any, paths: list[str]) -> list[Any]:
+    """``fs._cat_file`` of each path, at most ``_CONCURRENT`` at a time; errors as values."""
+    limit = asyncio.Semaphore(_CONCURRENT)
+
+    async def cat(path: str) -> Any:
+        async with limit:
+            return await fs._cat_file(path)
+
+    return await asyncio.gather(*(cat(p) for p in paths), return_exceptions=True)
+
+
+def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]:
+    """Each shard's index file (``None``: there is none), fetched concurrently in one call.
+
+    Filesystems without an async implementation, and fetches that fail otherwise than
+    with "not found", give ``_NOT_FETCHED``: :func:`index_remote` fetches those itself,
+    with retries and errors that name the shard.
+    """
+    out: list[bytes | None] = [_NOT_FETCHED] * len(urls)
+    groups: dict[int, tuple[Any, list[int], list[str]]] = {}
+    for i, url in enumerate(urls):
+        fs, path = remote_fs(url + INDEX_SUFFIX, options)
+        if getattr(fs, "async_impl", False):
+            groups.setdefault(id(fs), (fs, [], []))[1].append(i)
+            groups[id(fs)][2].append(path)
+    for fs, slots, paths in groups.values():
+        from fsspec.asyn import sync
+
+        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths), strict=True):
+            if isinstance(got, bytes) and got:
+                out[slot] = got
+            elif isinstance(got, FileNotFoundError):
+                out[slot] = None
+    return out
+
+
+def index_remote(
+    url: str, options: RemoteOptions, index_dir: str | None, sibling: bytes | None = _NOT_FETCHED
+) -> ShardInfo:
     """The index of one remote shard: its index file, the cache, or a scan (see above).
+
+    Args:
+        url: The shard's URL.
+        options: How to read it.
+        index_dir: The cache folder (default: :func:`default_index_dir`).
+        sibling: Its index file's bytes, ``None`` if it has none, or by default unknown yet.
 
     Raises:
         FileNotFoundError: the shard does not exist.
         ValueError: it changed since its index file was written, or is not a valid tar.
         OSError: it could not be read.
     """
-    size, version = stat_remote(url, options)
-    data = _sibling(url, options)
+    data = _sibling(url, options) if sibling is _NOT_FETCHED else sibling
     if data is not None:
-        keys, members, indexed_size, indexed_etag = decode_index(data, url)
-        _check(url, size, version, (indexed_size, indexed_etag))
-        return ShardInfo(url, url, keys, members, size, version)
+        info, checked_on_read = _from_sibling(url, data)
+        if checked_on_read:
+            return info
+        size, version = stat_remote(url, options)
+        _check(url, size, version, (info.size, info.version))
+        return dataclasses.replace(info, size=size, version=version)
+    size, version = stat_remote(url, options)
     cache = _cache_file(url, size, version, index_dir)
     try:
         with open(cache, "rb") as handle:
@@ -141,11 +208,21 @@ def index_remote_shards(
     urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
 ) -> list[ShardInfo]:
     """:func:`index_remote` for each URL, overlapped on threads, in the order given."""
+    siblings = _siblings(urls, options)
+    out: list[ShardInfo | None] = [None] * len(urls)
+    for i, (url, data) in enumerate(zip(urls, siblings, strict=True)):
+        if data:
+            info, checked_on_read = _from_sibling(url, data)
+            out[i] = info if checked_on_read else None
+    todo = [i for i, info in enumerate(out) if info is None]
     tqdm = importlib.import_module("tqdm").tqdm
-    quiet = not progress or len(urls) < PROGRESS_MIN_SHARDS
-    with ThreadPoolExecutor(max_workers=min(_THREADS, len(urls))) as pool:
-        jobs = pool.map(lambda url: index_remote(url, options, index_dir), urls)
-        return list(tqdm(jobs, total=len(urls), desc="indexing shards", disable=quiet))
+    quiet = not progress or len(todo) < PROGRESS_MIN_SHARDS
+    with ThreadPoolExecutor(max_workers=max(1, min(_THREADS, len(todo)))) as pool:
+        jobs = pool.map(lambda i: index_remote(urls[i], options, index_dir, siblings[i]), todo)
+        bar = tqdm(jobs, total=len(todo), desc="indexing shards", disable=quiet)
+        for i, info in zip(todo, bar, strict=True):
+            out[i] = info
+    return [info for info in out if info is not None]
 
 
 def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tuple[str, int]:
