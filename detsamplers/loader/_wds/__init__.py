@@ -1,10 +1,15 @@
 """webdataset shards as an exactly resumable stream: one module per concern.
 
-``_urls`` expands shard URLs, ``_index`` lists each shard's samples and caches the list,
-``_order`` maps global positions to samples, ``_split`` deals them to ranks and workers,
-``_reader`` reads samples, ``_decode`` builds the decode stage, ``_state`` checks a saved
-state, ``_source`` is :class:`WebDatasetSource` and ``_loader`` is :class:`WebDataLoader`.
-The public names are re-exported from :mod:`detsamplers.loader`.
+``_urls`` expands shard URLs and tells local from remote ones; ``_fetch`` reads byte
+ranges of remote shards with timeouts and retries (NOTE [ remote reads ]); ``_index``
+lists each shard's samples and caches the list (NOTE [ shard index ]), ``_remote_index``
+does so for remote shards and ``_index_file`` is the format of their index files (NOTE
+[ index file format ]); ``_order`` maps global positions to samples (NOTE [ shard stream
+order ]), ``_split`` deals them to ranks and workers (NOTE [ shard stream split ]);
+``_reader`` reads samples from local and remote shards side by side; ``_decode`` builds the
+decode stage, ``_state`` checks a saved state; ``_source`` is :class:`WebDatasetSource`
+and ``_loader`` is :class:`WebDataLoader`. The public names are re-exported from
+:mod:`detsamplers.loader`.
 """
 
 from ._loader import WebDataLoader

@@ -55,8 +55,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: HTTP statuses worth retrying: timeouts, rate limits and server errors.
-TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: HTTP statuses worth retrying, besides every 5xx: timeouts and rate limits.
+TRANSIENT_STATUS = frozenset({408, 425, 429})
 _BACKOFF_FIRST = 0.25
 _BACKOFF_MAX = 8.0
 _CHUNK = 1 << 16
@@ -156,7 +156,7 @@ def _transient(exn: BaseException) -> bool:
     """Whether a failed attempt is worth retrying (NOTE [ remote reads ])."""
     status = _status(exn)
     if status is not None:
-        return status in TRANSIENT_STATUS
+        return status in TRANSIENT_STATUS or status >= 500
     if isinstance(exn, FileNotFoundError | PermissionError | IsADirectoryError):
         return False
     if isinstance(exn, TimeoutError | asyncio.TimeoutError | ConnectionError | OSError):
