@@ -146,6 +146,40 @@ def test_a_connection_dropped_mid_shard_is_resumed_where_it_stopped_losing_nothi
     assert ("s/data-000005.tar", 503) in server.served.statuses
 
 
+def test_a_connection_dropped_with_no_retries_left_is_an_error_naming_the_shard(
+    server: ShardServer, tmp_path: Path
+) -> None:
+    source = remote(server, tmp_path, retries=0, shuffle_shards=False)
+    server.reset()
+    server.drop = {"s/data-000000.tar"}
+    with pytest.raises(OSError, match=r"reading shard 'http://.*/s/data-000000\.tar' failed 1 t"):
+        next(iter(source))
+
+
+def test_shards_on_any_fsspec_filesystem_read_like_local_ones_and_take_index_files(
+    shards: str, tmp_path: Path
+) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    folder = Path(shards).parent
+    for i in range(len(COUNTS)):
+        name = f"data-{i:06d}.tar"
+        memory.pipe_file(f"/wds-test/{name}", (folder / name).read_bytes())
+    url = "memory://wds-test/" + PATTERN
+    options: dict[str, Any] = {"batch_size": 3, "shuffle_window": 4, "read_ahead": 4096}
+    scanned = make(url, index_dir=str(tmp_path / "cache"), **options)
+    assert simulate(scanned, 0, 60) == simulate(make(shards, **options), 0, 60)
+    assert main(["index", url]) == 0  # written next to the shards, through fsspec
+    assert memory.exists("/wds-test/data-000006.tar.index.npz")
+    indexed = make(url, index_dir=str(tmp_path / "unused"), **options)
+    assert not (tmp_path / "unused").exists()
+    state = {**scanned.state_dict(), "position": 3 * 50}  # mid epoch 3
+    indexed.load_state_dict(state)
+    scanned.load_state_dict(state)
+    assert simulate(indexed, 0, 5) == simulate(scanned, 0, 5)
+    memory.rm("/wds-test", recursive=True)
+
+
 def test_a_missing_shard_over_http_is_a_file_not_found_error_naming_its_url(
     server: ShardServer, tmp_path: Path
 ) -> None:

@@ -200,6 +200,8 @@ def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], 
         except Exception as exn:
             if _status(exn) == 412:
                 raise changed_error(url, "the server no longer matches its ETag") from None
+            if _status(exn) == 416:
+                raise changed_error(url, "a range inside it is now past its end") from None
             if not _transient(exn):
                 raise OSError(
                     f"{what} shard {url!r} failed: {exn!r}; this error is not retried"
