@@ -4,13 +4,17 @@ NOTE [ remote reads ]
 A remote shard (``https://``, ``s3://``, ``gs://``, any fsspec URL; see :mod:`._urls`) is
 read in *blocks*: byte ranges that start at the first byte a sample needs, so a resumed
 rank downloads nothing before the sample it resumes at. The first block after opening a
-shard or jumping within it is 64 KiB (or the sample, if larger), so the first batch after
+shard or jumping within it is 256 KiB (or the sample, if larger), so the first batch after
 a resume waits for little more than its own bytes; each block that continues the previous
-one is twice as long, up to ``read_ahead`` bytes. A :class:`RemoteShard` keeps its last
-two blocks: memory is bounded by ``2 * read_ahead`` per open shard (one per DataLoader
-worker), and reading a shard front to back costs one request per ``read_ahead`` bytes
-once the blocks are full size. A sample that does not lie in a kept block starts a new
-block (a window shuffle can fetch some bytes twice; nothing is ever read whole).
+one is twice as long, up to ``read_ahead`` bytes. Once a read continues the last block,
+the block after it is fetched in the background (one thread per open shard) while the
+samples already fetched are used, so reading a shard front to back overlaps the network
+with the work on the samples. A :class:`RemoteShard` keeps its last two blocks and the one
+being prefetched: memory is bounded by ``3 * read_ahead`` per open shard (one per
+DataLoader worker), and a shard read front to back costs one request per ``read_ahead``
+bytes once the blocks are full size. A sample that does not lie in a kept block starts a
+new block and drops the prefetch (a window shuffle can fetch some bytes twice; nothing is
+ever read whole).
 
 Over HTTP(S) each block is one ``GET`` with a ``Range`` header, and with ``If-Match``
 when the shard's ETag is a strong one, so a shard rewritten while a run reads it fails
@@ -37,6 +41,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,7 +66,7 @@ _BACKOFF_FIRST = 0.25
 _BACKOFF_MAX = 8.0
 _CHUNK = 1 << 16
 _BLOCKS_KEPT = 2
-_FIRST_BLOCK = 64 << 10
+_FIRST_BLOCK = 256 << 10
 _JITTER = random.Random()  # never the global RNG: the per-batch seeding owns it
 
 
@@ -264,14 +269,19 @@ class RemoteShard:
         self.headers = {"If-Match": version} if self.http and strong else {}
         self.blocks: list[tuple[int, bytes]] = []
         self.block = min(_FIRST_BLOCK, options.read_ahead)
+        self.pending: tuple[int, int, Future[bytes]] | None = None
+        self.executor: ThreadPoolExecutor | None = None
         #: Bytes received from the server, retried bytes included (for tests and figures).
         self.received = 0
 
     def read(self, start: int, end: int) -> bytes:
-        """The bytes ``[start, end)``, from a kept block or a new one starting at ``start``."""
-        for first, data in self.blocks:
-            if first <= start and end <= first + len(data):
-                return data[start - first : end - first]
+        """The bytes ``[start, end)``, from a kept or prefetched block, or a new one."""
+        found = self._kept(start, end)
+        if found is None and self.pending is not None and self._take_pending(start, end):
+            found = self._kept(start, end)
+        if found is not None:
+            return found
+        onward = False
         if self.blocks:  # reading on from the last block doubles the next one
             last, data = self.blocks[-1]
             onward = last <= start <= last + len(data) + _FIRST_BLOCK
@@ -279,8 +289,56 @@ class RemoteShard:
             self.block = min(2 * self.block, self.options.read_ahead) if onward else smallest
         stop = min(self.size, max(end, start + self.block))
         data = self.fetch(start, stop)
-        self.blocks = [*self.blocks[-(_BLOCKS_KEPT - 1) :], (start, data)]
+        self._keep(start, data)
+        if onward:
+            self._prefetch()
         return data[: end - start]
+
+    def _kept(self, start: int, end: int) -> bytes | None:
+        for first, data in self.blocks:
+            if first <= start and end <= first + len(data):
+                return data[start - first : end - first]
+        return None
+
+    def _keep(self, start: int, data: bytes) -> None:
+        self.blocks = [*self.blocks[-(_BLOCKS_KEPT - 1) :], (start, data)]
+
+    def _take_pending(self, start: int, end: int) -> bool:
+        """Keep the prefetched block if the read lies in it (or runs into it); else drop it."""
+        assert self.pending is not None
+        first, stop, future = self.pending
+        self.pending = None
+        last, tail = self.blocks[-1] if self.blocks else (first, b"")
+        inside = first <= start < stop
+        straddling = last <= start < last + len(tail) == first < end
+        if not (inside or straddling):
+            future.cancel()  # a jump: the block is not needed (a running fetch just ends)
+            return False
+        data = future.result()  # raises what the fetch raised, after its retries
+        if start < first:  # the read straddles the two blocks: join them from ``start``
+            data, first = tail[start - last :] + data, start
+        self._keep(first, data)
+        self._prefetch()
+        return True
+
+    def _prefetch(self) -> None:
+        """Fetch the block after the last one in the background (NOTE [ remote reads ])."""
+        last, data = self.blocks[-1]
+        start = last + len(data)
+        if start >= self.size or self.pending is not None:
+            return
+        self.block = min(2 * self.block, self.options.read_ahead)
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-read")
+        stop = min(self.size, start + self.block)
+        self.pending = (start, stop, self.executor.submit(self.fetch, start, stop))
+
+    def close(self) -> None:
+        """Drop the blocks and stop prefetching."""
+        self.blocks, self.pending = [], None
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
 
     def fetch(self, start: int, end: int) -> bytes:
         """The bytes ``[start, end)`` in one range request, retried where it stopped."""

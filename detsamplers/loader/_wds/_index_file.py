@@ -17,9 +17,11 @@ members in all:
   ``starts[i + 1] - 1``;
 - ``offsets``, ``sizes``: int64, ``m`` entries: each member's data offset and size in bytes.
 
-Tar names cannot hold NUL bytes, so the separators are unambiguous. Arrays of numbers and
-two byte strings decode in a few calls, without a JSON parse of every member. A file whose
-size or ETag differs from the shard's is refused with an error naming the shard.
+Tar names cannot hold NUL bytes, so the separators are unambiguous; names that are not
+valid UTF-8 keep their bytes (``surrogateescape``, as :mod:`tarfile` decodes them). Arrays
+of numbers and two byte strings decode in a few calls, without a JSON parse of every
+member. A file whose size or ETag differs from the shard's is refused with an error naming
+the shard.
 """
 
 from __future__ import annotations
@@ -85,12 +87,12 @@ class PackedMembers(Sequence[list[Any]]):
 
 
 def _joined(strings: list[str]) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    data = b"".join(s.encode() + b"\0" for s in strings)
+    data = b"".join(s.encode(errors="surrogateescape") + b"\0" for s in strings)
     return np.frombuffer(data, dtype=np.uint8)
 
 
 def _split(array: np.ndarray[Any, Any]) -> list[str]:
-    return array.tobytes().decode().split("\0")[:-1]
+    return array.tobytes().decode(errors="surrogateescape").split("\0")[:-1]
 
 
 def encode_index(

@@ -85,5 +85,7 @@ class ShardReader:
         if self.handle is not None:
             self.handle.close()
             self.handle = None
-        self.stream = None
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
         self.current = -1
