@@ -299,6 +299,8 @@ def test_a_corrupt_index_file_is_refused_naming_the_shard_and_the_fix() -> None:
 def test_remote_arguments_are_checked_with_messages_that_name_them(shards: str) -> None:
     with pytest.raises(ValueError, match="timeout should be a positive number of seconds"):
         make(shards, timeout=0)
+    with pytest.raises(ValueError, match="timeout=inf; a finite timeout is what keeps"):
+        make(shards, timeout=float("inf"))
     with pytest.raises(TypeError, match="timeout should be a number of seconds"):
         make(shards, timeout="1")
     with pytest.raises(ValueError, match="retries should be a non-negative integer value"):

@@ -38,6 +38,7 @@ fetched again whole (the samples are still exact: a block is used only once comp
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -101,14 +102,15 @@ def make_options(
         >>> make_options(0, 5, 1 << 20, None)
         Traceback (most recent call last):
         ...
-        ValueError: timeout should be a positive number of seconds, but got timeout=0
+        ValueError: timeout should be a positive number of seconds, but got timeout=0; ...
     """
     valid = isinstance(timeout, int | float) and not isinstance(timeout, bool)
     if not valid:
         raise TypeError(f"timeout should be a number of seconds, but got timeout={timeout!r}")
-    if not timeout > 0:
+    if not 0 < timeout < math.inf:
         raise ValueError(
-            f"timeout should be a positive number of seconds, but got timeout={timeout}"
+            f"timeout should be a positive number of seconds, but got timeout={timeout}; "
+            "a finite timeout is what keeps a stalled server from hanging a rank"
         )
     retries = check_int("retries", retries, minimum=0)
     read_ahead = check_int("read_ahead", read_ahead, minimum=1)
