@@ -20,35 +20,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import struct
 import tempfile
 import time
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
 import torch.utils.data as tud
 import webdataset as wds
+from harness.samples import PNG
 from torch.utils.data import default_collate
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
 
-
-def tiny_png() -> bytes:
-    """A valid 2x2 greyscale PNG (70 bytes), built with zlib and struct."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\x80\x80" * 2)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
-    )
-
-
-PNG = tiny_png()
 BATCH = 64
 
 
