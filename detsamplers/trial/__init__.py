@@ -27,7 +27,7 @@ from ._context import TrialContext
 from ._distributed import DistributedContext
 from ._init import init
 from ._lr_scheduler import LRScheduler
-from ._reducer import MetricReducer
+from ._reducer import MetricReducer, Reducer
 from ._trainer import Trainer
 from ._trial import Trial
 from ._units import Batch, Epoch
@@ -39,6 +39,7 @@ __all__ = [
     "Epoch",
     "LRScheduler",
     "MetricReducer",
+    "Reducer",
     "Trainer",
     "Trial",
     "TrialContext",

@@ -4,9 +4,10 @@ NOTE [ checkpoint layout ]
 ``checkpoint_dir/batch-000120/`` holds
 
 - ``state-dict.pth``: ``models_state_dict``, ``optimizers_state_dict``,
-  ``lr_schedulers_state_dict``, ``callbacks`` and ``scaler`` (rank 0's; models unwrapped
-  from DDP so that they load on any world size);
-- ``rank-0.pth`` … ``rank-{W-1}.pth``: each rank's RNG states and its loader state;
+  ``lr_schedulers_state_dict``, ``callbacks`` and ``scalers_state_dict`` (rank 0's;
+  models unwrapped from DDP so that they load on any world size);
+- ``rank-0.pth`` … ``rank-{W-1}.pth``: each rank's RNG states, its loader state and,
+  between two steps of gradient aggregation, its accumulated gradients;
 - ``metadata.json``, written last: the format version, batches trained, records consumed,
   global batch size, world size, seed, dataset length, data seed, the rank-0 chain
   fingerprint and digest, a world-size-free digest of the global batches, the hparams and
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 from .._errors import ReproducibilityError
+from ._amp import unwrap_scaler
 from ._callbacks import Callback
 from ._context import TrialContext
 from ._distributed import DistributedContext
@@ -105,8 +107,8 @@ def state_dict(context: TrialContext, callbacks: dict[str, Callback]) -> dict[st
         "lr_schedulers_state_dict": [s.state_dict() for s in context.lr_schedulers],
         "callbacks": {name: cb.state_dict() for name, cb in callbacks.items()},
     }
-    if context.scaler is not None:
-        state["scaler"] = context.scaler.state_dict()
+    if context.scalers:
+        state["scalers_state_dict"] = [unwrap_scaler(s).state_dict() for s in context.scalers]
     return state
 
 
@@ -129,7 +131,10 @@ def save(
     dist.barrier()
     _write_torch(rank_state, os.path.join(temporary, rank_file(dist.get_rank())))
     if dist.is_chief:
-        _write_torch(state_dict(context, callbacks), os.path.join(temporary, STATE))
+        state = state_dict(context, callbacks)
+        for callback in callbacks.values():  # NOTE [ callback ranks ]: rank 0 only
+            callback.on_checkpoint_save_start(state)
+        _write_torch(state, os.path.join(temporary, STATE))
     dist.barrier()
     if dist.is_chief:
         _fsync_dir(temporary)
@@ -222,6 +227,8 @@ def restore_state(path: str, context: TrialContext, callbacks: dict[str, Callbac
     state; only folders this module completed are read.
     """
     state = torch.load(os.path.join(path, STATE), map_location=context.device, weights_only=False)
+    for callback in callbacks.values():
+        callback.on_checkpoint_load_start(state)
     pairs: list[tuple[str, list[Any], list[Any]]] = [
         ("models", context.models, state["models_state_dict"]),
         ("optimizers", context.optimizers, state["optimizers_state_dict"]),
@@ -243,8 +250,14 @@ def restore_state(path: str, context: TrialContext, callbacks: dict[str, Callbac
         context.lr_schedulers, state["lr_schedulers_state_dict"], strict=True
     ):
         scheduler.load_state_dict(saved_lr)
-    if context.scaler is not None and "scaler" in state:
-        context.scaler.load_state_dict(state["scaler"])
+    saved_scalers = state.get("scalers_state_dict", [])
+    if len(saved_scalers) != len(context.scalers):
+        raise ValueError(
+            f"the trial should wrap as many gradient scalers as the checkpoint holds, but it "
+            f"wraps {len(context.scalers)} and {path} holds {len(saved_scalers)}"
+        )
+    for scaler, saved_scaler in zip(context.scalers, saved_scalers, strict=True):
+        unwrap_scaler(scaler).load_state_dict(saved_scaler)
     for name, callback in callbacks.items():
         if name in state["callbacks"]:
             callback.load_state_dict(state["callbacks"][name])

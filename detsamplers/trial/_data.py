@@ -47,6 +47,7 @@ __all__ = [
     "checked_loader",
     "global_batch",
     "global_digest",
+    "inferred_global_batch",
     "records_per_epoch",
     "training_data",
     "validation_loader",
@@ -86,6 +87,24 @@ def checked_loader(
     if loader.seed == DEFAULT_SEED and loader.generator is None:
         loader.seed = context.get_trial_seed()
     return loader
+
+
+def inferred_global_batch(loader: Any, context: TrialContext) -> int:
+    """The global batch size of a run without ``hparams["global_batch_size"]``.
+
+    Determined's local mode trains such a trial on its loader's batches, so the global
+    batch is the training loader's ``batch_size`` times the world size.
+    """
+    shards = _shard_source(loader)
+    per_slot = shards[0].batch_size if shards is not None else getattr(loader, "batch_size", None)
+    if not isinstance(per_slot, int) or isinstance(per_slot, bool) or per_slot < 1:
+        raise ValueError(
+            "hparams should set 'global_batch_size', or build_training_data_loader should "
+            f"return a loader with a positive integer batch_size, but got batch_size={per_slot!r} "
+            "and no 'global_batch_size'; pass init(hparams={'global_batch_size': ...}), which "
+            "the trainer needs to count epochs and to resume on another world size"
+        )
+    return per_slot * context.distributed.get_size()
 
 
 def records_per_epoch(loader: Any) -> int:

@@ -104,7 +104,7 @@ class DemoTrial(Trial):
                 f.write(json.dumps(line) + "\n")
         return {"loss": loss, "accuracy": (logits.argmax(1) == y).float().mean()}
 
-    def evaluate_batch(self, batch: Any) -> dict[str, Any]:
+    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         """Loss and accuracy on one validation batch."""
         x, y, _ = batch
         logits = self.model(x)

@@ -4,52 +4,61 @@ Run a script that builds a trial under ``init()`` and calls ``Trainer(trial, con
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 train.py   # or: python train.py
 
-``fit`` reads top to bottom in phases: setup (lengths, the checkpoint to resume) → data
-(the training loader, sharded and skipped) → model (callbacks, ranks' agreement) → load
-checkpoint (state, RNG, checks) → loop (train, report, validate, checkpoint) → close.
-See NOTE [ trial data ], NOTE [ trial RNG ], NOTE [ checkpoint layout ] and
-NOTE [ metric reduction ], NOTE [ stop agreement ] and NOTE [ checkpoint retention ].
+``fit`` reads top to bottom in phases: setup (the checkpoint to resume, callbacks'
+startup) → data (the training loader, sharded and skipped; lengths) → model (the ranks'
+agreement) → load checkpoint (state, RNG, checks) → loop (train, report, validate,
+checkpoint) → close (a last validation and checkpoint, callbacks' shutdown). See
+NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
+NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
+NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ] and
+NOTE [ checkpoint retention ].
+
+NOTE [ training workloads ]
+As in Determined's trial controller, the training metrics of a window of batches are
+reduced and reported whenever any period ends (reporting, validation, checkpoint, or
+``max_length``), before that validation or checkpoint; ``on_training_workload_end``
+then runs with them. When training ends, the trial is validated unless the last batch
+was just validated (if it has a validation loader and an evaluate method), and then
+checkpointed unless the last batch was just checkpointed. A stop the ranks agreed on
+(NOTE [ stop agreement ]) skips that last validation, as Determined's ``_ShouldExit`` does,
+and only checkpoints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
 from .._errors import ReproducibilityError
-from . import _checkpoint, _data, _preemption, _retention, _rng
+from . import _aggregation, _checkpoint, _data, _preemption, _retention, _rng, _tensorboard
+from ._callbacks import CHIEF_ONLY, Callback, call_epoch_start
 from ._context import TrialContext
-from ._lr_scheduler import LRScheduler
-from ._reducer import Window
+from ._lr_scheduler import auto_step
+from ._reducer import (
+    Window,
+    as_metrics,
+    batch_means,
+    merge,
+    reduce_wrapped,
+    reducers_for,
+)
 from ._report import Reporter
-from ._trial import Trial
-from ._units import Batch, Length, epoch_of, to_batches
+from ._trial import Trial, takes_batch_idx
+from ._units import Batch, Length, epoch_length, to_batches
 
 __all__ = ["Trainer"]
 
-_EVERY_BATCH = LRScheduler.StepMode.STEP_EVERY_BATCH
-_EVERY_EPOCH = LRScheduler.StepMode.STEP_EVERY_EPOCH
 _REPORTING_PERIOD = Batch(100)
 
 
 def _overrides(trial: Trial, name: str) -> bool:
     return getattr(type(trial), name) is not getattr(Trial, name)
-
-
-def _length(batch: Any) -> int:
-    """The number of records in a batch: the first tensor's leading dimension."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, dict) and batch:
-        return _length(next(iter(batch.values())))
-    if isinstance(batch, (list, tuple)) and batch:
-        return _length(batch[0]) if isinstance(batch[0], (torch.Tensor, dict)) else len(batch)
-    return 1
 
 
 def _json_or_none(value: Any) -> Any:
@@ -58,6 +67,15 @@ def _json_or_none(value: Any) -> Any:
     except (TypeError, ValueError):
         return None
     return value
+
+
+@contextlib.contextmanager
+def _profiling(profiler: Any) -> Iterator[None]:
+    if profiler is None:
+        yield
+        return
+    with profiler:
+        yield
 
 
 class Trainer:
@@ -77,7 +95,7 @@ class Trainer:
         ...         loss = (self.w(batch) - 2).pow(2).mean()
         ...         self.context.backward(loss)
         ...         self.context.step_optimizer(self.opt)
-        ...         return {"loss": loss}
+        ...         return loss
         >>> import tempfile
         >>> from detsamplers.trial import Epoch, init
         >>> with init(hparams={"global_batch_size": 4}) as context:
@@ -92,6 +110,7 @@ class Trainer:
             raise TypeError(f"trial should be a Trial, but got {type(trial).__name__}")
         self.trial = trial
         self.context = context
+        self.callbacks: dict[str, Callback] = {}
         self._retention = _retention.Retention("none", None, True)
         self._last_validation: tuple[int, dict[str, Any]] = (-1, {})
         self._signals = _preemption.StopSignals(())
@@ -105,6 +124,8 @@ class Trainer:
         latest_checkpoint: str | None = None,
         test_mode: bool = False,
         reporting_period: Length = _REPORTING_PERIOD,
+        step_zero_validation: bool = False,
+        average_training_metrics: bool = True,
         checkpoint_policy: str = "best",
         searcher_metric: str | None = None,
         smaller_is_better: bool = True,
@@ -123,14 +144,17 @@ class Trainer:
             max_length: The total length; a resumed run trains only what is left.
             checkpoint_period: Checkpoint every so many batches (and always at the end).
             validation_period: Validate every so many batches (and at the end, if the
-                trial has a validation loader).
+                trial has a validation loader and an evaluate method).
             checkpoint_dir: Where checkpoint folders and ``metrics.jsonl`` go.
             latest_checkpoint: A checkpoint folder to resume from, or ``"auto"``: the
                 newest complete checkpoint in ``checkpoint_dir`` if there is one, else a
                 fresh start (for ``torchrun --max-restarts``, and relaunches after a pause).
             test_mode: Train one batch, validate one batch, checkpoint and return.
-            reporting_period: Reduce and log the training metrics every so many batches
-                (and at every validation, checkpoint and stop, as Determined does).
+            reporting_period: Reduce and log the training metrics at least every so many
+                batches (NOTE [ training workloads ]).
+            step_zero_validation: Validate once before the first batch of a fresh run.
+            average_training_metrics: Reduce the training metrics over every rank (the
+                default); ``False`` reports rank 0's alone and skips that all-gather.
             checkpoint_policy: After a validation, ``"all"`` checkpoints, ``"best"``
                 checkpoints if ``searcher_metric`` improved (``"all"`` without one, as
                 Determined's local training does), ``"none"`` does not.
@@ -152,8 +176,8 @@ class Trainer:
         with _preemption.StopSignals(stop_signals) as signals:
             self._fit(
                 max_length, checkpoint_period, validation_period, checkpoint_dir,
-                latest_checkpoint, test_mode, reporting_period, retention, signals,
-                stop_check_period,
+                latest_checkpoint, test_mode, reporting_period, step_zero_validation,
+                average_training_metrics, retention, signals, stop_check_period,
             )  # fmt: skip
 
     def _fit(
@@ -165,11 +189,13 @@ class Trainer:
         latest_checkpoint: str | None,
         test_mode: bool,
         reporting_period: Length,
+        step_zero_validation: bool,
+        average_training_metrics: bool,
         retention: _retention.Retention,
         signals: _preemption.StopSignals,
         stop_check_period: Length | None,
     ) -> None:
-        context, dist = self.context, self.context.distributed
+        context, dist, trial = self.context, self.context.distributed, self.trial
         self._signals = signals
         started = time.perf_counter()
 
@@ -185,187 +211,312 @@ class Trainer:
                 f"{latest_checkpoint!r}; use find_latest_checkpoint(checkpoint_dir)"
             )
         initial = 0 if saved is None else int(saved["batches_trained"])
-        context._initial_batch = context._current_batch = initial
-        global_batch = context.get_global_batch_size()
-        context.get_per_slot_batch_size()  # the world size must divide the global batch
+        context._initial_batch = initial
+        if (validation_period is not None or step_zero_validation) and not self._validates():
+            raise ValueError(
+                f"{type(trial).__name__} should define build_validation_data_loader and "
+                "evaluate_batch (or evaluate_full_dataset) to validate, but it does not; drop "
+                "validation_period and step_zero_validation, or define them"
+            )
+        self.callbacks = trial.build_callbacks()
+        self._call("on_trial_startup", initial, latest_checkpoint)
+        try:
+            # Data: the training loader, seeded, sharded and skipped (NOTE [ trial data ]).
+            user_loader = trial.build_training_data_loader()
+            if "global_batch_size" not in context.hparams:
+                context._inferred_global_batch = _data.inferred_global_batch(user_loader, context)
+            global_batch = context.get_global_batch_size()
+            context.get_per_slot_batch_size()  # the world size must divide the global batch
+            data = _data.training_data(user_loader, context)
+            epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
+            rank, size = dist.get_rank(), dist.get_size()
+            train_data = user_loader if data is None else data.build(initial, size, rank)
+            _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
+            context._epoch_len = epoch_length(epoch_records, global_batch)
+            total = to_batches("max_length", max_length, epoch_records, global_batch)
+            if test_mode:
+                total = min(total, initial + 1)
+            periods = {
+                "checkpoint": checkpoint_period,
+                "validation": validation_period,
+                "reporting": reporting_period,
+                "stop_check": stop_check_period,
+            }
+            every = {
+                name: None
+                if p is None
+                else to_batches(f"{name}_period", p, epoch_records, global_batch)
+                for name, p in periods.items()
+            }
 
-        # Data: the training loader, seeded, sharded and skipped (NOTE [ trial data ]).
-        user_loader = self.trial.build_training_data_loader()
-        data = _data.training_data(user_loader, context)
-        epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
-        rank, size = dist.get_rank(), dist.get_size()
-        train_data = user_loader if data is None else data.build(initial, size, rank)
-        _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
-        total = to_batches("max_length", max_length, epoch_records, global_batch)
-        if test_mode:
-            total = min(total, initial + 1)
-        periods = {
-            "checkpoint": checkpoint_period,
-            "validation": validation_period,
-            "reporting": reporting_period,
-            "stop_check": stop_check_period,
-        }
-        every = {
-            name: None
-            if p is None
-            else to_batches(f"{name}_period", p, epoch_records, global_batch)
-            for name, p in periods.items()
-        }
+            # Model: the ranks' agreement on what defines the run.
+            data_seed = None if data is None else data.seed
+            here = {
+                "global_batch_size": global_batch,
+                "seed": context.get_trial_seed(),
+                "dataset_length": epoch_records,
+                "data_seed": data_seed,
+                "aggregation_frequency": context.aggregation_frequency,
+            }
+            views = dist.all_gather(here)
+            if any(view != here for view in views):
+                raise ReproducibilityError(
+                    f"the ranks should agree on {here}, but they got {views}"
+                )
 
-        # Model: the callbacks, and the ranks' agreement on what defines the run.
-        callbacks = self.trial.build_callbacks()
-        data_seed = None if data is None else data.seed
-        here = {
-            "global_batch_size": global_batch,
-            "seed": context.get_trial_seed(),
-            "dataset_length": epoch_records,
-            "data_seed": data_seed,
-        }
-        views = dist.all_gather(here)
-        if any(view != here for view in views):
-            raise ReproducibilityError(f"the ranks should agree on {here}, but they got {views}")
-
-        # Load checkpoint: check the data, then restore state and RNG (NOTE [ trial RNG ]).
-        if saved is not None and latest_checkpoint is not None:
-            _checkpoint.check_resume(latest_checkpoint, saved, here)
-            same_world = saved["world_size"] == size
-            rank_state = _checkpoint.load_rank_state(latest_checkpoint, rank) if same_world else {}
-            if data is not None and same_world:  # checks this rank's stream digest
-                data.load(train_data, rank_state["loader"])
-            elif data is not None:
-                digest = data.global_digest(initial, size)
-                _checkpoint.check_resume(latest_checkpoint, saved, {"data_global_digest": digest})
-            _checkpoint.restore_state(latest_checkpoint, context, callbacks)
-            if same_world:
-                _rng.restore(rank_state["rng"])
+            # Load checkpoint: check the data, then restore state and RNG (NOTE [ trial RNG ]).
+            if saved is not None and latest_checkpoint is not None:
+                self._load(latest_checkpoint, saved, here, data, train_data, initial)
             else:
-                _rng.seed_all(context.get_trial_seed(), "rank", rank, initial)
-        else:
-            _rng.seed_all(context.get_trial_seed(), "rank", rank, 0)
-        if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
-            _preemption.truncate_metrics(checkpoint_dir, initial)
-            retention.remember(checkpoint_dir)
+                _rng.seed_all(context.get_trial_seed(), "rank", rank, 0)
+            if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
+                _preemption.truncate_metrics(checkpoint_dir, initial)
+                retention.remember(checkpoint_dir)
 
-        # Loop.
-        reporter = Reporter(checkpoint_dir, dist.is_chief, initial, total)
-        entries = [e for e in context.reducers if e.for_training]
-        window = Window(entries)
-        batches = initial
-        last_checkpoint = last_validation = -1
-        agreement = _preemption.StopAgreement(dist, initial, every["stop_check"])
-        stop = 0
-        for callback in callbacks.values():
-            callback.on_training_start()
-        iterator = iter(train_data)
-        while batches < total:
-            epoch_idx = epoch_of(batches, global_batch, epoch_records)
-            context._current_epoch = epoch_idx
-            batch = context.to_device(next(iterator))
-            for model in context.models:
-                model.train()
-            metrics = self.trial.train_batch(batch, epoch_idx, batches)
-            if batches == initial and saved is not None:
-                reporter.log("resume", batches, {"seconds": time.perf_counter() - started})
-            batches += 1
-            context._current_batch = batches
-            window.add(metrics, context.get_per_slot_batch_size())
-            for callback in callbacks.values():
-                callback.on_training_batch_end(batches - 1, metrics)
-            for scheduler in context.lr_schedulers:
-                if scheduler.step_mode == _EVERY_BATCH:
-                    scheduler.step()
-            if epoch_of(batches, global_batch, epoch_records) > epoch_idx:
-                for scheduler in context.lr_schedulers:
-                    if scheduler.step_mode == _EVERY_EPOCH:
-                        scheduler.step()
-                for callback in callbacks.values():
-                    callback.on_training_epoch_end(epoch_idx)
-            reporter.advance()
-            end = batches == total
-            validate = self._due(every["validation"], batches) or bool(end and every["validation"])
-            checkpoint = self._due(every["checkpoint"], batches) or end
-            if end or validate or checkpoint or self._due(every["reporting"], batches):
-                reporter.log("training", batches, window.reduce(dist))
-                window = Window(entries)
-            if validate:
-                self._validate(reporter, batches, callbacks, test_mode)
-                last_validation = batches
-                done, validated = self._last_validation
-                checkpoint |= done == batches and retention.after_validation(validated, dist)
-            if checkpoint:
-                self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
-                last_checkpoint = batches
-            if not end and (agreement.due(batches) or validate):
-                stop = agreement.agree(batches, self._stop_code(signals))
-                if stop:
-                    break
-        if test_mode and last_validation != batches:
-            self._validate(reporter, batches, callbacks, test_mode)
-        if test_mode and last_checkpoint != batches:
-            self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
+            # Loop.
+            reporter = Reporter(checkpoint_dir, dist.is_chief, initial, total)
+            last = {"validation": -1, "checkpoint": -1}
+            if saved is not None:  # as Determined restores its trial state's last_val, last_ckpt
+                last = {"validation": int(saved.get("last_validation", -1)), "checkpoint": initial}
+            self._call("on_training_start")
+            if step_zero_validation and initial == 0 and self._validates():
+                last["validation"] = self._validate(reporter, 0, test_mode)
+            window = self._open_window()
+            batches = initial
+            iterator = iter(train_data)
+            agreement = _preemption.StopAgreement(dist, initial, every["stop_check"])
+            stop = 0
+            with _profiling(context.profiler):
+                while batches < total:
+                    window.add(*self._train_batch(iterator, batches))
+                    if batches == initial and saved is not None:
+                        elapsed = time.perf_counter() - started
+                        reporter.log("resume", batches, {"seconds": elapsed})
+                    batches += 1
+                    reporter.advance()
+                    due = {n for n, p in every.items() if p is not None and batches % p == 0}
+                    end = batches == total
+                    if due - {"stop_check"} or end:  # NOTE [ training workloads ]
+                        self._report(reporter, window, batches, average_training_metrics)
+                        window = self._open_window()
+                    validated = "validation" in due and self._validates()
+                    checkpoint = "checkpoint" in due
+                    if validated:
+                        last["validation"] = self._validate(reporter, batches, test_mode)
+                        metrics = self._last_validation[1]
+                        checkpoint |= retention.after_validation(metrics, dist)
+                    if checkpoint and last["checkpoint"] != batches:
+                        self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+                        last["checkpoint"] = batches
+                    if not end and (agreement.due(batches) or validated):
+                        stop = agreement.agree(batches, self._stop_code(signals))
+                        if stop:
+                            break
 
-        # Stop: the ranks agreed to pause after this batch (NOTE [ stop agreement ]).
-        if stop:
-            stopping = time.perf_counter()
-            if window.batches:
-                reporter.log("training", batches, window.reduce(dist))
-            if last_checkpoint != batches:
-                self._checkpoint(checkpoint_dir, callbacks, data, epoch_records, batches)
-            reason = _preemption.STOP_REASONS[stop]
-            seconds = time.perf_counter() - stopping
-            reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
+            # Stop: the ranks agreed to pause after this batch (NOTE [ stop agreement ]).
+            if stop:
+                stopping = time.perf_counter()
+                if window.batches:
+                    self._report(reporter, window, batches, average_training_metrics)
+                if last["checkpoint"] != batches:
+                    self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+                reason = _preemption.STOP_REASONS[stop]
+                seconds = time.perf_counter() - stopping
+                reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
+                reporter.close()
+                return
 
-        # Close.
-        reporter.close()
-        for callback in callbacks.values():
-            callback.on_training_end()
+            # Close: a last validation, then a last checkpoint (NOTE [ training workloads ]).
+            if last["validation"] != batches and self._validates():
+                last["validation"] = self._validate(reporter, batches, test_mode)
+                retention.after_validation(self._last_validation[1], dist)  # the best so far
+            if last["checkpoint"] != batches:
+                self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+            reporter.close()
+        finally:
+            self._call("on_trial_shutdown")
 
-    @staticmethod
-    def _due(period: int | None, batches: int) -> bool:
-        return period is not None and batches % period == 0
+    # The phases' steps.
 
     def _stop_code(self, signals: _preemption.StopSignals) -> int:
         if signals.received is not None:
             return _preemption.SIGNALLED
         return _preemption.REQUESTED if self.context.get_stop_requested() else 0
 
-    def _validate(
-        self, reporter: Reporter, batches: int, callbacks: dict[str, Any], test_mode: bool
+    def _call(self, hook: str, *args: Any) -> None:
+        """Run ``hook`` of every callback on its ranks (NOTE [ callback ranks ])."""
+        if hook in CHIEF_ONLY and not self.context.distributed.is_chief:
+            return
+        for callback in self.callbacks.values():
+            getattr(callback, hook)(*args)
+
+    def _load(
+        self,
+        path: str,
+        saved: dict[str, Any],
+        here: dict[str, Any],
+        data: _data.TrainingData | None,
+        train_data: Any,
+        initial: int,
     ) -> None:
-        """Validate on every rank under a forked RNG; reduce and log the metrics."""
+        """Check the checkpoint against this run, then restore its state and RNGs."""
+        context, dist = self.context, self.context.distributed
+        rank, size = dist.get_rank(), dist.get_size()
+        saved_frequency = saved.get("aggregation_frequency", context.aggregation_frequency)
+        if saved_frequency != context.aggregation_frequency:
+            raise ReproducibilityError(
+                f"cannot resume from {path}: aggregation_frequency is {saved_frequency} in the "
+                f"checkpoint but {context.aggregation_frequency} here; the optimizer steps would "
+                "fall on other batches than in the uninterrupted run. Pass "
+                f"init(aggregation_frequency={saved_frequency}) as saved, or start a fresh run in "
+                "another checkpoint_dir."
+            )
+        _checkpoint.check_resume(path, saved, here)
+        same_world = saved["world_size"] == size
+        rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
+        if data is not None and same_world:  # checks this rank's stream digest
+            data.load(train_data, rank_state["loader"])
+        elif data is not None:
+            digest = data.global_digest(initial, size)
+            _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
+        if saved.get("pending_gradients") and not same_world:
+            raise ReproducibilityError(
+                f"cannot resume from {path} on {size} ranks: it was saved on "
+                f"{saved['world_size']} ranks between two steps of gradient aggregation "
+                f"(batch {initial}, aggregation_frequency={context.aggregation_frequency}), and "
+                "each rank's accumulated gradients are its own (NOTE [ gradient aggregation ]); "
+                f"resume on {saved['world_size']} ranks, or from a checkpoint at a multiple of "
+                f"{context.aggregation_frequency} batches"
+            )
+        _checkpoint.restore_state(path, context, self.callbacks)
+        if "gradients" in rank_state:
+            _aggregation.restore_gradients(context.optimizers, rank_state["gradients"], path)
+        if same_world:
+            _rng.restore(rank_state["rng"])
+        else:
+            _rng.seed_all(context.get_trial_seed(), "rank", rank, initial)
+
+    def _train_batch(self, iterator: Iterator[Any], batch_idx: int) -> tuple[dict[str, Any], int]:
+        """Train global batch ``batch_idx`` and step what follows; its metrics and length."""
+        context, trial = self.context, self.trial
+        assert context._epoch_len is not None
+        epoch_idx, in_epoch = divmod(batch_idx, context._epoch_len)
+        context._current_batch_idx = batch_idx
+        if in_epoch == 0:
+            for callback in self.callbacks.values():
+                call_epoch_start(callback, epoch_idx)
+        batch = next(iterator)
+        if context.experimental.auto_to_device:
+            batch = context.to_device(batch)
+        for model in context.models:
+            model.train()
+        metrics = as_metrics(trial.train_batch(batch, epoch_idx, batch_idx), "train_batch")
+        if context.profiler is not None:
+            context.profiler.step()
+        if context._should_step():  # NOTE [ AMP ], NOTE [ scheduler stepping ]
+            if context.experimental.auto_amp:
+                context.scalers[0].update()
+            for scheduler in context.lr_schedulers:
+                auto_step(scheduler, batch_idx, context.aggregation_frequency, context._epoch_len)
+        if in_epoch == context._epoch_len - 1:
+            self._call("on_training_epoch_end", epoch_idx)
+        return metrics, trial.get_batch_length(batch)
+
+    def _open_window(self) -> Window:
+        for entry in self.context.reducers:
+            if entry.for_training:
+                entry.reset()
+        return Window()
+
+    def _report(self, reporter: Reporter, window: Window, batches: int, average: bool) -> None:
+        """Reduce a training window, log it and run ``on_training_workload_end``."""
+        context, dist = self.context, self.context.distributed
+        partials = dist.all_gather(window.partial()) if average else [window.partial()]
+        metrics = merge(partials)
+        metrics.update(reduce_wrapped([e for e in context.reducers if e.for_training], dist))
+        batch_metrics = batch_means(partials)
+        reporter.log("training", batches, metrics)
+        if dist.is_chief and context.enable_tensorboard_logging:
+            writer = context.get_tensorboard_writer()
+            _tensorboard.log_metrics(writer, "training", batches, metrics, batch_metrics)
+        self._call("on_training_workload_end", metrics, batch_metrics)
+
+    def _validates(self) -> bool:
+        trial = self.trial
+        evaluates = _overrides(trial, "evaluate_batch") or _overrides(
+            trial, "evaluate_full_dataset"
+        )
+        return evaluates and _overrides(trial, "build_validation_data_loader")
+
+    def _validate(self, reporter: Reporter, batches: int, test_mode: bool) -> int:
+        """Validate on every rank under a forked RNG; reduce and log the metrics.
+
+        Returns:
+            ``batches``, the batch it validated at.
+        """
         context, dist, trial = self.context, self.context.distributed, self.trial
         full = _overrides(trial, "evaluate_full_dataset") and not _overrides(
             trial, "evaluate_batch"
         )
-        if not (full or _overrides(trial, "evaluate_batch")):
-            return
+        for entry in context.reducers:
+            if entry.for_validation:
+                entry.reset()
         for model in context.models:
             model.eval()
+        self._call("on_validation_start")
         with _rng.fork(context.get_trial_seed(), "validation", batches), torch.no_grad():
             data = _data.validation_loader(trial.build_validation_data_loader(), context, full)
             _preemption.shield_workers(data, self._signals)
             if full:
                 metrics = trial.evaluate_full_dataset(data) if dist.is_chief else None
-                metrics = dist.broadcast(metrics)
+                metrics = dict(as_metrics(dist.broadcast(metrics), "evaluate_full_dataset"))
             else:
-                window = Window([e for e in context.reducers if e.for_validation])
-                for batch in data:
-                    window.add(trial.evaluate_batch(context.to_device(batch)), _length(batch))
-                    if test_mode:
-                        break
-                metrics = window.reduce(dist)
+                metrics = self._evaluate_batches(data, test_mode)
+            validation = [e for e in context.reducers if e.for_validation]
+            metrics.update(reduce_wrapped(validation, dist))
         reporter.log("validation", batches, metrics)
+        if dist.is_chief and context.enable_tensorboard_logging:
+            writer = context.get_tensorboard_writer()
+            _tensorboard.log_metrics(writer, "validation", batches, metrics)
         self._last_validation = (batches, metrics)
-        for callback in callbacks.values():
-            callback.on_validation_end(metrics)
+        self._call("on_validation_end", metrics)
+        return batches
+
+    def _evaluate_batches(self, data: Any, test_mode: bool) -> dict[str, Any]:
+        """``evaluate_batch`` over this rank's shard; the metrics reduced over every rank."""
+        context, dist, trial = self.context, self.context.distributed, self.trial
+        with_idx = takes_batch_idx(trial.evaluate_batch)
+        self._call("on_validation_epoch_start")
+        window, outputs, names = Window(), [], None
+        for idx, batch in enumerate(data):
+            if context.experimental.auto_to_device:
+                batch = context.to_device(batch)
+            if with_idx:
+                returned = trial.evaluate_batch(batch, batch_idx=idx)
+            else:
+                returned = trial.evaluate_batch(batch)  # type: ignore[call-arg]
+            metrics = as_metrics(returned, "evaluate_batch")
+            if names is not None and set(metrics) != names:
+                raise ValueError(
+                    "evaluate_batch should return the same metric names for every batch, but "
+                    f"got {sorted(names)} and then {sorted(metrics)}"
+                )
+            names = set(metrics)
+            outputs.append(window.add(metrics, trial.get_batch_length(batch)))
+            if test_mode:
+                break
+        self._call("on_validation_epoch_end", outputs)
+        partials = dist.all_gather(window.partial())
+        every = sorted({name for partial in partials for name in partial["sums"]})
+        return merge(partials, reducers_for(trial.evaluation_reducer(), every))
 
     def _checkpoint(
         self,
         checkpoint_dir: str,
-        callbacks: dict[str, Any],
         data: _data.TrainingData | None,
         epoch_records: int,
         batches: int,
+        last: dict[str, int],
     ) -> None:
         """Save a checkpoint at ``batches`` (a collective: every rank calls it)."""
         context, dist = self.context, self.context.distributed
@@ -373,6 +524,7 @@ class Trainer:
         loader_state = None
         if data is not None:  # a fresh stream at the position: workers prefetch ahead
             loader_state = data.state(batches, dist.get_size(), dist.get_rank())
+        pending = batches % context.aggregation_frequency != 0
         metadata: dict[str, Any] = {
             "format_version": _checkpoint.FORMAT_VERSION,
             "batches_trained": batches,
@@ -381,6 +533,9 @@ class Trainer:
             "world_size": dist.get_size(),
             "seed": context.get_trial_seed(),
             "dataset_length": epoch_records,
+            "aggregation_frequency": context.aggregation_frequency,
+            "pending_gradients": pending,
+            "last_validation": last["validation"],
             "data_seed": None if data is None else data.seed,
             "data_fingerprint": None if loader_state is None else loader_state["fingerprint"],
             "data_digest": None if loader_state is None else loader_state["digest"],
@@ -390,9 +545,12 @@ class Trainer:
             "hparams": _json_or_none(context.get_hparams()),
             "validation_metrics": _json_or_none(validation) if done == batches else None,
         }
-        rank_state = {"rng": _rng.capture(), "loader": loader_state}
-        path = _checkpoint.save(checkpoint_dir, context, callbacks, metadata, rank_state)
+        rank_state: dict[str, Any] = {"rng": _rng.capture(), "loader": loader_state}
+        if pending:  # NOTE [ gradient aggregation ]
+            rank_state["gradients"] = _aggregation.capture_gradients(context.optimizers)
+        path = _checkpoint.save(checkpoint_dir, context, self.callbacks, metadata, rank_state)
         if dist.is_chief:  # only once the new folder is complete (NOTE [ checkpoint retention ])
             self._retention.apply(checkpoint_dir, batches)
-        for callback in callbacks.values():
-            callback.on_checkpoint_write_end(path)
+        self._call("on_checkpoint_end", path)
+        self._call("on_checkpoint_write_end", path)
+        self._call("on_checkpoint_upload_end", os.path.basename(path))

@@ -57,7 +57,7 @@ def test_a_missing_hparam_names_the_ones_there_are() -> None:
     context = TrialContext({"lr": 0.1}, 0, DistributedContext())
     with pytest.raises(KeyError, match=r"'momentum' is not set; the hyperparameters are \['lr'\]"):
         context.get_hparam("momentum")
-    with pytest.raises(KeyError, match="global_batch_size"):
+    with pytest.raises(ValueError, match=r"no 'global_batch_size' and no training loader"):
         context.get_global_batch_size()
 
 

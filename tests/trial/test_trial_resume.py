@@ -49,9 +49,9 @@ def test_a_resumed_run_trains_only_what_is_left(tmp_path: Path) -> None:
     folder = str(tmp_path)
     run(folder, 5)
     resumed = run(folder, 11, resume=True)
-    assert resumed.context.current_train_batch() == 11
+    assert resumed.context.current_train_batch() == 10  # the last batch's index, as Determined
     trained = [row["batches_trained"] for row in metrics(folder) if row["type"] == "training"]
-    # every 5 batches, at each checkpoint (3, 6, 9) and validation (4, 8), and at each end
+    # A window ends at every period (checkpoint 3, validation 4, reporting 5) and at the end.
     assert trained == [3, 4, 5, 6, 8, 9, 10, 11]
     assert find_latest_checkpoint(folder) == os.path.join(folder, "batch-000011")
 
@@ -159,7 +159,7 @@ def test_the_training_loader_must_use_the_per_slot_batch_size(tmp_path: Path) ->
 
 def test_test_mode_trains_one_batch_validates_checkpoints_and_returns(tmp_path: Path) -> None:
     trial = run(str(tmp_path), 10, test_mode=True)
-    assert trial.context.current_train_batch() == 1
+    assert trial.context.current_train_batch() == 0  # batch 0 was the one trained
     assert [row["type"] for row in metrics(str(tmp_path))] == ["training", "validation"]
     assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000001")
 
@@ -174,7 +174,7 @@ def test_validation_does_not_move_the_training_rng(tmp_path: Path) -> None:
     class Noisy(DemoTrial):
         def evaluate_batch(self, batch: Any) -> dict[str, Any]:
             torch.rand(100)  # a draw the training stream must not see
-            return super().evaluate_batch(batch)
+            return super().evaluate_batch(batch, 0)
 
     plain = run(str(tmp_path / "plain"), 9)
     noisy = run(str(tmp_path / "noisy"), 9, trial_class=Noisy)
