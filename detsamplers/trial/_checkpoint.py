@@ -296,6 +296,7 @@ def load_trial_from_checkpoint_path(
             "find one with find_latest_checkpoint(checkpoint_dir)"
         )
     context = TrialContext(metadata.get("hparams") or {}, metadata["seed"], DistributedContext())
+    context._inferred_global_batch = int(metadata["global_batch_size"])
     seed_all(context.seed, "init")
     trial = trial_class(context, **(trial_kwargs or {}))
     restore_state(path, context, trial.build_callbacks())

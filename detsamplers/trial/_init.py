@@ -21,6 +21,9 @@ def init(
     hparams: dict[str, Any] | None = None,
     seed: int | None = None,
     distributed: DistributedContext | None = None,
+    aggregation_frequency: int = 1,
+    tensorboard_dir: str = "tensorboard",
+    enable_tensorboard_logging: bool = False,
 ) -> Iterator[TrialContext]:
     """Start a trial's process and yield its :class:`TrialContext`.
 
@@ -35,6 +38,14 @@ def init(
             of the same script agree. It is saved in checkpoints and a resume with
             another seed is refused.
         distributed: This process's place among the ranks, to override the detection.
+        aggregation_frequency: Global batches whose gradients make one optimizer step,
+            as Determined's ``init(aggregation_frequency=...)``
+            (NOTE [ gradient aggregation ]).
+        tensorboard_dir: Where ``get_tensorboard_writer()`` and ``set_profiler`` write.
+        enable_tensorboard_logging: Rank 0 also writes the training and validation
+            metrics to TensorBoard (needs the ``tensorboard`` package). Off by default:
+            Determined's default is on, but it uploads to its master; here the events
+            would be files you did not ask for.
 
     Determinism:
         Seeds torch, numpy and ``random`` from ``(seed, "init")`` on every rank, so the
@@ -49,7 +60,14 @@ def init(
     if distributed is None:
         distributed, created = setup()
     seed = DEFAULT_SEED if seed is None else seed
-    context = TrialContext(hparams or {}, seed, distributed)
+    context = TrialContext(
+        hparams or {},
+        seed,
+        distributed,
+        aggregation_frequency=aggregation_frequency,
+        tensorboard_dir=tensorboard_dir,
+        enable_tensorboard_logging=enable_tensorboard_logging,
+    )
     seed_all(context.seed, "init")
     try:
         yield context

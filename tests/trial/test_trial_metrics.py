@@ -136,7 +136,7 @@ def test_an_evaluation_reducer_dict_must_name_every_metric() -> None:
     assert reducers_for(Reducer.MAX, ["a", "b"]) == {"a": Reducer.MAX, "b": Reducer.MAX}
     with pytest.raises(ValueError, match=r"names \['a'\] and evaluate_batch returned \['a', 'b'\]"):
         reducers_for({"a": Reducer.SUM}, ["a", "b"])
-    with pytest.raises(TypeError, match="should return a detsamplers.trial.Reducer"):
+    with pytest.raises(TypeError, match=r"should return a detsamplers\.trial\.Reducer"):
         reducers_for("avg", ["a"])
 
 
