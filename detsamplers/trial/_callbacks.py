@@ -99,7 +99,8 @@ class Callback:
 
 def call_epoch_start(callback: Callback, epoch_idx: int) -> None:
     """``on_training_epoch_start(epoch_idx)``, or without it for an old one-argument hook."""
-    if inspect.signature(callback.on_training_epoch_start).parameters:
-        callback.on_training_epoch_start(epoch_idx)
+    hook: Any = callback.on_training_epoch_start
+    if inspect.signature(hook).parameters:
+        hook(epoch_idx)
     else:
-        callback.on_training_epoch_start()  # type: ignore[call-arg]
+        hook()
