@@ -92,6 +92,7 @@ def auto_step(
         >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         >>> every = LRScheduler(torch.optim.lr_scheduler.StepLR(opt, 1),
         ...                     LRScheduler.StepMode.STEP_EVERY_BATCH, frequency=2)
+        >>> opt.step()
         >>> [auto_step(every, b, 1, 10) for b in range(4)]
         [0, 1, 0, 1]
     """

@@ -593,3 +593,23 @@ def test_set_profiler_writes_traces_to_the_tensorboard_path(tmp_path: Path) -> N
     assert len(traces) == 1
     with open(tmp_path / "tb" / traces[0]) as f:
         assert "traceEvents" in json.load(f)
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_average_training_metrics_false_reports_rank_0s_metrics_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, average: bool
+) -> None:
+    with init(hparams={"global_batch_size": 8}, seed=1) as context:
+        gather = context.distributed.all_gather
+
+        def with_a_second_rank(obj: Any) -> list[Any]:
+            if isinstance(obj, dict) and "sums" in obj:  # a training window: rank 1's loss 100
+                return [obj, {**obj, "sums": {"loss": 100.0 * 8}, "counts": {"loss": 8}}]
+            return gather(obj)
+
+        monkeypatch.setattr(context.distributed, "all_gather", with_a_second_rank)
+        Trainer(Line(context), context).fit(
+            Batch(1), checkpoint_dir=str(tmp_path), average_training_metrics=average
+        )
+    loss = rows(tmp_path)[0]["metrics"]["loss"]
+    assert (loss > 50) == average
