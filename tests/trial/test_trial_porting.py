@@ -613,3 +613,16 @@ def test_average_training_metrics_false_reports_rank_0s_metrics_alone(
         )
     loss = rows(tmp_path)[0]["metrics"]["loss"]
     assert (loss > 50) == average
+
+
+def test_a_validation_period_without_a_validation_loader_is_refused(tmp_path: Path) -> None:
+    class TrainOnly(Trial):
+        def __init__(self, context: Any) -> None:
+            self.context = context
+            self.model = context.wrap_model(nn.Linear(1, 1))
+
+        def build_training_data_loader(self) -> DataLoader:
+            return DataLoader(regression(8), batch_size=8)
+
+    with pytest.raises(ValueError, match="TrainOnly should define build_validation_data_loader"):
+        fit(TrainOnly, tmp_path, validation_period=Batch(1))
