@@ -626,3 +626,29 @@ def test_a_validation_period_without_a_validation_loader_is_refused(tmp_path: Pa
 
     with pytest.raises(ValueError, match="TrainOnly should define build_validation_data_loader"):
         fit(TrainOnly, tmp_path, validation_period=Batch(1))
+
+
+def test_a_scaler_that_finds_infs_skips_steps_backs_off_and_resumes_bit_identically(
+    tmp_path: Path,
+) -> None:
+    class Overflowing(Amp):
+        def __init__(self, context: Any) -> None:
+            self.scaler = context.wrap_scaler(torch.amp.GradScaler("cpu", init_scale=2.0**127))
+            Line.__init__(self, context)
+            self.initial = self.model.weight.detach().clone()
+
+    straight = fit(Overflowing, tmp_path / "straight", Batch(6), aggregation_frequency=2)
+    scale = straight.scaler.get_scale()
+    assert scale == 2.0**125  # two of the three steps found infs, were skipped, halved it
+    assert not torch.equal(straight.model.weight, straight.initial)  # and others stepped
+    fit(Overflowing, tmp_path / "paused", Batch(3), aggregation_frequency=2)
+    resumed = fit(
+        Overflowing,
+        tmp_path / "paused",
+        Batch(6),
+        aggregation_frequency=2,
+        latest_checkpoint=str(tmp_path / "paused" / "batch-000003"),
+    )
+    assert resumed.scaler.get_scale() == scale
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)

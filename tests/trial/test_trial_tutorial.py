@@ -4,6 +4,12 @@ Single process under ``init`` and 2 ranks under torchrun (gloo on 127.0.0.1): a 
 the same world size ends with bit-identical weights, one on another world size trains the
 identical global batches. The trial aggregates 2 batches per step and checkpoints every
 4, so a pause at batch 7 falls between two steps (its accumulated gradients are saved).
+
+What the AMP part exercises, honestly: a real, enabled ``torch.amp.GradScaler("cpu")``
+scaling the loss, unscaling and stepping through ``step_optimizer(scaler=)``, updated by
+the trial on the batches that step and checkpointed; the forward pass runs under
+``torch.autocast("cpu")`` in bfloat16. Its scale never finds an inf here, so skipped steps
+and back-off are covered by test_trial_porting.py instead; float16 and CUDA are not run.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import pytest
 import torch
+from determined import pytorch as det_pytorch
 from tutorial_trial import main
 
 from detsamplers import ReproducibilityError
@@ -137,6 +144,8 @@ def test_every_hook_runs_on_the_ranks_determined_runs_it_on(two_ranks: Path) -> 
     assert [r for r in chief if r["hook"] not in CHIEF_ONLY] == other  # same hooks, same args
     ends = [row["metrics"] for row in other if row["hook"] == "on_validation_end"]
     assert [m["records_seen"] for m in ends] == [40, 40, 40]  # the wrapped reducer, all ranks
+    fired = {row["hook"] for row in hooks(two_ranks / "paused-records", 0)}
+    assert fired == {name for name in vars(det_pytorch.PyTorchCallback) if name.startswith("on_")}
     resumed = hooks(two_ranks / "paused-records", 1)
     second = resumed[[row["hook"] for row in resumed].index("on_trial_shutdown") + 1 :]
     assert second[0] == {"hook": "on_trial_startup", "first_batch_idx": PAUSE}
