@@ -4,8 +4,8 @@ NOTE [ trial data ]
 A ``detsamplers.loader.DataLoader`` from ``build_training_data_loader`` is turned into
 ``get_data_loader(repeat=True, skip=k, num_replicas=W, rank=r)``, where ``k`` is the
 global batches already trained. Global batch ``k`` is then the records ``[k*G, (k+1)*G)``
-of the shuffled, repeated stream (``G`` the global batch size) for every world size, so
-the epoch of a batch is ``k * G // len(dataset)``.
+of the shuffled, repeated stream (``G`` the global batch size) for every world size. The
+trainer counts epochs in batches, as Determined does (NOTE [ epoch length ]).
 
 A ``WebDatasetSource`` (or a ``WebDataLoader`` over one) is rebuilt the same way:
 ``source.for_rank(world_size=W, rank=r, skip=k)``, in a ``WebDataLoader`` with the user's
