@@ -652,3 +652,12 @@ def test_a_scaler_that_finds_infs_skips_steps_backs_off_and_resumes_bit_identica
     assert resumed.scaler.get_scale() == scale
     for a, b in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_resuming_a_finished_run_neither_validates_nor_checkpoints_again(tmp_path: Path) -> None:
+    fit(Line, tmp_path, Batch(4))
+    before = rows(tmp_path)
+    written = os.stat(tmp_path / "batch-000004" / "metadata.json").st_mtime_ns
+    fit(Line, tmp_path, Batch(4), latest_checkpoint=str(tmp_path / "batch-000004"))
+    assert rows(tmp_path) == before
+    assert os.stat(tmp_path / "batch-000004" / "metadata.json").st_mtime_ns == written
