@@ -74,6 +74,8 @@ class WrappedScaler:
             self.scaler.update(new_scale)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "scaler":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.scaler, name)
 
 

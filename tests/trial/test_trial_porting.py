@@ -661,3 +661,17 @@ def test_resuming_a_finished_run_neither_validates_nor_checkpoints_again(tmp_pat
     fit(Line, tmp_path, Batch(4), latest_checkpoint=str(tmp_path / "batch-000004"))
     assert rows(tmp_path) == before
     assert os.stat(tmp_path / "batch-000004" / "metadata.json").st_mtime_ns == written
+
+
+def test_a_wrapped_scaler_is_the_scaler_for_every_call_and_copies() -> None:
+    import copy
+
+    with init(hparams={"global_batch_size": 4}) as context:
+        scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+        wrapped = context.wrap_scaler(scaler)
+        assert wrapped.scaler is scaler and wrapped.get_scale() == 4.0
+        assert copy.deepcopy(wrapped).get_scale() == 4.0
+        with pytest.raises(ValueError, match="already wrapped"):
+            context.wrap_scaler(scaler)
+        with pytest.raises(TypeError, match="without scale, step, update"):
+            context.wrap_scaler(object())
