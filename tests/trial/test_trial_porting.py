@@ -675,3 +675,11 @@ def test_a_wrapped_scaler_is_the_scaler_for_every_call_and_copies() -> None:
             context.wrap_scaler(scaler)
         with pytest.raises(TypeError, match="without scale, step, update"):
             context.wrap_scaler(object())
+
+
+def test_a_resume_with_another_aggregation_frequency_is_refused(tmp_path: Path) -> None:
+    from detsamplers import ReproducibilityError
+
+    fit(Line, tmp_path, Batch(2), aggregation_frequency=2)
+    with pytest.raises(ReproducibilityError, match=r"aggregation_frequency is 2 in the checkpoint"):
+        fit(Line, tmp_path, Batch(4), latest_checkpoint=str(tmp_path / "batch-000002"))
