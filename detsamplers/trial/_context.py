@@ -68,6 +68,7 @@ class TrialContext:
             (NOTE [ gradient aggregation ]).
         tensorboard_dir: Where TensorBoard files go (``get_tensorboard_path()``).
         enable_tensorboard_logging: Whether rank 0 writes the metrics to TensorBoard.
+        exp_conf: An experiment configuration for ``get_experiment_config()``.
 
     Examples:
         >>> context = TrialContext({"global_batch_size": 8, "lr": 0.1}, 0, DistributedContext())
@@ -83,6 +84,7 @@ class TrialContext:
         aggregation_frequency: int = 1,
         tensorboard_dir: str = "tensorboard",
         enable_tensorboard_logging: bool = False,
+        exp_conf: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(hparams, Mapping):
             raise TypeError(
@@ -90,6 +92,7 @@ class TrialContext:
                 f"type {type(hparams).__name__}; pass e.g. {{'global_batch_size': 32}}"
             )
         self.hparams = dict(hparams)
+        self.exp_conf = exp_conf
         self.seed = check_int("seed", seed)
         self.distributed = distributed
         self.aggregation_frequency = check_int(
@@ -165,6 +168,19 @@ class TrialContext:
     def get_trial_seed(self) -> int:
         """The trial seed."""
         return self.seed
+
+    def get_experiment_config(self) -> dict[str, Any]:
+        """The ``exp_conf`` given to :func:`init` (Determined's local-mode argument)."""
+        if self.exp_conf is None:
+            raise ValueError(
+                "the experiment config is not set; pass init(exp_conf={...}) to read it here"
+            )
+        return self.exp_conf
+
+    def get_data_config(self) -> dict[str, Any]:
+        """The experiment config's ``data`` section (``{}`` if it has none)."""
+        data: dict[str, Any] = self.get_experiment_config().get("data", {})
+        return data
 
     # Where training stands.
 

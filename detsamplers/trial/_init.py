@@ -24,6 +24,7 @@ def init(
     aggregation_frequency: int = 1,
     tensorboard_dir: str = "tensorboard",
     enable_tensorboard_logging: bool = False,
+    exp_conf: dict[str, Any] | None = None,
 ) -> Iterator[TrialContext]:
     """Start a trial's process and yield its :class:`TrialContext`.
 
@@ -46,6 +47,8 @@ def init(
             metrics to TensorBoard (needs the ``tensorboard`` package). Off by default:
             Determined's default is on, but it uploads to its master; here the events
             would be files you did not ask for.
+        exp_conf: An experiment configuration, read back by
+            ``context.get_experiment_config()`` and ``get_data_config()``.
 
     Determinism:
         Seeds torch, numpy and ``random`` from ``(seed, "init")`` on every rank, so the
@@ -67,6 +70,7 @@ def init(
         aggregation_frequency=aggregation_frequency,
         tensorboard_dir=tensorboard_dir,
         enable_tensorboard_logging=enable_tensorboard_logging,
+        exp_conf=exp_conf,
     )
     seed_all(context.seed, "init")
     try:

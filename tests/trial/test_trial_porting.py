@@ -683,3 +683,10 @@ def test_a_resume_with_another_aggregation_frequency_is_refused(tmp_path: Path) 
     fit(Line, tmp_path, Batch(2), aggregation_frequency=2)
     with pytest.raises(ReproducibilityError, match=r"aggregation_frequency is 2 in the checkpoint"):
         fit(Line, tmp_path, Batch(4), latest_checkpoint=str(tmp_path / "batch-000002"))
+
+
+def test_exp_conf_is_read_back_as_in_determineds_local_mode() -> None:
+    with init(exp_conf={"data": {"url": "file:///tmp/x"}}) as context:
+        assert context.get_data_config() == {"url": "file:///tmp/x"}
+    with init() as context, pytest.raises(ValueError, match=r"pass init\(exp_conf="):
+        context.get_experiment_config()
