@@ -690,3 +690,38 @@ def test_exp_conf_is_read_back_as_in_determineds_local_mode() -> None:
         assert context.get_data_config() == {"url": "file:///tmp/x"}
     with init() as context, pytest.raises(ValueError, match=r"pass init\(exp_conf="):
         context.get_experiment_config()
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        torch.zeros(3, 2),
+        (torch.zeros(5), torch.zeros(5, 1)),
+        [torch.zeros(2, 2)],
+        {"x": torch.zeros(4, 3), "y": torch.zeros(4)},
+    ],
+    ids=["tensor", "tuple", "list", "dict"],
+)
+def test_get_batch_length_is_determineds_data_length(batch: Any) -> None:
+    with init(hparams={"global_batch_size": 4}) as context:
+        assert Line(context).get_batch_length(batch) == det_pytorch.data_length(batch)
+
+
+def test_get_batch_length_recurses_into_nested_batches_as_determined_documents() -> None:
+    # Determined's data_length says it traverses the tree to the first tensor, but for a
+    # dict it returns len() of the first value: 1 for a list holding one tensor of 6.
+    batch = {"data": [{"sub_data1": torch.zeros(6, 2)}], "label": (torch.zeros(6),)}
+    assert det_pytorch.data_length(batch) == 1
+    with init(hparams={"global_batch_size": 4}) as context:
+        assert Line(context).get_batch_length(batch) == 6
+
+
+def test_to_device_moves_what_determineds_to_device_moves() -> None:
+    import numpy as np
+
+    batch = {"x": np.ones((2, 3), dtype=np.float32), "y": [torch.zeros(2)], "name": "a"}
+    with init(hparams={"global_batch_size": 4}) as context:
+        ours = context.to_device(batch)
+    theirs = det_pytorch.to_device(batch, torch.device("cpu"))
+    assert torch.equal(ours["x"], theirs["x"]) and ours["name"] == theirs["name"] == "a"
+    assert type(ours["y"]) is type(theirs["y"]) is list
