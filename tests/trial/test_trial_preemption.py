@@ -84,7 +84,7 @@ def test_sigterm_pauses_fit_after_the_batch_with_a_checkpoint_and_restores_the_h
     tmp_path: Path,
 ) -> None:
     trial = fit(str(tmp_path), trial_class=signalled_at(6))
-    assert trial.context.current_train_batch() == 7
+    assert trial.context.current_train_batch() == 6  # the last batch's index
     assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000007")
     stop = metrics(str(tmp_path))[-1]
     assert (stop["type"], stop["batches_trained"], stop["metrics"]["reason"]) == (
@@ -97,7 +97,7 @@ def test_sigterm_pauses_fit_after_the_batch_with_a_checkpoint_and_restores_the_h
 
 def test_sigusr1_pauses_too_and_stop_signals_picks_the_signals(tmp_path: Path) -> None:
     paused = fit(str(tmp_path / "usr1"), trial_class=signalled_at(2, signal.SIGUSR1))
-    assert paused.context.current_train_batch() == 3
+    assert paused.context.current_train_batch() == 2  # the last batch's index
     previous = signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # ignored: no stop
     try:
         unpaused = fit(
@@ -107,7 +107,7 @@ def test_sigusr1_pauses_too_and_stop_signals_picks_the_signals(tmp_path: Path) -
         )
     finally:
         signal.signal(signal.SIGUSR2, previous)
-    assert unpaused.context.current_train_batch() == TOTAL
+    assert unpaused.context.current_train_batch() == TOTAL - 1
 
 
 @settings(max_examples=6)
@@ -154,7 +154,7 @@ class GroupSignalled(DemoTrial):
 def test_sigterm_to_the_whole_process_group_spares_the_loader_workers(tmp_path: Path) -> None:
     straight = fit(str(tmp_path / "straight"), num_workers=1)
     paused = fit(str(tmp_path / "paused"), trial_class=GroupSignalled, num_workers=1)
-    assert paused.context.current_train_batch() == 4
+    assert paused.context.current_train_batch() == 3  # the last batch's index
     resumed = fit(str(tmp_path / "paused"), num_workers=1)
     assert identical(weights(straight), weights(resumed))
 
@@ -213,14 +213,14 @@ def test_set_stop_requested_stops_after_that_batch_with_a_checkpoint(
         def evaluate_batch(self, batch: Any) -> dict[str, Any]:
             if where == "evaluate_batch":
                 self.context.set_stop_requested(True)
-            return super().evaluate_batch(batch)
+            return super().evaluate_batch(batch, 0)
 
         def build_callbacks(self) -> dict[str, Callback]:
             return {"early": EarlyStop(self.context)} if where == "callback" else {}
 
     stopped = fit(str(tmp_path), trial_class=Stopping)
     assert stopped.context.get_stop_requested()
-    assert stopped.context.current_train_batch() == 4  # the end of batch index 3
+    assert stopped.context.current_train_batch() == 3  # batch index 3 was the last
     assert metrics(str(tmp_path))[-1]["metrics"]["reason"] == "stop requested"
     assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000004")
     assert identical(weights(straight[0]), weights(fit(str(tmp_path))))
@@ -267,7 +267,7 @@ def test_checkpoint_policy_decides_which_validations_checkpoint(tmp_path: Path) 
 def test_checkpoint_policy_best_checkpoints_only_improving_validations(tmp_path: Path) -> None:
     class Worsening(DemoTrial):
         def evaluate_batch(self, batch: Any) -> dict[str, Any]:  # 4: 4.0, then 8: 8.0
-            return {"score": float(self.context.current_train_batch())}
+            return {"score": float(self.context.current_train_batch() + 1)}
 
     fit(str(tmp_path / "low"), trial_class=Worsening, searcher_metric="score")
     assert "batch-000008" not in folders(tmp_path / "low")
@@ -286,7 +286,7 @@ def test_keep_last_and_keep_best_delete_old_checkpoints_only_after_a_newer_one(
 ) -> None:
     class Scored(DemoTrial):
         def evaluate_batch(self, batch: Any) -> dict[str, Any]:  # best at batch 4
-            return {"score": abs(self.context.current_train_batch() - 4.0)}
+            return {"score": abs(self.context.current_train_batch() + 1 - 4.0)}
 
     seen: list[list[str]] = []
     save = _checkpoint.save

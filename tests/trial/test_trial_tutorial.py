@@ -126,10 +126,11 @@ def test_one_rank_resumed_from_two_trains_the_identical_global_batches(
     with pytest.raises(ReproducibilityError, match="between two steps of gradient aggregation"):
         main(args(tmp_path, "one", TOTAL))  # batch 7's accumulated gradients are per rank
     shutil.rmtree(tmp_path / "one" / "batch-000007")
-    main(args(tmp_path, "one", TOTAL))  # resumes from batch 4
+    # The newest before it: batch 6, checkpointed after the epoch's validation (policy "all").
+    main(args(tmp_path, "one", TOTAL))
     one = global_batches(tmp_path / "one-records", 1)
     two = global_batches(two_ranks / "straight-records", 2)
-    assert sorted(one) == list(range(4, TOTAL))
+    assert sorted(one) == list(range(6, TOTAL))
     assert all(one[b] == two[b] for b in one)
     single = main(args(tmp_path, "single", TOTAL))
     assert global_batches(tmp_path / "single-records", 1) == two
