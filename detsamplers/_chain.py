@@ -29,6 +29,8 @@ def make_batch_sampler(
     rank: int,
     batch_size: int,
     skip: int = 0,
+    *,
+    skip_samples: int = 0,
 ) -> tud.BatchSampler:
     """Build shuffle → repeat → shard → batch → skip for training, or shard → batch else.
 
@@ -46,13 +48,20 @@ def make_batch_sampler(
         rank: This process's rank.
         batch_size: Records per batch on this rank (the per-slot batch size).
         skip: Batches already trained (``context.get_initial_batch()``), training only.
+        skip_samples: Samples already trained (every rank's records, in total), training
+            only: the first batch starts at that sample of the shuffled, repeated stream,
+            whatever the batch size and world size (NOTE [ sample positions ]). Resume a
+            run whose global batch size changed with ``skip=0,
+            skip_samples=batches_trained * old_global_batch_size``; Determined counts
+            ``get_initial_batch()`` in batches of the size the trial runs with now.
 
     Returns:
         A batch sampler to pass as ``DataLoader(dataset, batch_sampler=...)``.
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: an argument is out of range, or ``skip`` is set in validation mode.
+        ValueError: an argument is out of range, or ``skip`` or ``skip_samples`` is set
+            in validation mode.
 
     Examples:
         >>> from itertools import islice
@@ -64,6 +73,16 @@ def make_batch_sampler(
         [3, 3]
         >>> list(make_batch_sampler(range(5), "validation", 0, 2, 1, 2))
         [[1, 3]]
+
+        Two global batches of 6 on 2 ranks, then two of 4 on 1 rank: 20 samples, every
+        record of the 10 exactly twice.
+
+        >>> six = [make_batch_sampler(range(10), "training", 0, 2, r, 3) for r in range(2)]
+        >>> trained = [i for s in six for b in islice(s, 2) for i in b]
+        >>> four = make_batch_sampler(range(10), "training", 0, 1, 0, 4, skip_samples=12)
+        >>> rest = [i for b in islice(four, 2) for i in b]
+        >>> sorted(trained + rest) == sorted(2 * list(range(10)))
+        True
     """
     mode = check_one_of("mode", mode, ("training", "validation"))
     check_int("shuffle_seed", shuffle_seed)
@@ -71,11 +90,13 @@ def make_batch_sampler(
     check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
     check_int("batch_size", batch_size, minimum=1)
     check_int("skip", skip, minimum=0)
-    if mode == "validation" and skip:
-        raise ValueError(
-            f"skip should be 0 in validation mode, but got skip={skip}: validation passes "
-            "are never resumed mid-way; pass mode='training' to skip"
-        )
+    check_int("skip_samples", skip_samples, minimum=0)
+    for name, value in (("skip", skip), ("skip_samples", skip_samples)):
+        if mode == "validation" and value:
+            raise ValueError(
+                f"{name} should be 0 in validation mode, but got {name}={value}: validation "
+                "passes are never resumed mid-way; pass mode='training' to skip"
+            )
     if isinstance(sampler_or_dataset, (tud.Sampler, range)):
         sampler: Any = sampler_or_dataset
     elif isinstance(sampler_or_dataset, tud.IterableDataset):
@@ -96,7 +117,7 @@ def make_batch_sampler(
     sampler = DistributedSampler(sampler, num_workers=size, rank=rank)
     batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last=False)
     if mode == "training":
-        return SkipBatchSampler(batch_sampler, skip)
+        return SkipBatchSampler(batch_sampler, skip, skip_samples=skip_samples)
     return batch_sampler
 
 

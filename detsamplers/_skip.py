@@ -4,17 +4,26 @@ A skip is a start position, not a stage that discards: its map is the identity a
 state holds the absolute position, so a saved state resumes the same stream whatever skip
 the chain was rebuilt with. Over a foreign sampler it iterates and discards, as
 Determined's ``SkipSampler`` always does.
+
+A skip over batches can also start at a *sample*: ``skip_samples=S`` moves the batch grid
+so that the first batch begins at sample ``S`` of the stream under the shard, whatever
+the batch size and world size (NOTE [ sample positions ]). Its state then records the
+samples consumed, and a state saved with another batch size or world size continues at
+that sample.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int
-from ._stage import Stage
+from ._samples import SampleGrid, check_elastic_state, sample_grid
+from ._stage import Stage, _Cursor
 
 __all__ = ["SkipBatchSampler", "SkipSampler"]
 
@@ -23,18 +32,105 @@ T = TypeVar("T")
 
 class _Skip(Stage[T]):
     verb = "skip"
+    _state_extra: tuple[str, ...] = ("samples",)
 
-    def __init__(self, inner: Any, skip: int, inner_param: str) -> None:
+    def __init__(self, inner: Any, skip: int, inner_param: str, skip_samples: int = 0) -> None:
         self._skip = check_int("skip", skip, minimum=0)
+        self._origin = check_int("skip_samples", skip_samples, minimum=0)
         super().__init__(inner, inner_param)
+        self._grid: SampleGrid | None = sample_grid(self._inner) if self.kind == "batch" else None
+        if self._origin and self._grid is None:
+            raise ValueError(
+                f"skip_samples should be 0 for this batch_sampler, but got "
+                f"skip_samples={self._origin}: a skip counted in samples needs torch's "
+                "BatchSampler over an addressable repeated stream, [shuffle →] repeat → "
+                "shard → BatchSampler; build that chain, or pass skip= in batches"
+            )
 
     @property
     def skip(self) -> int:
         """How many items the stream skips before its first."""
         return self._skip
 
+    @property
+    def skip_samples(self) -> int:
+        """The sample the batch grid starts at (NOTE [ sample positions ]); 0 if none."""
+        return self._origin
+
+    @property
+    def grid(self) -> SampleGrid | None:
+        """How this chain's batches tile the sample stream, or None if they do not."""
+        return self._grid
+
     def _initial_position(self) -> int:
         return self._skip
+
+    def batches(self, positions: npt.NDArray[np.int64]) -> list[list[int]]:
+        if not self._origin:
+            return self._inner.batches(positions)
+        assert self._grid is not None
+        aligned, within = divmod(self._origin, self._grid.global_batch)
+        if within == 0:  # the plain grid, ``aligned`` batches on
+            return self._inner.batches(positions + aligned)
+        return self._grid.batches(positions, self._origin)
+
+    def samples_at(self, position: int) -> int | None:
+        """The samples (of every rank) before global batch ``position``, or None."""
+        if self._grid is None:
+            return None
+        return self._origin + position * self._grid.global_batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The chain's state (NOTE [ position algebra ]) plus ``samples`` consumed.
+
+        ``samples`` is None for a chain without a sample grid (NOTE [ sample positions ]).
+        """
+        state = super().state_dict()
+        state["samples"] = self.samples_at(state["position"])
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a saved state: the same chain, or one with another batch grid.
+
+        A state from an identical chain resumes at its position. A state from a chain
+        that differs only in its batch size, world size or rank (its shard and batch
+        links) resumes at its ``samples``: the next global batch starts at that sample
+        (NOTE [ sample positions ]).
+
+        Raises:
+            ReproducibilityError: the state comes from a chain with another source,
+                shuffle or repeat, or from a chain without sample positions that differs
+                at all; the message names each difference.
+        """
+        if self._elastic_load(state_dict):
+            return
+        super().load_state_dict(state_dict)
+        samples = state_dict.get("samples")
+        if self._grid is not None and samples is not None:
+            position = int(state_dict["position"])
+            origin = int(samples) - position * self._grid.global_batch
+            if origin < 0:
+                raise ValueError(
+                    f"state['samples'] should be at least position * global batch = "
+                    f"{position * self._grid.global_batch}, but got {samples!r}; the "
+                    "state was edited or saved by another object"
+                )
+            self._origin = origin
+
+    def _elastic_load(self, state: Any) -> bool:
+        """Load ``state`` at its samples if it came from another grid; False if not."""
+        if self._grid is None or not isinstance(state, Mapping):
+            return False
+        chain, digest = self._configured()
+        if state.get("fingerprint") == digest and state.get("chain") == chain:
+            return False
+        if "chain" not in state or not isinstance(state.get("chain"), list):
+            return False  # let the ordinary check name what is wrong
+        self._origin = check_elastic_state(
+            state, self.chain_config(), type(self).__name__, self._state_extra
+        )
+        self._cursor = _Cursor(0)
+        return True
 
     @property
     def pass_length(self) -> int:
@@ -95,6 +191,16 @@ class SkipBatchSampler(_Skip[list[int]], tud.BatchSampler):
     Args:
         batch_sampler: The batch sampler to skip into; skip last.
         skip: How many batches to skip, ``>= 0``.
+        skip_samples: How many samples of the stream under the shard to skip first,
+            ``>= 0``: the global samples already trained, with any batch size and world
+            size (NOTE [ sample positions ]). Needs torch's ``BatchSampler`` over
+            [shuffle →] repeat → shard; ``skip`` batches are skipped after it.
+
+    Determinism:
+        Global batch ``b`` (every rank's batch ``b``) is the samples
+        ``[skip_samples + (skip + b) G, skip_samples + (skip + b + 1) G)`` of the sample
+        stream, ``G`` the global batch: a resume that changes the batch size or world
+        size at sample ``S`` continues the uninterrupted sample stream at ``S``.
 
     Examples:
         >>> from itertools import islice
@@ -103,10 +209,15 @@ class SkipBatchSampler(_Skip[list[int]], tud.BatchSampler):
         >>> batches = BatchSampler(RepeatSampler(range(5)), batch_size=2, drop_last=False)
         >>> list(islice(SkipBatchSampler(batches, skip=2), 2))
         [[4, 0], [1, 2]]
+        >>> triples = BatchSampler(RepeatSampler(range(5)), batch_size=3, drop_last=False)
+        >>> list(islice(SkipBatchSampler(triples, 0, skip_samples=4), 2))
+        [[4, 0, 1], [2, 3, 4]]
     """
 
-    def __init__(self, batch_sampler: Iterable[list[int]], skip: int) -> None:
-        super().__init__(batch_sampler, skip, "batch_sampler")
+    def __init__(
+        self, batch_sampler: Iterable[list[int]], skip: int, *, skip_samples: int = 0
+    ) -> None:
+        super().__init__(batch_sampler, skip, "batch_sampler", skip_samples)
 
     @property
     def batch_sampler(self) -> Iterable[list[int]]:

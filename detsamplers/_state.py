@@ -16,7 +16,14 @@ from typing import Any
 
 from ._errors import ReproducibilityError
 
-__all__ = ["STATE_VERSION", "check_header", "check_state", "fingerprint"]
+__all__ = [
+    "STATE_VERSION",
+    "check_header",
+    "check_state",
+    "describe",
+    "fingerprint",
+    "link_differences",
+]
 
 STATE_VERSION = 1
 _KEYS = ("version", "position", "fingerprint", "chain")
@@ -35,7 +42,8 @@ def fingerprint(chain: list[dict[str, Any]]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def _describe(chain: list[dict[str, Any]]) -> str:
+def describe(chain: list[dict[str, Any]]) -> str:
+    """The stages of ``chain`` in order, e.g. ``range > shuffle > repeat``."""
     return " > ".join(str(link.get("stage", link.get("source"))) for link in chain)
 
 
@@ -113,7 +121,7 @@ def check_state(
     saved = [dict(link) for link in saved]
     if state["fingerprint"] == fingerprint(chain) and saved == chain:
         return position
-    differences = _differences(saved, chain)
+    differences = link_differences(saved, chain)
     raise ReproducibilityError(
         f"cannot load this state into {owner}: it was saved from a different chain "
         f"({'; '.join(differences)}); resuming from it would train on other data. "
@@ -121,13 +129,14 @@ def check_state(
     )
 
 
-def _differences(saved: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[str]:
+def link_differences(saved: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[str]:
+    """Each difference between two chain configurations, as a phrase."""
     shape_saved = [link.get("stage", "source") for link in saved]
     shape_now = [link.get("stage", "source") for link in current]
     if shape_saved != shape_now:
         return [
-            f"the stages differ: the state has {_describe(saved)}, this chain has "
-            f"{_describe(current)}"
+            f"the stages differ: the state has {describe(saved)}, this chain has "
+            f"{describe(current)}"
         ]
     out = []
     for old, new in zip(saved, current, strict=True):

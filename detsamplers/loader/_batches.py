@@ -1,10 +1,12 @@
 """The loader's batch sampler: the outermost stage, which numbers batches and checks state.
 
 It is a :class:`~detsamplers.SkipBatchSampler` that yields each batch as a
-:class:`PositionedBatch` carrying its global batch position (NOTE [ per-batch seeding ]),
+:class:`PositionedBatch` carrying its number and RNG key (NOTE [ per-batch seeding ]),
 and whose state adds the loader's fields and a divergence digest
 (NOTE [ divergence digest ]) to the chain's ``{"version", "position", "fingerprint",
-"chain"}``.
+"chain", "samples"}``. Over a training chain (a sample grid, NOTE [ sample positions ])
+the digest is of the sample stream and the state loads into a loader with another batch
+size, world size or rank, at the saved sample.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import numpy.typing as npt
 
 from .._errors import ReproducibilityError
 from .._mix import adopt_curriculum
+from .._samples import stream_links
 from .._skip import SkipBatchSampler
-from .._state import check_state
-from ._digest import stream_digest
+from .._state import check_state, fingerprint
+from ._digest import sample_digest, stream_digest
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
 __all__ = ["LoaderBatchSampler"]
@@ -31,10 +34,12 @@ class LoaderBatchSampler(SkipBatchSampler):
     Args:
         batch_sampler: The batch chain (shard → batch, or shuffle → repeat → shard → batch).
         skip: Batches of this rank to skip, ``>= 0``.
+        skip_samples: Samples of the stream to skip first (NOTE [ sample positions ]).
         seed: The loader's seed (for the state's fields and digest).
         dataset_length: ``len(dataset)`` (for the state's fields and digest).
         num_replicas: The world size ``W``.
-        rank: This rank ``r``; batch ``b`` gets the global position ``b * W + r``.
+        rank: This rank ``r``. Over a sample grid, batch ``b`` is numbered by the sample
+            of its first record, ``S + b W B + r``; over any other chain by ``b * W + r``.
 
     Examples:
         >>> from itertools import islice
@@ -43,22 +48,23 @@ class LoaderBatchSampler(SkipBatchSampler):
         >>> batches = LoaderBatchSampler(BatchSampler(RepeatSampler(range(5)), 2, False), 1,
         ...                              seed=0, dataset_length=5, num_replicas=1, rank=0)
         >>> [(b, b.position) for b in islice(batches, 2)]
-        [([2, 3], 1), ([4, 0], 2)]
+        [([2, 3], 2), ([4, 0], 4)]
     """
 
-    _state_extra = ("loader", "digest")
+    _state_extra = ("samples", "loader", "digest")
 
     def __init__(
         self,
         batch_sampler: Iterable[list[int]],
         skip: int,
         *,
+        skip_samples: int = 0,
         seed: int,
         dataset_length: int,
         num_replicas: int,
         rank: int,
     ) -> None:
-        super().__init__(batch_sampler, skip)
+        super().__init__(batch_sampler, skip, skip_samples=skip_samples)
         self._fields = {
             "seed": seed,
             "dataset_length": dataset_length,
@@ -70,12 +76,20 @@ class LoaderBatchSampler(SkipBatchSampler):
         # yielded without a lookup; and the first batch, looked up once.
         self._block: tuple[int, list[PositionedBatch]] | None = None
         self._first: list[int] | None = None
+        self._first_sample: int | None = None
+        self._stream: str | None = None
+
+    def _numbers(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The numbers of the batches at ``positions`` (NOTE [ per-batch seeding ])."""
+        if self.grid is not None:
+            return self.grid.first_samples(positions, self.skip_samples)
+        out: npt.NDArray[np.int64] = positions * self._fields["num_replicas"] + self._fields["rank"]
+        return out
 
     def _emit_batches(self, positions: npt.NDArray[np.int64]) -> list[Any]:
         # Tag a whole block at once, keys vectorised: cheaper than work per batch.
-        world, rank = self._fields["num_replicas"], self._fields["rank"]
         start = int(positions[0]) if len(positions) else 0
-        numbers = positions * world + rank
+        numbers = self._numbers(positions)
         keys = batch_keys(self._fields["seed"], numbers)
         block = [
             positioned_batch(batch, number, key)
@@ -87,7 +101,8 @@ class LoaderBatchSampler(SkipBatchSampler):
         return block
 
     def _generate_fallback(self, cursor: Any, start: int, epoch: int) -> Iterator[Any]:
-        # A chain that cannot be addressed yields its batches at consecutive positions.
+        # A chain that cannot be addressed yields its batches at consecutive positions
+        # (it has no sample grid, so batch b is numbered b * W + r).
         world, rank, seed = (self._fields[k] for k in ("num_replicas", "rank", "seed"))
         for position, batch in enumerate(super()._generate_fallback(cursor, start, epoch), start):
             number = position * world + rank
@@ -115,6 +130,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         state = super().state_dict()
         fields = dict(self._fields)
         state["loader"] = fields
+        if state["samples"] is not None:
+            state["digest"] = self._sample_digest(state["samples"])
+            return state
         if self._first is None and self.indexable:
             self._first = self.batches(np.zeros(1, dtype=np.int64))[0]
         known = self._last_yielded(state["position"])
@@ -125,15 +143,41 @@ class LoaderBatchSampler(SkipBatchSampler):
         )
         return state
 
+    def _stream_fingerprint(self) -> str:
+        if self._stream is None:
+            self._stream = fingerprint(stream_links(self.chain_config()))
+        return self._stream
+
+    def _shared_fields(self) -> dict[str, Any]:
+        """The fields every rank and every batch size share."""
+        return {key: self._fields[key] for key in ("seed", "dataset_length")}
+
+    def _sample_digest(self, samples: int) -> str:
+        assert self.grid is not None
+        if self._first_sample is None and samples > 0:
+            self._first_sample = int(self.grid.samples.records(np.zeros(1, dtype=np.int64))[0])
+        return sample_digest(
+            self.grid.samples,
+            samples,
+            self._stream_fingerprint(),
+            self._shared_fields(),
+            self._first_sample,
+        )
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from a state saved by an identical loader, after checking its digest.
+        """Continue from a state saved by a loader over the same data, checking its digest.
+
+        Over a training chain (a sample grid, NOTE [ sample positions ]) the saving
+        loader may have had another batch size, world size or rank: the stream continues
+        at the saved ``samples``. Otherwise it must have been identical.
 
         Raises:
             TypeError: ``state_dict`` is not a dict.
             ValueError: it lacks the loader's keys (``loader``, ``digest``).
-            ReproducibilityError: the seed, dataset length, ranks or chain differ from the
-                saved ones (each difference is named), or the stream at the claimed
-                position differs although the configuration matches.
+            ReproducibilityError: the seed, dataset length or chain (or, without a sample
+                grid, the ranks) differ from the saved ones (each difference is named), or
+                the stream at the claimed position differs although the configuration
+                matches.
         """
         owner = type(self).__name__
         if not isinstance(state_dict, Mapping):
@@ -154,9 +198,11 @@ class LoaderBatchSampler(SkipBatchSampler):
                 f"state['loader'] should be the dict of loader fields from {owner}.state_dict(), "
                 f"but got {saved!r}"
             )
+        elastic = self.grid is not None and state_dict.get("samples") is not None
+        compared = self._shared_fields() if elastic else self._fields
         differences = [
             f"{key} is {saved.get(key)!r} in the state but {value!r} here"
-            for key, value in self._fields.items()
+            for key, value in compared.items()
             if saved.get(key) != value
         ]
         if differences:
@@ -164,18 +210,27 @@ class LoaderBatchSampler(SkipBatchSampler):
                 f"cannot load this state into {owner}: it was saved by a loader with other "
                 f"settings ({'; '.join(differences)}); resuming from it would train on other "
                 "data. Rebuild the loader with the saved settings, or resume elastically "
-                "with get_data_loader(skip=...)."
+                "with get_data_loader(skip_samples=...)."
             )
+        if elastic:
+            super().load_state_dict(state_dict)  # at the saved samples, any batch grid
+            expected = self._sample_digest(int(state_dict["samples"]))
+            if state_dict["digest"] != expected:
+                raise self._diverged(state_dict, f"sample {state_dict['samples']}", expected)
+            return
         position = check_state(
             adopt_curriculum(self, state_dict), self.chain_config(), owner, self._state_extra
         )
         expected = stream_digest(self, position, state_dict["fingerprint"], dict(self._fields))
         if state_dict["digest"] != expected:
-            raise ReproducibilityError(
-                f"cannot load this state into {owner}: the batches before position {position} "
-                f"differ from the saved run's (digest {state_dict['digest']!r} in the state "
-                f"but {expected!r} here) although the seed, dataset length and chain match; "
-                "the sampler's contents or the shuffle algorithm changed since the "
-                "checkpoint. Resume with the code and data of the saved run."
-            )
+            raise self._diverged(state_dict, f"position {position}", expected)
         super().load_state_dict(state_dict)
+
+    def _diverged(self, state: Mapping[str, Any], where: str, expected: str) -> Exception:
+        return ReproducibilityError(
+            f"cannot load this state into {type(self).__name__}: the batches before {where} "
+            f"differ from the saved run's (digest {state['digest']!r} in the state but "
+            f"{expected!r} here) although the seed, dataset length and chain match; the "
+            "sampler's contents or the shuffle algorithm changed since the checkpoint. "
+            "Resume with the code and data of the saved run."
+        )

@@ -318,6 +318,7 @@ class DataLoader:
         num_replicas: int = 1,
         rank: int = 0,
         *,
+        skip_samples: int = 0,
         loader_class: type[tud.DataLoader[Any]] | None = None,
     ) -> tud.DataLoader[Any]:
         """Build the torch DataLoader of one rank (NOTE [ loader iteration ]).
@@ -328,6 +329,11 @@ class DataLoader:
             skip: Batches of this rank already trained, ``>= 0``; training only.
             num_replicas: The world size.
             rank: This rank, in ``[0, num_replicas)``.
+            skip_samples: Samples already trained by every rank in total, ``>= 0``;
+                training only, and not with a ``batch_sampler``. The first global batch
+                starts at that sample whatever the batch size and world size, so a run
+                may resume with another of either (NOTE [ sample positions ]); ``skip``
+                batches are skipped after it.
             loader_class: The class to build, e.g. torchdata's ``StatefulDataLoader``
                 (any subclass of ``torch.utils.data.DataLoader`` with its arguments). By
                 default a subclass of torch's that leaves out the per-batch profiler
@@ -339,7 +345,8 @@ class DataLoader:
 
         Raises:
             TypeError: an argument has the wrong type.
-            ValueError: an argument is out of range, or ``skip`` is set without repeat.
+            ValueError: an argument is out of range, ``skip`` or ``skip_samples`` is set
+                without repeat, or ``skip_samples`` with a ``batch_sampler``.
             ReproducibilityError: ``repeat=True`` over a sampler that cannot seek.
 
         Examples:
@@ -351,10 +358,19 @@ class DataLoader:
         skip = check_int("skip", skip, minimum=0)
         num_replicas = check_int("num_replicas", num_replicas, minimum=1)
         rank = check_int("rank", rank, minimum=0, below=num_replicas, below_name="num_replicas")
-        if not repeat and skip:
+        skip_samples = check_int("skip_samples", skip_samples, minimum=0)
+        for name, value in (("skip", skip), ("skip_samples", skip_samples)):
+            if not repeat and value:
+                raise ValueError(
+                    f"{name} should be 0 when repeat=False, but got {name}={value}: "
+                    "validation passes are never resumed mid-way; pass repeat=True to skip"
+                )
+        if skip_samples and self.batch_sampler is not None:
             raise ValueError(
-                f"skip should be 0 when repeat=False, but got skip={skip}: validation passes "
-                "are never resumed mid-way; pass repeat=True to skip"
+                f"skip_samples should be 0 for a DataLoader built with a batch_sampler, but "
+                f"got skip_samples={skip_samples}: its batches are fixed, so the stream can "
+                "only resume at a whole batch; pass skip= in batches, or build the "
+                "DataLoader with batch_size= instead"
             )
         if loader_class is None:
             loader_class = LeanDataLoader
@@ -374,6 +390,7 @@ class DataLoader:
         batches = LoaderBatchSampler(
             chain,
             skip,
+            skip_samples=skip_samples,
             seed=self.seed,
             dataset_length=length,
             num_replicas=num_replicas,

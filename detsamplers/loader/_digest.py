@@ -23,7 +23,7 @@ import numpy as np
 
 from .._source import Node, chain_of
 
-__all__ = ["probe_positions", "stream_digest"]
+__all__ = ["probe_positions", "sample_digest", "stream_digest"]
 
 
 def probe_positions(position: int) -> list[int]:
@@ -73,4 +73,44 @@ def stream_digest(
             known = {**known, **dict(zip(missing, looked_up, strict=True))}
         probes = [[int(i) for i in known[p]] for p in wanted]
     text = json.dumps([fingerprint, fields, position, probes], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def sample_digest(
+    samples_node: Node,
+    samples: int,
+    stream_fingerprint: str,
+    fields: dict[str, Any],
+    first: int | None = None,
+) -> str:
+    """A world-size-free digest of the sample stream up to sample ``samples``.
+
+    It hashes the fingerprint of the links that define the sample stream, the loader's
+    fields that every rank and every batch size share (seed, dataset length), ``samples``
+    and the records at samples 0 and ``samples - 1`` (NOTE [ sample positions ]), so a
+    state saved with one batch size and world size can be checked by a loader with others.
+
+    Args:
+        samples_node: The sample stream (the record node under the shard).
+        samples: The samples consumed.
+        stream_fingerprint: The fingerprint of the stream's links.
+        fields: JSON-able fields shared by every rank.
+        first: The record at sample 0, if already known.
+
+    Examples:
+        >>> from detsamplers import RepeatSampler
+        >>> stream = RepeatSampler(range(5))
+        >>> sample_digest(stream, 7, "f", {}) == sample_digest(stream, 7, "f", {}, first=0)
+        True
+        >>> sample_digest(stream, 7, "f", {}) == sample_digest(stream, 6, "f", {})
+        False
+    """
+    probes = probe_positions(samples)
+    records: list[int] = []
+    if probes:
+        wanted = probes if first is None else probes[1:]
+        looked_up = samples_node.records(np.asarray(wanted, dtype=np.int64)).tolist()
+        records = looked_up if first is None else [first, *looked_up]
+        records = records[: len(probes)]
+    text = json.dumps([stream_fingerprint, fields, samples, records], sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

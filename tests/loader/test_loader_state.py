@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loader_helpers import Noisy, take
+from torch.utils.data import BatchSampler
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
@@ -36,7 +37,8 @@ def test_the_state_is_json_able_and_a_fresh_dict_each_call() -> None:
     first["loader"]["seed"] = 99
     assert batches.state_dict() == second
     assert json.loads(json.dumps(second)) == second
-    assert set(second) == {"version", "position", "fingerprint", "chain", "loader", "digest"}
+    keys = {"version", "position", "fingerprint", "chain", "samples", "loader", "digest"}
+    assert set(second) == keys
 
 
 def test_a_changed_dataset_length_is_named_on_load() -> None:
@@ -51,19 +53,43 @@ def test_a_changed_seed_is_named_on_load_even_without_shuffle() -> None:
         fresh(DataLoader(Noisy(10), batch_size=2, seed=1)).load_state_dict(state)
 
 
-def test_a_changed_chain_is_named_on_load() -> None:
+def test_a_changed_sample_stream_is_named_on_load() -> None:
     state = state_after(DataLoader(Noisy(10), batch_size=2, shuffle=True), 3)
-    with pytest.raises(ReproducibilityError, match=r"saved from a different chain.*stages differ"):
+    with pytest.raises(ReproducibilityError, match=r"the sample stream differs.*stages differ"):
         fresh(DataLoader(Noisy(10), batch_size=2)).load_state_dict(state)
-    with pytest.raises(ReproducibilityError, match="batch batch_size is 2 in the state but 3"):
-        fresh(DataLoader(Noisy(10), batch_size=3, shuffle=True)).load_state_dict(state)
 
 
-def test_another_rank_or_world_size_is_named_on_load() -> None:
-    state = state_after(DataLoader(Noisy(10), batch_size=2), 2)
-    target = DataLoader(Noisy(10), batch_size=2).get_data_loader(True, 0, 2, 1).batch_sampler
+@pytest.mark.parametrize(("size", "world", "rank"), [(3, 1, 0), (2, 2, 1), (1, 3, 2), (5, 2, 0)])
+def test_another_batch_size_world_size_or_rank_continues_at_the_saved_sample(
+    size: int, world: int, rank: int
+) -> None:
+    stream = [
+        int(i)
+        for b in take(DataLoader(range(10), batch_size=1, shuffle=True).get_data_loader(True), 40)
+        for i in b
+    ]
+    state = state_after(DataLoader(Noisy(10), batch_size=2, shuffle=True), 3)  # samples 0-5
+    target = DataLoader(Noisy(10), batch_size=size, shuffle=True)
+    train = target.get_data_loader(True, 0, world, rank)
+    train.batch_sampler.load_state_dict(state)  # type: ignore[union-attr]
+    batches = take(train, 2)
+    expected = [[stream[6 + (b * size + j) * world + rank] for j in range(size)] for b in range(2)]
+    assert [[int(row[0]) for row in batch] for batch in batches] == expected
+
+
+def test_a_batch_sampler_loader_still_refuses_another_world_size() -> None:
+    def loader() -> DataLoader:
+        return DataLoader(Noisy(10), batch_sampler=BatchSampler(range(10), 2, False))
+
+    train = loader().get_data_loader(True)
+    take(train, 2)
+    state = train.batch_sampler.state_dict()  # type: ignore[union-attr]
+    assert state["samples"] is None
+    target = loader().get_data_loader(True, 0, 2, 1).batch_sampler
     with pytest.raises(ReproducibilityError, match="num_replicas is 1 in the state but 2 here"):
         target.load_state_dict(state)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="skip_samples should be 0 for a DataLoader built with"):
+        loader().get_data_loader(True, skip_samples=3)
 
 
 def test_a_stream_that_differs_under_the_same_configuration_is_refused() -> None:
@@ -71,7 +97,7 @@ def test_a_stream_that_differs_under_the_same_configuration_is_refused() -> None
     state = state_after(loader, 4)
     forged = copy.deepcopy(state)
     forged["digest"] = "0" * 16
-    with pytest.raises(ReproducibilityError, match="the batches before position 4 differ"):
+    with pytest.raises(ReproducibilityError, match="the batches before sample 8 differ"):
         fresh(loader).load_state_dict(forged)
     fresh(loader).load_state_dict(state)
 
