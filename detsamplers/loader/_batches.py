@@ -91,8 +91,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         start = int(positions[0]) if len(positions) else 0
         numbers = self._numbers(positions)
         keys = batch_keys(self._fields["seed"], numbers)
+        stride = 0 if self.grid is None else self.grid.world_size
         block = [
-            positioned_batch(batch, number, key)
+            positioned_batch(batch, number, key, stride)
             for batch, number, key in zip(
                 self.batches(positions), numbers.tolist(), keys, strict=True
             )

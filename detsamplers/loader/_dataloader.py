@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.utils.data as tud
 
-from .._errors import check_bool, check_callable, check_int
+from .._errors import check_bool, check_callable, check_int, check_one_of
 from .._repeat import RepeatBatchSampler, RepeatSampler
 from .._seeds import derive
 from .._shard import DistributedBatchSampler, DistributedSampler
@@ -187,6 +187,7 @@ class DataLoader:
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
         seed: int | None = None,
+        seeding: str = "batch",
     ) -> None:
         _check_dataset(dataset)
         shuffle = check_bool("shuffle", False if shuffle is None else shuffle)
@@ -265,6 +266,13 @@ class DataLoader:
             seed = int(generator.initial_seed()) if generator is not None else DEFAULT_SEED
         else:
             seed = check_int("seed", seed)
+        seeding = check_one_of("seeding", seeding, ("batch", "record"))
+        if seeding == "record" and batch_sampler is not None:
+            raise ValueError(
+                "seeding='record' needs the records' sample positions, but got a "
+                "batch_sampler, whose batches have none; pass batch_size= (and sampler= "
+                "or shuffle=) instead, or seeding='batch'"
+            )
 
         self.dataset = dataset
         self.batch_size = None if batch_sampler is not None else batch_size
@@ -282,6 +290,7 @@ class DataLoader:
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         self.seed: int = seed
+        self.seeding = seeding
         self._passes: tud.DataLoader[Any] | None = None
         self._endless = endless
 
@@ -404,7 +413,7 @@ class DataLoader:
         workers.manual_seed(derive(self.seed, "loader-workers"))
         collate = self.collate_fn if self.collate_fn is not None else tud.default_collate
         return loader_class(
-            SeededDataset(self.dataset),
+            SeededDataset(self.dataset, self.seed if self.seeding == "record" else None),
             batch_sampler=batches,
             num_workers=self.num_workers,
             # With workers, small batches come back by value (NOTE [ inline batches ]).

@@ -1,9 +1,13 @@
 """Per-batch RNG seeding: the draws inside ``__getitem__`` are a function of the position.
 
 NOTE [ per-batch seeding ]
-The batch sampler tags every batch with its *global batch position* ``g = b * W + r``
-(``b`` the stream position of the batch on rank ``r`` of ``W``, so every rank's batches
-get distinct numbers) and with the key ``batch_key(seed, g)``, by yielding a
+The batch sampler tags every batch with a number ``g`` and with the key
+``batch_key(seed, g)``. Over a training stream (a sample grid, NOTE [ sample positions ])
+``g`` is the sample position of the batch's first record, ``S + b B W + r`` for batch
+``b`` on rank ``r`` of ``W``: batches hold disjoint samples, so their numbers differ on
+every rank and across every resume, whatever batch size and world size each segment
+used. Over any other chain (a user's ``batch_sampler``, a validation pass) it is
+``b * W + r``. The batch is yielded as a
 :class:`PositionedBatch`: a ``list`` that carries both through the DataLoader's index
 queue to whichever process fetches it. The keys are the outputs of a SplitMix64 stream
 keyed by ``derive(seed, "batch")`` (NOTE [ seed mixing ]), computed a block of batches at
@@ -12,7 +16,17 @@ global ``RandomState`` and ``random`` from the key and then calls the user's
 ``__getitem__`` for each index in order (or the user's ``__getitems__``). The draws made
 while fetching a batch therefore depend only on ``(seed, g, the indices)``: not on
 ``num_workers``, on which worker fetches the batch, on prefetching, or on how many batches
-came before (a resume at any skip sees the same draws).
+came before (a resume at any skip sees the same draws). They do depend on the batch
+size and world size, which decide which records share a batch and its stream.
+
+With ``DataLoader(seeding="record")`` the globals are seeded again before each record,
+from ``record_key(seed, s)`` for the record's sample position ``s = g + j W`` (the batch
+carries ``g`` and the stride ``W``): a record's draws are then a function of
+``(seed, s)`` alone, identical after a resume that changes the batch size, the world size
+or ``num_workers``. It costs one seeding per record instead of one per batch (about
+13 us each, ``benchmarks/resume_table.py``), and calls ``__getitem__`` per record. It
+applies where there are sample positions: training streams over ``batch_size``
+(``repeat=True``); other batches are seeded per batch.
 
 The process that fetches a batch, a worker or (with ``num_workers=0``) the main process,
 is left in that batch's stream afterwards: the loader owns the global RNGs of the process
@@ -50,6 +64,7 @@ __all__ = [
     "batch_key",
     "batch_keys",
     "positioned_batch",
+    "record_base",
     "seed_globals",
 ]
 
@@ -57,34 +72,40 @@ _MASK32 = 0xFFFFFFFF
 
 
 class PositionedBatch(list[int]):
-    """A batch of dataset indices with its global batch position and its fetch's RNG key.
+    """A batch of dataset indices with its number, its fetch's RNG key and its stride.
 
-    Build one with :func:`positioned_batch`.
+    Build one with :func:`positioned_batch`. ``stride`` is the distance between the
+    sample positions of consecutive records (the world size) over a training stream, 0
+    where records have no sample positions.
 
     Examples:
         >>> import pickle
-        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7))
+        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7), stride=2)
         >>> copy = pickle.loads(pickle.dumps(batch))
-        >>> copy, copy.position, copy.key == batch_key(0, 7)
-        ([4, 1], 7, True)
+        >>> copy, copy.position, copy.key == batch_key(0, 7), copy.stride
+        ([4, 1], 7, True, 2)
     """
 
-    __slots__ = ("key", "position")
+    __slots__ = ("key", "position", "stride")
     position: int
     key: int
+    stride: int
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A module-level function pickles by name: about half the cost of a classmethod,
         # paid for every batch sent to a worker.
-        return (positioned_batch, (list(self), self.position, self.key))
+        return (positioned_batch, (list(self), self.position, self.key, self.stride))
 
 
-def positioned_batch(indices: Iterable[int], position: int, key: int) -> PositionedBatch:
-    """The batch ``indices`` (copied) at global batch ``position``, seeded by ``key``."""
+def positioned_batch(
+    indices: Iterable[int], position: int, key: int, stride: int = 0
+) -> PositionedBatch:
+    """The batch ``indices`` (copied) numbered ``position``, seeded by ``key``."""
     # list's own constructor, then the slots: no Python-level __init__ per batch.
     batch = PositionedBatch(indices)
     batch.position = position
     batch.key = key
+    batch.stride = stride
     return batch
 
 
@@ -115,6 +136,16 @@ def batch_keys(seed: int, positions: npt.NDArray[np.int64]) -> list[int]:
     """
     keys: list[int] = stream_keys(_batch_base(seed), positions).tolist()
     return keys
+
+
+def record_base(seed: int) -> int:
+    """The base key of per-record seeding: record ``s`` gets ``stream_key(base, s)``.
+
+    Examples:
+        >>> record_base(0) != record_base(1) and record_base(0) != derive(0, "batch")
+        True
+    """
+    return derive(seed, "record")
 
 
 # Bound once: seeding runs for every batch, and random.seed's Python wrapper adds type
@@ -148,10 +179,13 @@ class SeededDataset(tud.Dataset[Any]):
 
     Args:
         dataset: A map-style dataset (``__getitem__``, and ``__len__``).
+        record_seed: If given, seed before each record of a batch that has sample
+            positions (``stride > 0``), from ``(record_seed, sample position)``.
 
     Determinism:
         See NOTE [ per-batch seeding ]: a :class:`PositionedBatch` is fetched under the
-        RNGs seeded from its key; any other index is fetched as torch would.
+        RNGs seeded from its key (or, per record, from its records' sample positions);
+        any other index is fetched as torch would.
 
     Examples:
         >>> import torch
@@ -164,10 +198,11 @@ class SeededDataset(tud.Dataset[Any]):
         True
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, record_seed: int | None = None) -> None:
         self.dataset = dataset
         inner = getattr(dataset, "__getitems__", None)
         self._inner_getitems = inner is not None and callable(inner)
+        self._record_base = None if record_seed is None else record_base(record_seed)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -178,9 +213,24 @@ class SeededDataset(tud.Dataset[Any]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Fetch ``indices``, seeding the global RNGs first if they carry a key."""
         key = getattr(indices, "key", None)
+        stride = getattr(indices, "stride", 0)
+        if key is not None and stride and self._record_base is not None:
+            return self._per_record(indices, stride)
         if key is not None:
             seed_globals(key)
         if self._inner_getitems:
             return list(self.dataset.__getitems__(list(indices)))
         dataset = self.dataset
         return [dataset[i] for i in indices]
+
+    def _per_record(self, indices: Any, stride: int) -> list[Any]:
+        """Fetch each record under the RNGs seeded from its sample position."""
+        assert self._record_base is not None
+        first: int = indices.position
+        samples = first + np.arange(len(indices), dtype=np.int64) * stride
+        keys = stream_keys(self._record_base, samples).tolist()
+        dataset, out = self.dataset, []
+        for index, key in zip(indices, keys, strict=True):
+            seed_globals(key)
+            out.append(dataset[index])
+        return out
