@@ -39,7 +39,14 @@ from ._errors import ReproducibilityError
 from ._source import Node, check_reach
 from ._state import check_header, describe, link_differences
 
-__all__ = ["ELASTIC_STAGES", "SampleGrid", "check_elastic_state", "sample_grid", "stream_links"]
+__all__ = [
+    "ELASTIC_STAGES",
+    "SampleGrid",
+    "check_elastic_state",
+    "sample_grid",
+    "saved_grid",
+    "stream_links",
+]
 
 I64 = npt.NDArray[np.int64]
 
@@ -92,6 +99,32 @@ def sample_grid(node: Node) -> SampleGrid | None:
     if inner is None or inner.kind != "record" or not (inner.indexable and inner.infinite):
         return None
     return SampleGrid(node.records_per_item, world, rank, inner)
+
+
+def saved_grid(chain: list[dict[str, Any]]) -> tuple[int, int]:
+    """The global batch and rank of a saved chain configuration with a sample grid.
+
+    Examples:
+        >>> saved_grid([{"source": "range"}, {"stage": "shard", "world_size": 2, "rank": 1},
+        ...             {"stage": "batch", "batch_size": 3}, {"stage": "skip"}])
+        (6, 1)
+    """
+    world: Any = 1
+    rank: Any = 0
+    size: Any = None
+    for link in chain:
+        if link.get("stage") == "shard":
+            world, rank = link.get("world_size"), link.get("rank")
+        elif link.get("stage") == "batch":
+            size = link.get("batch_size")
+    values = (world, rank, size)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ValueError(
+            "state['chain'] should hold a batch link with its batch_size (and a shard link "
+            f"with world_size and rank), but got {chain!r}; pass the state the chain saved"
+        )
+    assert isinstance(world, int) and isinstance(rank, int) and isinstance(size, int)
+    return size * world, rank
 
 
 def stream_links(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:

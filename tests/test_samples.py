@@ -208,3 +208,16 @@ def test_seeding_record_is_refused_with_a_batch_sampler() -> None:
         DataLoader(Noisy(4), batch_sampler=BatchSampler(range(4), 2, False), seeding="record")
     with pytest.raises(ValueError, match="seeding should be one of 'batch', 'record'"):
         DataLoader(Noisy(4), seeding="sample")
+
+
+def test_a_forged_digest_is_refused_on_a_resume_with_another_batch_size() -> None:
+    from detsamplers.loader import DataLoader
+
+    train = DataLoader(Noisy(10), batch_size=2, shuffle=True).get_data_loader(True, 0, 2, 1)
+    take(train, 3)
+    state = train.batch_sampler.state_dict()  # type: ignore[union-attr]
+    target = DataLoader(Noisy(10), batch_size=3, shuffle=True).get_data_loader(True)
+    with pytest.raises(ds.ReproducibilityError, match="the batches before sample 12 differ"):
+        target.batch_sampler.load_state_dict({**state, "digest": "0" * 16})  # type: ignore[union-attr]
+    target.batch_sampler.load_state_dict(state)  # type: ignore[union-attr]
+    assert target.batch_sampler.state_dict()["samples"] == 12  # type: ignore[union-attr]

@@ -19,10 +19,10 @@ import numpy.typing as npt
 
 from .._errors import ReproducibilityError
 from .._mix import adopt_curriculum
-from .._samples import stream_links
+from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
 from .._state import check_state, fingerprint
-from ._digest import sample_digest, stream_digest
+from ._digest import sample_digest, sample_probes, stream_digest
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
 __all__ = ["LoaderBatchSampler"]
@@ -131,8 +131,17 @@ class LoaderBatchSampler(SkipBatchSampler):
         state = super().state_dict()
         fields = dict(self._fields)
         state["loader"] = fields
-        if state["samples"] is not None:
-            state["digest"] = self._sample_digest(state["samples"])
+        if self.grid is not None and state["samples"] is not None:
+            records: dict[int, int] = {}
+            if self._first_sample is not None:
+                records[0] = self._first_sample
+            last = self._last_yielded(state["position"])
+            for batch in last.values():  # the batch just yielded: its first record's sample
+                records[batch.position] = batch[0]  # type: ignore[attr-defined]
+            probes = sample_probes(state["samples"], self.grid.global_batch, self.grid.rank)
+            state["digest"] = self._sample_digest(state["samples"], probes, records)
+            if 0 in probes and self._first_sample is None:
+                self._first_sample = int(self.grid.samples.records(np.zeros(1, np.int64))[0])
             return state
         if self._first is None and self.indexable:
             self._first = self.batches(np.zeros(1, dtype=np.int64))[0]
@@ -153,16 +162,17 @@ class LoaderBatchSampler(SkipBatchSampler):
         """The fields every rank and every batch size share."""
         return {key: self._fields[key] for key in ("seed", "dataset_length")}
 
-    def _sample_digest(self, samples: int) -> str:
+    def _sample_digest(
+        self, samples: int, probes: list[int], known: dict[int, int] | None = None
+    ) -> str:
         assert self.grid is not None
-        if self._first_sample is None and samples > 0:
-            self._first_sample = int(self.grid.samples.records(np.zeros(1, dtype=np.int64))[0])
         return sample_digest(
             self.grid.samples,
             samples,
             self._stream_fingerprint(),
             self._shared_fields(),
-            self._first_sample,
+            probes,
+            known,
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -213,9 +223,12 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "data. Rebuild the loader with the saved settings, or resume elastically "
                 "with get_data_loader(skip_samples=...)."
             )
+        self._block = None  # batches in hand belong to the stream before the load
         if elastic:
             super().load_state_dict(state_dict)  # at the saved samples, any batch grid
-            expected = self._sample_digest(int(state_dict["samples"]))
+            samples = int(state_dict["samples"])
+            global_batch, rank = saved_grid(state_dict["chain"])
+            expected = self._sample_digest(samples, sample_probes(samples, global_batch, rank))
             if state_dict["digest"] != expected:
                 raise self._diverged(state_dict, f"sample {state_dict['samples']}", expected)
             return

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._source import Node, chain_of
 
-__all__ = ["probe_positions", "sample_digest", "stream_digest"]
+__all__ = ["probe_positions", "sample_digest", "sample_probes", "stream_digest"]
 
 
 def probe_positions(position: int) -> list[int]:
@@ -76,41 +76,59 @@ def stream_digest(
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def sample_probes(samples: int, global_batch: int, rank: int) -> list[int]:
+    """The samples whose records go into a sample digest at ``samples``.
+
+    Sample 0, and the first record of the saving rank's last batch, ``samples - G + r``:
+    the batch just yielded, so saving a state costs no lookup.
+
+    Examples:
+        >>> sample_probes(0, 4, 1), sample_probes(12, 4, 1), sample_probes(2, 4, 1)
+        ([], [0, 9], [0])
+    """
+    if samples <= 0:
+        return []
+    return sorted({0, max(0, samples - global_batch + rank)})
+
+
 def sample_digest(
     samples_node: Node,
     samples: int,
     stream_fingerprint: str,
     fields: dict[str, Any],
-    first: int | None = None,
+    probes: list[int],
+    known: dict[int, int] | None = None,
 ) -> str:
     """A world-size-free digest of the sample stream up to sample ``samples``.
 
     It hashes the fingerprint of the links that define the sample stream, the loader's
     fields that every rank and every batch size share (seed, dataset length), ``samples``
-    and the records at samples 0 and ``samples - 1`` (NOTE [ sample positions ]), so a
-    state saved with one batch size and world size can be checked by a loader with others.
+    and the records at the ``probes`` (:func:`sample_probes`, NOTE [ sample positions ]),
+    so a state saved with one batch size and world size can be checked by a loader with
+    others: it recomputes the probes from the saved chain's batch size, world size and rank.
 
     Args:
         samples_node: The sample stream (the record node under the shard).
         samples: The samples consumed.
         stream_fingerprint: The fingerprint of the stream's links.
         fields: JSON-able fields shared by every rank.
-        first: The record at sample 0, if already known.
+        probes: The sample positions to probe.
+        known: Records already in hand, by sample position.
 
     Examples:
         >>> from detsamplers import RepeatSampler
         >>> stream = RepeatSampler(range(5))
-        >>> sample_digest(stream, 7, "f", {}) == sample_digest(stream, 7, "f", {}, first=0)
+        >>> a = sample_digest(stream, 7, "f", {}, [0, 6])
+        >>> a == sample_digest(stream, 7, "f", {}, [0, 6], known={6: 1})
         True
-        >>> sample_digest(stream, 7, "f", {}) == sample_digest(stream, 6, "f", {})
+        >>> a == sample_digest(stream, 6, "f", {}, [0, 5])
         False
     """
-    probes = probe_positions(samples)
-    records: list[int] = []
-    if probes:
-        wanted = probes if first is None else probes[1:]
-        looked_up = samples_node.records(np.asarray(wanted, dtype=np.int64)).tolist()
-        records = looked_up if first is None else [first, *looked_up]
-        records = records[: len(probes)]
+    known = known or {}
+    missing = [p for p in probes if p not in known]
+    if missing:
+        looked_up = samples_node.records(np.asarray(missing, dtype=np.int64)).tolist()
+        known = {**known, **dict(zip(missing, looked_up, strict=True))}
+    records = [[p, int(known[p])] for p in probes]
     text = json.dumps([stream_fingerprint, fields, samples, records], sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
