@@ -47,6 +47,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/mix_table.py --quick
 	$(PY) benchmarks/preemption_table.py --quick
 	$(PY) benchmarks/peers_table.py --quick
+	$(PY) benchmarks/resume_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -59,6 +60,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png
 	$(PY) benchmarks/preemption_table.py
 	$(PY) benchmarks/peers_table.py --plot-dir docs
+	$(PY) benchmarks/resume_table.py
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)
