@@ -41,7 +41,7 @@ def saved_state(dataset: Trivial, batches: int) -> dict[str, Any]:
     """Rank 0's loader state after ``batches`` global batches on 2 ranks x 64."""
     loader = DataLoader(dataset, batch_size=64, shuffle=True, seed=SEED)
     train = loader.get_data_loader(True, batches, 2, 0)
-    state: dict[str, Any] = train.batch_sampler.state_dict()  # type: ignore[attr-defined]
+    state: dict[str, Any] = train.batch_sampler.state_dict()  # type: ignore[union-attr]
     return state
 
 
@@ -52,7 +52,7 @@ def resume(
         loader = DataLoader(dataset, batch_size=size, shuffle=True, seed=SEED, num_workers=workers)
         if by_state:
             train = loader.get_data_loader(True, 0, world, 0)
-            train.batch_sampler.load_state_dict(state)  # type: ignore[attr-defined]
+            train.batch_sampler.load_state_dict(state)  # type: ignore[union-attr]
         else:
             train = loader.get_data_loader(True, 0, world, 0, skip_samples=state["samples"])
         iterator = iter(train)
