@@ -707,6 +707,9 @@ def mix_position(node: Node, position: int) -> tuple[MixSampler, int] | None:
     for link in chain_of(node):
         if isinstance(link, MixSampler):
             return link, position
+        grid = getattr(link, "grid", None)  # a skip at a sample (NOTE [ sample positions ])
+        if grid is not None and isinstance(grid.samples, MixSampler):
+            return grid.samples, int(link.samples_at(position))  # type: ignore[attr-defined]
         if isinstance(link, BatchSource):
             position *= link.records_per_item
         elif isinstance(link, _Shard):
@@ -735,6 +738,9 @@ def adopt_curriculum(node: Node, state: Any) -> Any:
     if not isinstance(saved, list) or isinstance(position, bool) or not isinstance(position, int):
         return state
     found = mix_position(node, position)
+    samples = state.get("samples")  # the saved run's own sample position, if it has one
+    if found is not None and isinstance(samples, int) and getattr(node, "grid", None) is not None:
+        found = (found[0], samples)
     current = node.chain_config()
     if found is None or position < 0 or len(saved) != len(current) or saved == current:
         return state

@@ -20,9 +20,10 @@ plain one moved by ``S / G`` batches, and the chain takes its ordinary path.
 The origin is a position, not configuration: it is not in the fingerprint. A chain's
 state records ``samples = S + position * G``, the samples of every rank consumed before
 its next global batch. A state may be loaded into a chain with another batch size, world
-size or rank if the links that define the sample stream (source, shuffle, repeat) are
-identical; the chain then continues at sample ``samples``. Anything else that differs is
-refused as before.
+size or rank if the links that define the sample stream (source, shuffle, repeat, or a
+mixture in their place) are identical; the chain then continues at sample ``samples``.
+Anything else that differs is refused as before. Under a mixture the sample stream is
+the mixture's stream, so its position (rank 0's, NOTE [ mixture law ]) is ``samples``.
 """
 
 from __future__ import annotations

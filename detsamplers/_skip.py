@@ -23,6 +23,7 @@ import torch.utils.data as tud
 
 from ._errors import check_int
 from ._samples import SampleGrid, check_elastic_state, sample_grid
+from ._source import chain_of
 from ._stage import Stage, _Cursor
 
 __all__ = ["SkipBatchSampler", "SkipSampler"]
@@ -102,6 +103,10 @@ class _Skip(Stage[T]):
                 shuffle or repeat, or from a chain without sample positions that differs
                 at all; the message names each difference.
         """
+        if chain_of(self)[-1].verb == "mix":  # curriculum segments to come may change
+            from ._mix import adopt_curriculum
+
+            state_dict = adopt_curriculum(self, state_dict)
         if self._elastic_load(state_dict):
             return
         super().load_state_dict(state_dict)

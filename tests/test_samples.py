@@ -221,3 +221,27 @@ def test_a_forged_digest_is_refused_on_a_resume_with_another_batch_size() -> Non
         target.batch_sampler.load_state_dict({**state, "digest": "0" * 16})  # type: ignore[union-attr]
     target.batch_sampler.load_state_dict(state)  # type: ignore[union-attr]
     assert target.batch_sampler.state_dict()["samples"] == 12  # type: ignore[union-attr]
+
+
+@given(n=st.integers(2, 12), segments=segments_strategy)
+def test_a_mixture_resumes_at_a_sample_with_any_batch_and_world_size(
+    n: int, segments: list[tuple[int, int, int]]
+) -> None:
+    def chain(size: int, world: int, rank: int) -> Any:
+        mix = ds.MixSampler([range(n), range(n + 3)], [0.7, 0.3], 4)
+        shard = ds.DistributedSampler(mix, world, rank)
+        return ds.SkipBatchSampler(BatchSampler(shard, size, False), 0)
+
+    stream: list[int] = []
+    state: dict[str, Any] | None = None
+    for size, world, count in segments:
+        previous, ranks = state, []
+        for rank in range(world):
+            built = chain(size, world, rank)
+            if previous is not None:
+                built.load_state_dict(previous)
+            ranks.append(take(built, count))
+            state = built.state_dict()
+        stream += interleave(ranks, size)
+    uninterrupted = ds.MixSampler([range(n), range(n + 3)], [0.7, 0.3], 4)
+    assert stream == take(uninterrupted, len(stream))
