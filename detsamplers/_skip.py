@@ -37,13 +37,20 @@ class _Skip(Stage[T]):
 
     def __init__(self, inner: Any, skip: int, inner_param: str, skip_samples: int = 0) -> None:
         self._skip = check_int("skip", skip, minimum=0)
-        self._origin = check_int("skip_samples", skip_samples, minimum=0)
+        self._skip_samples = check_int("skip_samples", skip_samples, minimum=0)
+        # The grid's origin, below one global batch: whole global batches of skip_samples
+        # move the start position instead, so that positions count global batches.
+        self._origin = 0
+        self._shift = 0
         super().__init__(inner, inner_param)
         self._grid: SampleGrid | None = sample_grid(self._inner) if self.kind == "batch" else None
-        if self._origin and self._grid is None:
+        if self._grid is not None:
+            self._shift, self._origin = divmod(self._skip_samples, self._grid.global_batch)
+            self._cursor = _Cursor(self._initial_position())
+        if self._skip_samples and self._grid is None:
             raise ValueError(
                 f"skip_samples should be 0 for this batch_sampler, but got "
-                f"skip_samples={self._origin}: a skip counted in samples needs torch's "
+                f"skip_samples={self._skip_samples}: a skip counted in samples needs torch's "
                 "BatchSampler over an addressable repeated stream, [shuffle →] repeat → "
                 "shard → BatchSampler; build that chain, or pass skip= in batches"
             )
@@ -55,7 +62,12 @@ class _Skip(Stage[T]):
 
     @property
     def skip_samples(self) -> int:
-        """The sample the batch grid starts at (NOTE [ sample positions ]); 0 if none."""
+        """The samples skipped before the first batch, as built (NOTE [ sample positions ])."""
+        return self._skip_samples
+
+    @property
+    def origin(self) -> int:
+        """Where the batch grid starts: sample ``origin + b G`` begins global batch ``b``."""
         return self._origin
 
     @property
@@ -64,7 +76,7 @@ class _Skip(Stage[T]):
         return self._grid
 
     def _initial_position(self) -> int:
-        return self._skip
+        return self._skip + self._shift
 
     def batches(self, positions: npt.NDArray[np.int64]) -> list[list[int]]:
         if not self._origin:
@@ -131,10 +143,12 @@ class _Skip(Stage[T]):
             return False
         if "chain" not in state or not isinstance(state.get("chain"), list):
             return False  # let the ordinary check name what is wrong
-        self._origin = check_elastic_state(
+        samples = check_elastic_state(
             state, self.chain_config(), type(self).__name__, self._state_extra
         )
-        self._cursor = _Cursor(0)
+        assert self._grid is not None
+        position, self._origin = divmod(samples, self._grid.global_batch)
+        self._cursor = _Cursor(position)
         return True
 
     @property

@@ -82,7 +82,7 @@ class LoaderBatchSampler(SkipBatchSampler):
     def _numbers(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The numbers of the batches at ``positions`` (NOTE [ per-batch seeding ])."""
         if self.grid is not None:
-            return self.grid.first_samples(positions, self.skip_samples)
+            return self.grid.first_samples(positions, self.origin)
         out: npt.NDArray[np.int64] = positions * self._fields["num_replicas"] + self._fields["rank"]
         return out
 
@@ -174,6 +174,22 @@ class LoaderBatchSampler(SkipBatchSampler):
             probes,
             known,
         )
+
+    def samples_digest(self, samples: int) -> str:
+        """A digest of the sample stream before ``samples``, free of any batch grid.
+
+        It probes samples 0 and ``samples - 1``, so any rank of any world size and batch
+        size computes the same digest (the trial loop saves it in the checkpoint).
+
+        Raises:
+            ValueError: the chain has no sample grid (NOTE [ sample positions ]).
+        """
+        if self.grid is None:
+            raise ValueError(
+                "samples_digest needs a training chain with sample positions, but this "
+                "loader's chain has none; build it with batch_size= and repeat=True"
+            )
+        return self._sample_digest(samples, sample_probes(samples, 1, 0))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a state saved by a loader over the same data, checking its digest.

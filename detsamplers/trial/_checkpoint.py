@@ -8,9 +8,10 @@ NOTE [ checkpoint layout ]
   models unwrapped from DDP so that they load on any world size);
 - ``rank-0.pth`` … ``rank-{W-1}.pth``: each rank's RNG states, its loader state and,
   between two steps of gradient aggregation, its accumulated gradients;
-- ``metadata.json``, written last: the format version, batches trained, records consumed,
-  global batch size, world size, seed, dataset length, data seed, the rank-0 chain
-  fingerprint and digest, a world-size-free digest of the global batches, the hparams and
+- ``metadata.json``, written last: the format version, batches trained, samples trained
+  (also as ``records_consumed``), global batch size, world size, seed, dataset length,
+  data seed, the rank-0 chain fingerprint and digest, a digest of the samples trained
+  free of world size and batch size, the hparams and
   the file list.
 
 A folder is written as ``.batch-000120.tmp`` (every rank writes and fsyncs its file, then
@@ -48,6 +49,7 @@ __all__ = [
     "load_trial_from_checkpoint_path",
     "read_metadata",
     "restore_state",
+    "samples_trained",
     "save",
 ]
 
@@ -189,14 +191,31 @@ def find_latest_checkpoint(checkpoint_dir: str) -> str | None:
     return max(found)[1] if found else None
 
 
+def samples_trained(metadata: dict[str, Any]) -> int:
+    """The samples a checkpoint's run trained (all ranks' records).
+
+    Examples:
+        >>> samples_trained({"batches_trained": 3, "global_batch_size": 8})
+        24
+        >>> samples_trained({"samples_trained": 40, "batches_trained": 3})
+        40
+    """
+    if "samples_trained" in metadata:
+        return int(metadata["samples_trained"])
+    return int(metadata["batches_trained"]) * int(metadata["global_batch_size"])
+
+
 def check_resume(path: str, saved: dict[str, Any], here: dict[str, Any]) -> None:
     """Refuse a resume whose data-defining fields differ from the checkpoint's.
 
     NOTE [ changed global batch size ]
-    A changed global batch size is refused rather than resumed record-precisely: the
-    batches trained so far count optimizer steps of the old size, so the learning-rate
-    schedule, ``max_length`` in batches and the checkpoint period would all shift
-    meaning, and a run resumed that way matches no uninterrupted run.
+    A changed global batch size is accepted over a ``detsamplers.loader.DataLoader``: the
+    data continues at the sample the checkpoint reached (NOTE [ trial data ]), and the
+    counts stay exact in batches and in samples (NOTE [ trial units ]). What the batches
+    trained so far mean for the model (optimizer steps of the old size, the learning-rate
+    schedule in steps) is the trial's to adapt; the data never repeats or skips a record.
+    A ``WebDatasetSource`` still counts global batches, so there the caller passes the
+    global batch size among the refused fields.
 
     Examples:
         >>> check_resume("ckpt", {"seed": 1}, {"seed": 2})

@@ -2,17 +2,22 @@
 
 NOTE [ trial data ]
 A ``detsamplers.loader.DataLoader`` from ``build_training_data_loader`` is turned into
-``get_data_loader(repeat=True, skip=k, num_replicas=W, rank=r)``, where ``k`` is the
-global batches already trained. Global batch ``k`` is then the records ``[k*G, (k+1)*G)``
-of the shuffled, repeated stream (``G`` the global batch size) for every world size. The
-trainer counts epochs in batches, as Determined does (NOTE [ epoch length ]).
+``get_data_loader(repeat=True, num_replicas=W, rank=r, skip_samples=S)``, where ``S`` is
+the samples (records of every rank) already trained. The next global batch is then the
+samples ``[S, S + G)`` of the shuffled, repeated stream (``G`` the global batch size now)
+for every world size and every earlier batch size (NOTE [ sample positions ]). A resume
+may therefore change the global batch size as well as the world size; the checkpoint
+records ``samples_trained`` and a digest of the sample stream that any grid recomputes.
+The trainer counts epochs in batches, as Determined does (NOTE [ epoch length ]).
 
 A ``WebDatasetSource`` (or a ``WebDataLoader`` over one) is rebuilt the same way:
 ``source.for_rank(world_size=W, rank=r, skip=k)``, in a ``WebDataLoader`` with the user's
 worker options. Its global batch ``k`` is the stream positions ``[k*G, (k+1)*G)``
 (NOTE [ shard stream split ]), an epoch is ``num_samples`` records, and the world size,
 rank and skip it was built with are replaced. It must have ``repeat=True`` and
-``batch_size`` equal to the per-slot batch size. Its rank state is the source's
+``batch_size`` equal to the per-slot batch size. Its position is still counted in global
+batches, so a webdataset run keeps its global batch size across a resume (the trainer
+refuses a change). Its rank state is the source's
 ``state_dict()`` plus a world-size-free digest of the shards and samples of the first and
 last global batches trained, checked on load; a changed shard list, shard count or order
 configuration is refused with :class:`~detsamplers.ReproducibilityError`.
@@ -46,7 +51,6 @@ __all__ = [
     "TrainingData",
     "checked_loader",
     "global_batch",
-    "global_digest",
     "inferred_global_batch",
     "records_per_epoch",
     "training_data",
@@ -133,15 +137,6 @@ def global_batch(loader: DataLoader, position: int, size: int) -> list[int]:
     return [share[j] for j in range(len(shares[0])) for share in shares if j < len(share)]
 
 
-def global_digest(loader: DataLoader, batches_trained: int, size: int) -> str:
-    """A world-size-free digest of the global batches: the first and the last trained."""
-    probes = sorted({0, batches_trained - 1}) if batches_trained else []
-    batches = [global_batch(loader, p, size) for p in probes]
-    fields = [len(loader.dataset), loader.seed, batches_trained, batches]
-    text = json.dumps(fields, sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
 def _digest(fields: list[Any]) -> str:
     text = json.dumps(fields, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
@@ -150,31 +145,42 @@ def _digest(fields: list[Any]) -> str:
 class MapData:
     """A ``DataLoader``'s training stream for the trainer (NOTE [ trial data ])."""
 
+    #: A resume may change the global batch size (NOTE [ sample positions ]).
+    elastic_batch = True
+
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
         self.seed = loader.seed
         self.records = records_per_epoch(loader)
 
-    def build(self, skip: int, size: int, rank: int) -> Any:
-        """The torch loader of rank ``rank`` of ``size``, from global batch ``skip``."""
-        return self.loader.get_data_loader(True, skip, size, rank)
+    def build(self, samples: int, size: int, rank: int) -> Any:
+        """The torch loader of rank ``rank`` of ``size``, from sample ``samples``."""
+        return self.loader.get_data_loader(True, 0, size, rank, skip_samples=samples)
 
-    def state(self, skip: int, size: int, rank: int) -> dict[str, Any]:
-        """The rank state at global batch ``skip``: the batch sampler's."""
-        state: dict[str, Any] = self.build(skip, size, rank).batch_sampler.state_dict()
+    def state(self, samples: int, size: int, rank: int) -> dict[str, Any]:
+        """The rank state at sample ``samples``: the batch sampler's."""
+        state: dict[str, Any] = self.build(samples, size, rank).batch_sampler.state_dict()
         return state
 
     def load(self, built: Any, state: dict[str, Any]) -> None:
         """Resume ``built`` (from :meth:`build`) at ``state``, checking its digest."""
         built.batch_sampler.load_state_dict(state)
 
-    def global_digest(self, batches_trained: int, size: int) -> str:
-        """See :func:`global_digest`."""
-        return global_digest(self.loader, batches_trained, size)
+    def global_digest(self, samples: int, size: int) -> str:
+        """A digest of the sample stream before ``samples``, free of world and batch size."""
+        digest: str = self.build(samples, 1, 0).batch_sampler.samples_digest(samples)
+        return digest
 
 
 class ShardData:
-    """A ``WebDatasetSource``'s training stream for the trainer (NOTE [ trial data ])."""
+    """A ``WebDatasetSource``'s training stream for the trainer (NOTE [ trial data ]).
+
+    Its methods take ``samples``, as :class:`MapData`'s do; its position is counted in
+    global batches of the current size, which must divide it.
+    """
+
+    #: A resume must keep the global batch size (the source counts global batches).
+    elastic_batch = False
 
     def __init__(self, source: WebDatasetSource, loader: WebDataLoader | None = None) -> None:
         self.source = source
@@ -182,8 +188,19 @@ class ShardData:
         self.seed = source.seed
         self.records = source.num_samples
 
-    def build(self, skip: int, size: int, rank: int) -> WebDataLoader:
+    def _batches(self, samples: int, size: int) -> int:
+        width = self.source.batch_size * size
+        if samples % width:
+            raise ReproducibilityError(
+                f"a WebDatasetSource resumes at a whole global batch, but {samples} samples "
+                f"are not a multiple of the global batch {width}; resume with the global "
+                "batch size of the saved run"
+            )
+        return samples // width
+
+    def build(self, samples: int, size: int, rank: int) -> WebDataLoader:
         """A ``WebDataLoader`` with the user's worker options over the rank's source."""
+        skip = self._batches(samples, size)
         source = self.source.for_rank(world_size=size, rank=rank, skip=skip)
         user = self.loader
         if user is None:
@@ -198,16 +215,17 @@ class ShardData:
             prefetch_factor=user.prefetch_factor,
         )
 
-    def state(self, skip: int, size: int, rank: int) -> dict[str, Any]:
-        """The rank state at global batch ``skip``: the source's, plus the global digest."""
+    def state(self, samples: int, size: int, rank: int) -> dict[str, Any]:
+        """The rank state at sample ``samples``: the source's, plus the global digest."""
+        skip = self._batches(samples, size)
         state = self.source.for_rank(world_size=size, rank=rank, skip=skip).state_dict()
-        return {**state, "digest": self.global_digest(skip, size)}
+        return {**state, "digest": self.global_digest(samples, size)}
 
     def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:
         """Resume ``built`` at ``state``: the shards and order checked, then the digest."""
         built.load_state_dict({k: v for k, v in state.items() if k != "digest"})
         source = built.source
-        here = self.global_digest(source.position // source.global_batch, source.world_size)
+        here = self.global_digest(source.position, source.world_size)
         if state.get("digest") != here:
             raise ReproducibilityError(
                 "cannot resume the WebDatasetSource: the samples of the global batches "
@@ -215,18 +233,19 @@ class ShardData:
                 f"checkpoint but {here!r} here); rebuild the source as it was saved"
             )
 
-    def global_digest(self, batches_trained: int, size: int) -> str:
-        """A world-size-free digest of the global batches trained.
+    def global_digest(self, samples: int, size: int) -> str:
+        """A world-size-free digest of the global batches trained, up to ``samples``.
 
         It hashes the shards' configuration and counts, and the ``(shard, sample)`` pairs
         of the first and the last global batch trained (nothing is read).
         """
         source = self.source
         width = source.batch_size * size
+        batches_trained = self._batches(samples, size)
         probes = sorted({0, batches_trained - 1}) if batches_trained else []
-        samples = [source.locate(range(p * width, (p + 1) * width)) for p in probes]
+        located = [source.locate(range(p * width, (p + 1) * width)) for p in probes]
         state = source.state_dict()
-        return _digest([state["fingerprint"], state["counts"], batches_trained, samples])
+        return _digest([state["fingerprint"], state["counts"], batches_trained, located])
 
 
 TrainingData = MapData | ShardData

@@ -212,6 +212,8 @@ class Trainer:
             )
         initial = 0 if saved is None else int(saved["batches_trained"])
         context._initial_batch = initial
+        # The samples trained (NOTE [ trial data ]): a resume may change the global batch.
+        self._start = (initial, 0 if saved is None else _checkpoint.samples_trained(saved))
         if (validation_period is not None or step_zero_validation) and not self._validates():
             raise ValueError(
                 f"{type(trial).__name__} should define build_validation_data_loader and "
@@ -230,7 +232,7 @@ class Trainer:
             data = _data.training_data(user_loader, context)
             epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
             rank, size = dist.get_rank(), dist.get_size()
-            train_data = user_loader if data is None else data.build(initial, size, rank)
+            train_data = user_loader if data is None else data.build(self._start[1], size, rank)
             _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
             context._epoch_len = epoch_length(epoch_records, global_batch)
             total = to_batches("max_length", max_length, epoch_records, global_batch)
@@ -371,13 +373,16 @@ class Trainer:
                 f"init(aggregation_frequency={saved_frequency}) as saved, or start a fresh run in "
                 "another checkpoint_dir."
             )
-        _checkpoint.check_resume(path, saved, here)
+        elastic = data is not None and data.elastic_batch  # may the global batch change?
+        checked = {k: v for k, v in here.items() if k != "global_batch_size" or not elastic}
+        _checkpoint.check_resume(path, saved, checked)
         same_world = saved["world_size"] == size
+        same_grid = same_world and saved["global_batch_size"] == here["global_batch_size"]
         rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
-        if data is not None and same_world:  # checks this rank's stream digest
+        if data is not None and same_grid:  # checks this rank's stream digest
             data.load(train_data, rank_state["loader"])
         elif data is not None:
-            digest = data.global_digest(initial, size)
+            digest = data.global_digest(self._start[1], size)
             _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
         if saved.get("pending_gradients") and not same_world:
             raise ReproducibilityError(
@@ -521,14 +526,17 @@ class Trainer:
         """Save a checkpoint at ``batches`` (a collective: every rank calls it)."""
         context, dist = self.context, self.context.distributed
         done, validation = self._last_validation
+        first, first_samples = self._start
+        samples = first_samples + (batches - first) * context.get_global_batch_size()
         loader_state = None
         if data is not None:  # a fresh stream at the position: workers prefetch ahead
-            loader_state = data.state(batches, dist.get_size(), dist.get_rank())
+            loader_state = data.state(samples, dist.get_size(), dist.get_rank())
         pending = batches % context.aggregation_frequency != 0
         metadata: dict[str, Any] = {
             "format_version": _checkpoint.FORMAT_VERSION,
             "batches_trained": batches,
-            "records_consumed": batches * context.get_global_batch_size(),
+            "samples_trained": samples,
+            "records_consumed": samples,
             "global_batch_size": context.get_global_batch_size(),
             "world_size": dist.get_size(),
             "seed": context.get_trial_seed(),
@@ -541,7 +549,7 @@ class Trainer:
             "data_digest": None if loader_state is None else loader_state["digest"],
             "data_global_digest": None
             if data is None
-            else data.global_digest(batches, dist.get_size()),
+            else data.global_digest(samples, dist.get_size()),
             "hparams": _json_or_none(context.get_hparams()),
             "validation_metrics": _json_or_none(validation) if done == batches else None,
         }
