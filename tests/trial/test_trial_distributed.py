@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -11,7 +12,9 @@ import torch
 from torch import nn
 from trial_helpers import metrics
 
+from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
+from detsamplers.trial._data import global_batch
 from detsamplers.trial._demo import launch
 from detsamplers.trial._demo_trial import DemoTrial
 
@@ -81,3 +84,30 @@ def test_validation_metrics_are_the_mean_over_every_ranks_records(
     expected = torch.cat(losses).mean().item()
     assert len(torch.cat(losses)) == 64
     assert reported["metrics"]["validation_loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_two_ranks_of_8_then_one_rank_of_24_train_every_record_once_per_epoch(
+    tmp_path: Path,
+) -> None:
+    """A changed global batch (16, then 24) continues at the sample the checkpoint reached."""
+    records, log = tmp_path / "records", str(tmp_path / "log")
+    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
+    launch(2, [*common, "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7"], log)
+    launch(1, [*common, "--global-batch-size=24", "--max-batches=12", "--resume"], log)
+    shares: dict[tuple[int, int], list[int]] = {}
+    for rank in (0, 1):
+        for line in (records / f"records-rank{rank}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            shares[row["batch"], row["rank"]] = row["indices"]
+    stream: list[int] = []
+    for batch in range(12):
+        world = 2 if batch < 7 else 1  # record j of rank r is sample j W + r of the batch
+        ranks = [shares[batch, r] for r in range(world)]
+        stream += [ranks[r][j] for j in range(len(ranks[0])) for r in range(world)]
+    assert len(stream) == 7 * 16 + 5 * 24
+    for epoch in range(len(stream) // 80):
+        assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
+    single = DataLoader(range(80), batch_size=1, shuffle=True, seed=1)  # the trial seed
+    assert stream == [global_batch(single, k, 1)[0] for k in range(len(stream))]
+    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    assert (metadata["samples_trained"], metadata["global_batch_size"]) == (232, 24)
