@@ -44,6 +44,7 @@ __all__ = [
     "ELASTIC_STAGES",
     "SampleGrid",
     "check_elastic_state",
+    "check_saved_samples",
     "sample_grid",
     "saved_grid",
     "stream_links",
@@ -133,6 +134,29 @@ def stream_links(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [link for link in chain if link.get("stage") not in ELASTIC_STAGES]
 
 
+def check_saved_samples(samples: Any) -> int:
+    """``state['samples']`` as an int, or a clear error.
+
+    Examples:
+        >>> check_saved_samples(12)
+        12
+        >>> check_saved_samples(True)
+        Traceback (most recent call last):
+        ...
+        TypeError: state['samples'] should be an integer from state_dict(), but got True of type bool
+    """  # noqa: E501
+    if isinstance(samples, bool) or not isinstance(samples, int):
+        raise TypeError(
+            f"state['samples'] should be an integer from state_dict(), but got {samples!r} "
+            f"of type {type(samples).__name__}"
+        )
+    if not 0 <= samples <= 2**62:
+        raise ValueError(
+            f"state['samples'] should be a non-negative integer of at most 2**62, but got {samples}"
+        )
+    return samples
+
+
 def check_elastic_state(
     state: Any, chain: list[dict[str, Any]], owner: str, extra: tuple[str, ...]
 ) -> int:
@@ -161,11 +185,7 @@ def check_elastic_state(
             "resume an identical chain. Rebuild the chain exactly as it was when the state "
             "was saved."
         )
-    if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 2**62:
-        raise ValueError(
-            f"state['samples'] should be a non-negative integer of at most 2**62, but got "
-            f"{samples!r}"
-        )
+    samples = check_saved_samples(samples)
     old, new = stream_links(saved), stream_links(chain)
     if old != new:
         raise ReproducibilityError(

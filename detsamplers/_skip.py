@@ -22,7 +22,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int
-from ._samples import SampleGrid, check_elastic_state, sample_grid
+from ._samples import SampleGrid, check_elastic_state, check_saved_samples, sample_grid
 from ._source import chain_of
 from ._stage import Stage, _Cursor
 
@@ -121,18 +121,24 @@ class _Skip(Stage[T]):
             state_dict = adopt_curriculum(self, state_dict)
         if self._elastic_load(state_dict):
             return
+        cursor, resume = self._cursor, self._resume
         super().load_state_dict(state_dict)
         samples = state_dict.get("samples")
-        if self._grid is not None and samples is not None:
+        if self._grid is None or samples is None:
+            return
+        try:
             position = int(state_dict["position"])
-            origin = int(samples) - position * self._grid.global_batch
+            origin = check_saved_samples(samples) - position * self._grid.global_batch
             if origin < 0:
                 raise ValueError(
                     f"state['samples'] should be at least position * global batch = "
                     f"{position * self._grid.global_batch}, but got {samples!r}; the "
                     "state was edited or saved by another object"
                 )
-            self._origin = origin
+        except (TypeError, ValueError):
+            self._cursor, self._resume = cursor, resume  # a refused state changes nothing
+            raise
+        self._origin = origin
 
     def _elastic_load(self, state: Any) -> bool:
         """Load ``state`` at its samples if it came from another grid; False if not."""

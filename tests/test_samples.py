@@ -245,3 +245,22 @@ def test_a_mixture_resumes_at_a_sample_with_any_batch_and_world_size(
         stream += interleave(ranks, size)
     uninterrupted = ds.MixSampler([range(n), range(n + 3)], [0.7, 0.3], 4)
     assert stream == take(uninterrupted, len(stream))
+
+
+@pytest.mark.parametrize(
+    ("samples", "error", "message"),
+    [
+        (True, TypeError, r"state\['samples'\] should be an integer from state_dict\(\)"),
+        ("12", TypeError, r"state\['samples'\] should be an integer"),
+        (-1, ValueError, r"state\['samples'\] should be a non-negative integer"),
+        (2**63, ValueError, "at most 2\\*\\*62"),
+    ],
+)
+@pytest.mark.parametrize("same_grid", [True, False], ids=["same grid", "other grid"])
+def test_a_state_with_a_bad_samples_field_is_refused_clearly(
+    samples: Any, error: type, message: str, same_grid: bool
+) -> None:
+    state = ds.make_batch_sampler(range(10), "training", 0, 2, 0, 3).state_dict()  # type: ignore[attr-defined]
+    target = ds.make_batch_sampler(range(10), "training", 0, 2, 0, 3 if same_grid else 4)
+    with pytest.raises(error, match=message):
+        target.load_state_dict({**state, "samples": samples})  # type: ignore[attr-defined]
