@@ -11,8 +11,7 @@ NOTE [ checkpoint layout ]
 - ``metadata.json``, written last: the format version, batches trained, samples trained
   (also as ``records_consumed``), global batch size, world size, seed, dataset length,
   data seed, the rank-0 chain fingerprint and digest, a digest of the samples trained
-  free of world size and batch size, the hparams and
-  the file list.
+  free of world size and batch size, the hparams and the file list.
 
 A folder is written as ``.batch-000120.tmp`` (every rank writes and fsyncs its file, then
 a barrier), renamed into place by rank 0, and completed by writing ``metadata.json``
@@ -209,13 +208,13 @@ def check_resume(path: str, saved: dict[str, Any], here: dict[str, Any]) -> None
     """Refuse a resume whose data-defining fields differ from the checkpoint's.
 
     NOTE [ changed global batch size ]
-    A changed global batch size is accepted over a ``detsamplers.loader.DataLoader``: the
-    data continues at the sample the checkpoint reached (NOTE [ trial data ]), and the
-    counts stay exact in batches and in samples (NOTE [ trial units ]). What the batches
-    trained so far mean for the model (optimizer steps of the old size, the learning-rate
-    schedule in steps) is the trial's to adapt; the data never repeats or skips a record.
-    A ``WebDatasetSource`` still counts global batches, so there the caller passes the
-    global batch size among the refused fields.
+    A changed global batch size is accepted over a ``detsamplers.loader.DataLoader`` or a
+    ``WebDatasetSource``: the data continues at the sample the checkpoint reached
+    (NOTE [ trial data ]), and the counts stay exact in batches and in samples
+    (NOTE [ trial units ]). What the batches trained so far mean for the model (optimizer
+    steps of the old size, the learning-rate schedule in steps) is the trial's to adapt;
+    the data never repeats or skips a record. Over a loader the trial skips itself, the
+    caller passes the global batch size among the refused fields.
 
     Examples:
         >>> check_resume("ckpt", {"seed": 1}, {"seed": 2})

@@ -11,16 +11,14 @@ records ``samples_trained`` and a digest of the sample stream that any grid reco
 The trainer counts epochs in batches, as Determined does (NOTE [ epoch length ]).
 
 A ``WebDatasetSource`` (or a ``WebDataLoader`` over one) is rebuilt the same way:
-``source.for_rank(world_size=W, rank=r, skip=k)``, in a ``WebDataLoader`` with the user's
-worker options. Its global batch ``k`` is the stream positions ``[k*G, (k+1)*G)``
+``source.for_rank(world_size=W, rank=r, skip_samples=S)``, in a ``WebDataLoader`` with the
+user's worker options. Its next global batch is the stream positions ``[S, S + G)``
 (NOTE [ shard stream split ]), an epoch is ``num_samples`` records, and the world size,
 rank and skip it was built with are replaced. It must have ``repeat=True`` and
-``batch_size`` equal to the per-slot batch size. Its position is still counted in global
-batches, so a webdataset run keeps its global batch size across a resume (the trainer
-refuses a change). Its rank state is the source's
-``state_dict()`` plus a world-size-free digest of the shards and samples of the first and
-last global batches trained, checked on load; a changed shard list, shard count or order
-configuration is refused with :class:`~detsamplers.ReproducibilityError`.
+``batch_size`` equal to the per-slot batch size. Its rank state is the source's
+``state_dict()`` plus a digest, free of world size and batch size, of the shards and of
+the ``(shard, sample)`` at positions 0 and ``S - 1``, checked on load; a changed shard
+list, shard count or order configuration is refused with :class:`~detsamplers.ReproducibilityError`.
 
 Seed policy: a loader built without ``seed`` (and without ``generator``) gets the trial
 seed; one built with its own seed keeps it. The loader cannot tell ``seed=0`` from no
@@ -173,14 +171,10 @@ class MapData:
 
 
 class ShardData:
-    """A ``WebDatasetSource``'s training stream for the trainer (NOTE [ trial data ]).
+    """A ``WebDatasetSource``'s training stream for the trainer (NOTE [ trial data ])."""
 
-    Its methods take ``samples``, as :class:`MapData`'s do; its position is counted in
-    global batches of the current size, which must divide it.
-    """
-
-    #: A resume must keep the global batch size (the source counts global batches).
-    elastic_batch = False
+    #: A resume may change the global batch size (NOTE [ shard stream split ]).
+    elastic_batch = True
 
     def __init__(self, source: WebDatasetSource, loader: WebDataLoader | None = None) -> None:
         self.source = source
@@ -188,20 +182,9 @@ class ShardData:
         self.seed = source.seed
         self.records = source.num_samples
 
-    def _batches(self, samples: int, size: int) -> int:
-        width = self.source.batch_size * size
-        if samples % width:
-            raise ReproducibilityError(
-                f"a WebDatasetSource resumes at a whole global batch, but {samples} samples "
-                f"are not a multiple of the global batch {width}; resume with the global "
-                "batch size of the saved run"
-            )
-        return samples // width
-
     def build(self, samples: int, size: int, rank: int) -> WebDataLoader:
         """A ``WebDataLoader`` with the user's worker options over the rank's source."""
-        skip = self._batches(samples, size)
-        source = self.source.for_rank(world_size=size, rank=rank, skip=skip)
+        source = self.source.for_rank(world_size=size, rank=rank, skip_samples=samples)
         user = self.loader
         if user is None:
             return WebDataLoader(source)
@@ -217,8 +200,7 @@ class ShardData:
 
     def state(self, samples: int, size: int, rank: int) -> dict[str, Any]:
         """The rank state at sample ``samples``: the source's, plus the global digest."""
-        skip = self._batches(samples, size)
-        state = self.source.for_rank(world_size=size, rank=rank, skip=skip).state_dict()
+        state = self.source.for_rank(world_size=size, rank=rank, skip_samples=samples).state_dict()
         return {**state, "digest": self.global_digest(samples, size)}
 
     def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:
@@ -234,18 +216,15 @@ class ShardData:
             )
 
     def global_digest(self, samples: int, size: int) -> str:
-        """A world-size-free digest of the global batches trained, up to ``samples``.
+        """A digest of the samples trained, free of world size and batch size.
 
-        It hashes the shards' configuration and counts, and the ``(shard, sample)`` pairs
-        of the first and the last global batch trained (nothing is read).
+        It hashes the shards' configuration and counts, ``samples``, and the
+        ``(shard, sample)`` pairs at positions 0 and ``samples - 1`` (nothing is read).
         """
         source = self.source
-        width = source.batch_size * size
-        batches_trained = self._batches(samples, size)
-        probes = sorted({0, batches_trained - 1}) if batches_trained else []
-        located = [source.locate(range(p * width, (p + 1) * width)) for p in probes]
+        located = source.locate(sorted({0, samples - 1})) if samples else []
         state = source.state_dict()
-        return _digest([state["fingerprint"], state["counts"], batches_trained, located])
+        return _digest([state["fingerprint"], state["counts"], samples, located])
 
 
 TrainingData = MapData | ShardData

@@ -166,9 +166,14 @@ class Trainer:
             stop_check_period: How often the ranks check for a stop; ``None`` spaces the
                 checks to cost under 1% of training time, at most a second apart.
 
+        A resume may change the world size and, over a ``detsamplers.loader.DataLoader``
+        or a ``WebDatasetSource``, the global batch size: training continues at the
+        sample the checkpoint reached (NOTE [ trial data ]).
+
         Raises:
             ReproducibilityError: the training loader cannot resume reproducibly, or the
-                checkpoint was saved with another global batch size, seed or dataset.
+                checkpoint was saved with another seed or dataset (or, over a loader the
+                trial skips itself, another global batch size).
         """
         retention = _retention.Retention(
             checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best

@@ -204,14 +204,20 @@ def test_a_resume_with_another_data_seed_is_refused(
         run(copy, BATCHES + 1, resume=True, urls=shards, data_seed=8)
 
 
-def test_a_resume_with_another_global_batch_size_is_refused(
+def test_a_resume_with_another_global_batch_size_continues_at_the_sample_reached(
     shards: str, straight: tuple[ShardTrial, Path], tmp_path: Path
 ) -> None:
-    copy = resume_copy(straight, tmp_path)
-    with pytest.raises(
-        ReproducibilityError, match="global_batch_size is 8 in the checkpoint but 4 here"
-    ):
-        run(copy, 2 * BATCHES, resume=True, urls=shards, global_batch_size=4)
+    copy = resume_copy(straight, tmp_path)  # 30 batches of 8: samples 0-239
+    resumed = run(copy, BATCHES + 4, resume=True, urls=shards, global_batch_size=9)
+    source = WebDatasetSource(
+        shards, seed=7, batch_size=36, decode="l", map=augment, shuffle_window=4,
+        skip_samples=BATCHES * 8,
+    )  # fmt: skip
+    expected = list(next(iter(source))[2])  # the next 36 samples of the stream
+    assert [key for keys in resumed.seen for key in keys] == expected
+    assert resumed.epochs == [(BATCHES * 8 + 9 * b) // TOTAL for b in range(4)]
+    metadata = json.loads((copy / f"batch-{BATCHES + 4:06d}" / "metadata.json").read_text())
+    assert (metadata["samples_trained"], metadata["global_batch_size"]) == (BATCHES * 8 + 36, 9)
 
 
 @pytest.mark.parametrize("world_size", [1, 2], ids=["same-world-size", "other-world-size"])

@@ -147,12 +147,41 @@ def test_resuming_opens_the_shard_of_the_position_and_reads_nothing_before_it(
     assert reads == [(int(shard[0]), int(index[0]))]
 
 
-def test_a_state_at_a_position_the_new_global_batch_does_not_divide_is_refused(
-    shards: str,
+@settings(max_examples=25)
+@given(
+    segments=st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(0, 3), st.integers(0, 6)),
+        min_size=1,
+        max_size=4,
+    )  # world size, batch size, num_workers, steps
+)
+def test_any_sequence_of_batch_and_world_sizes_continues_the_sample_stream(
+    shards: str, segments: list[tuple[int, int, int, int]]
 ) -> None:
-    state = make(shards, batch_size=2, skip=3).state_dict()  # position 6
+    stream: list[int] = []
+    state: dict[str, Any] | None = None
+    for world, size, workers, steps in segments:
+        ranks = [make(shards, batch_size=size, world_size=world, rank=r) for r in range(world)]
+        for source in ranks:
+            if state is not None:
+                source.load_state_dict(state)  # any position, not only multiples of B * W
+        stream += global_stream(ranks, workers, steps)
+        if workers == 0:
+            assert all(source.state_dict()["position"] == len(stream) for source in ranks)
+        state = {**ranks[0].state_dict(), "position": len(stream)}  # workers advance no state
+    reference = [make(shards, batch_size=1)]
+    assert stream == global_stream(reference, 0, len(stream))
+
+
+def test_a_validation_pass_still_resumes_only_at_a_whole_global_batch(shards: str) -> None:
+    state = make(shards, batch_size=2, skip=3, repeat=False).state_dict()  # position 6
     with pytest.raises(ValueError, match=r"position'\]=6 should be a multiple of the global batch"):
-        make(shards, batch_size=4).load_state_dict(state)
+        make(shards, batch_size=4, repeat=False).load_state_dict(state)
+    with pytest.raises(ValueError, match="skip_samples should be 0 with repeat=False"):
+        make(shards, repeat=False, skip_samples=3)
+    with_samples = make(shards, batch_size=4, skip_samples=6, skip=1)
+    assert with_samples.state_dict()["position"] == 10
+    assert with_samples.for_rank(world_size=3, rank=2, skip_samples=7).state_dict()["position"] == 7
 
 
 def test_a_state_from_another_seed_or_shuffle_is_refused_naming_the_field(shards: str) -> None:

@@ -101,7 +101,7 @@ class WebDataLoader(tud.DataLoader[Any]):
         batch = source._begin()
         for item in super().__iter__():
             batch += 1
-            source.position = batch * source.global_batch
+            source.position = source.origin + batch * source.global_batch
             yield item
 
     def state_dict(self) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         repeat: Stream epochs forever (training); ``False`` gives one pass (validation).
         drop_last: With ``repeat=False``, drop the last partial global batch.
         skip: Global batches to skip before the first one (O(1): nothing is read).
+        skip_samples: Samples (of every rank) to skip before that, ``repeat=True`` only;
+            any count, not only a multiple of the global batch (NOTE [ shard stream
+            split ]).
         index_dir: Where to cache shard indexes (default: next to local shards, and
             ``$XDG_CACHE_HOME/detsamplers/shard-index`` for remote ones).
         storage_options: Arguments of the fsspec filesystem of remote shards.
@@ -117,6 +120,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         repeat: bool = True,
         drop_last: bool = False,
         skip: int = 0,
+        skip_samples: int = 0,
         index_dir: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
@@ -136,6 +140,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         repeat = check_bool("repeat", repeat)
         drop_last = check_bool("drop_last", drop_last)
         skip = check_int("skip", skip, minimum=0)
+        skip_samples = check_int("skip_samples", skip_samples, minimum=0)
+        if skip_samples and not repeat:
+            raise ValueError(
+                f"skip_samples should be 0 with repeat=False, but got skip_samples="
+                f"{skip_samples}: a validation pass is never resumed mid-way"
+            )
         if index_dir is not None and not isinstance(index_dir, str):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
         decoder = make_decoder(decode)
@@ -175,15 +185,31 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 f"skip should be at most the {self._pass_batches()} batches of a pass with "
                 f"repeat=False, but got skip={skip}"
             )
-        self.position = skip * self.global_batch
+        self._origin = 0
+        self._seek(skip_samples + skip * self.global_batch)
 
     @property
     def global_batch(self) -> int:
         """Samples per step over all ranks, ``batch_size * world_size``."""
         return self.batch_size * self.world_size
 
-    def for_rank(self, *, world_size: int, rank: int, skip: int = 0) -> WebDatasetSource:
+    @property
+    def origin(self) -> int:
+        """Where the batch grid starts, below one global batch (NOTE [ shard stream split ])."""
+        return self._origin
+
+    def _seek(self, position: int) -> None:
+        """Continue at global ``position``; the grid starts at its remainder modulo ``G``."""
+        self.position = position
+        self._origin = position % self.global_batch if self.repeat else 0
+
+    def for_rank(
+        self, *, world_size: int, rank: int, skip: int = 0, skip_samples: int = 0
+    ) -> WebDatasetSource:
         """A copy of this source for ``rank`` of ``world_size``, starting at global batch ``skip``.
+
+        ``skip_samples`` (``repeat=True`` only) starts it at that sample first, whatever
+        the global batch (NOTE [ shard stream split ]).
 
         The shards, their index, the order and the stages are shared: nothing is re-read.
         The trial loop uses it to build the user's source for the run (NOTE [ trial data ]).
@@ -203,6 +229,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         world_size = check_int("world_size", world_size, minimum=1)
         rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
         skip = check_int("skip", skip, minimum=0)
+        skip_samples = check_int("skip_samples", skip_samples, minimum=0)
+        if skip_samples and not self.repeat:
+            raise ValueError(
+                f"skip_samples should be 0 with repeat=False, but got skip_samples="
+                f"{skip_samples}: a validation pass is never resumed mid-way"
+            )
         out = copy.copy(self)
         out.world_size, out.rank = world_size, rank
         if not out.repeat and skip > out._pass_batches():
@@ -210,7 +242,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 f"skip should be at most the {out._pass_batches()} batches of a pass with "
                 f"repeat=False, but got skip={skip}"
             )
-        out.position = skip * out.global_batch
+        out._seek(skip_samples + skip * out.global_batch)
         return out
 
     def locate(self, positions: Sequence[int]) -> list[tuple[int, int]]:
@@ -248,7 +280,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     def _positions(self, batch: int) -> np.ndarray[Any, np.dtype[np.int64]]:
         limit = None if self.repeat else self.num_samples
-        return rank_positions(batch, self.batch_size, self.world_size, self.rank, limit)
+        return rank_positions(
+            batch, self.batch_size, self.world_size, self.rank, limit, self._origin
+        )
 
     def _end(self) -> int | None:
         """The batch a pass ends before (``None``: never), for this rank."""
@@ -291,14 +325,14 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             if own:
                 reader.close()
         if self.decoder is not None or self.map is not None:
-            key = batch_key(self.seed, batch * self.world_size + self.rank)
+            key = batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
             items = self._apply(items, key)
         return self.collate_fn(items)
 
     def _begin(self) -> int:
         """The first batch of the next pass (a finished validation pass starts over)."""
         end = self._end()
-        first = self.position // self.global_batch
+        first = (self.position - self._origin) // self.global_batch
         if end is not None and first >= end:
             self.position, first = 0, 0
         return first
@@ -351,7 +385,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         batch = self._begin()
         for item in self.iter_worker(0, 1):
             batch += 1
-            self.position = batch * self.global_batch
+            self.position = self._origin + batch * self.global_batch
             yield item
 
     def state_dict(self) -> dict[str, Any]:
@@ -385,17 +419,19 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
         Raises:
             TypeError: ``state_dict`` is not a mapping.
-            ValueError: a key is missing, the version is unknown, or the position is not a
-                multiple of ``batch_size * world_size`` (NOTE [ shard stream split ]).
+            ValueError: a key is missing, the version is unknown, or, with ``repeat=False``,
+                the position is not a multiple of ``batch_size * world_size``
+                (NOTE [ shard stream split ]).
             ReproducibilityError: a shard's sample count, the shard list or the
                 configuration changed since the state was saved (the message names it).
         """
-        self.position = check_state(
+        position = check_state(
             state_dict,
             config=self._config,
             fingerprint=self._fingerprint,
             paths=[s.path for s in self.shards],
             counts=self._counts,
-            global_batch=self.global_batch,
+            global_batch=None if self.repeat else self.global_batch,
             end=None if self.repeat else self._pass_batches() * self.global_batch,
         )
+        self._seek(position)

@@ -12,16 +12,19 @@ DataLoader worker ``w`` of ``K`` builds the batches ``t0 + w, t0 + w + K, ...`` 
 rank, where ``t0`` is the batch the pass starts at. Torch's DataLoader takes one item from
 each worker in turn, so the rank still receives ``t0, t0 + 1, ...`` in order, whatever
 ``K``: nothing is duplicated or lost. A batch's contents and its map-stage random draws
-(seeded from ``batch_key(seed, t * W + r)``, NOTE [ per-batch seeding ]) do not
+(seeded from ``batch_key(seed, o + t * G + r)``, NOTE [ per-batch seeding ]) do not
 depend on ``K``, on prefetching, or on where the run resumed.
 
-The state holds the global position ``t * G`` after the last batch handed out. Resuming
-it with another ``num_workers`` gives the same batches. Resuming it with another world
-size ``W'`` and batch size ``B'`` gives the same *global* batches (each split differently
-across ranks) when the state's position is a multiple of ``G' = B' * W'``; keeping
-``B' * W' = B * W`` always satisfies this. Otherwise loading the state is a ``ValueError``.
-The map-stage draws are keyed per rank batch, so they change with the world size (as in
-the map-style loader), never with ``num_workers``.
+The state holds the global position after the last batch handed out: the samples of
+every rank consumed. Resuming it with another ``num_workers`` gives the same batches.
+Resuming it with another world size ``W'`` and batch size ``B'`` continues the stream at
+that sample (NOTE [ sample positions ]): with ``repeat=True`` the grid starts at the
+position's remainder ``o = position mod G'``, so global batch ``t`` is the positions
+``[o + t G', o + (t + 1) G')`` and rank ``r`` reads ``o + (t B' + i) W' + r``. A position
+need not be a multiple of ``G'``; with ``repeat=False`` (one validation pass) it must be.
+The map-stage draws are keyed by the batch's first position on its rank,
+``o + t G + r``, so they change with the batch size and world size (as in the map-style
+loader), never with ``num_workers``.
 
 ``repeat=True`` (training) streams epoch after epoch forever: every rank gets a full batch
 at every step, so uneven shards can never leave one rank waiting in a collective.
@@ -71,18 +74,23 @@ def rank_batches(
 
 
 def rank_positions(
-    batch: int, batch_size: int, world_size: int, rank: int, limit: int | None
+    batch: int, batch_size: int, world_size: int, rank: int, limit: int | None, origin: int = 0
 ) -> np.ndarray[Any, np.dtype[np.int64]]:
     """The global positions of rank ``rank``'s batch ``batch``, those below ``limit`` if given.
+
+    ``origin`` is where the grid starts (a resume at a position that is not a multiple of
+    the global batch).
 
     Examples:
         >>> rank_positions(1, 3, 2, 1, None).tolist()
         [7, 9, 11]
         >>> rank_positions(1, 3, 2, 1, 10).tolist()
         [7, 9]
+        >>> rank_positions(1, 3, 2, 1, None, origin=5).tolist()
+        [12, 14, 16]
     """
     offsets = np.arange(batch_size, dtype=np.int64) + batch * batch_size
-    positions = offsets * world_size + rank
+    positions = origin + offsets * world_size + rank
     if limit is not None:
         positions = positions[positions < limit]
     return positions

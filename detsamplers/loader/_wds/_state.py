@@ -22,7 +22,7 @@ def check_state(
     fingerprint: str,
     paths: Sequence[str],
     counts: Sequence[int],
-    global_batch: int,
+    global_batch: int | None,
     end: int | None,
 ) -> int:
     """The position of a saved state, once it is checked against the source here.
@@ -33,14 +33,16 @@ def check_state(
         fingerprint: The source's fingerprint (configuration and shard names).
         paths: The shards' paths, to name one whose count changed.
         counts: The shards' sample counts now.
-        global_batch: ``batch_size * world_size`` here; it must divide the position.
+        global_batch: ``batch_size * world_size`` here, which must divide the position
+            of a ``repeat=False`` pass; ``None`` for a repeated stream, which resumes at
+            any position (NOTE [ shard stream split ]).
         end: The last valid position (``repeat=False``), or ``None``.
 
     Raises:
         TypeError: ``state_dict`` is not a mapping, or its counts or config have the wrong
             type.
         ValueError: a key is missing or unknown, the version is unknown, or the position is
-            not a multiple of ``global_batch`` or past ``end``.
+            not a multiple of ``global_batch`` (when given) or past ``end``.
         ReproducibilityError: a shard's count, the shard list or the configuration changed.
     """
     position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", STATE_VERSION)
@@ -74,11 +76,11 @@ def check_state(
             f"cannot load this state into WebDatasetSource: {'; '.join(changed)}; "
             "resuming from it would train on other data. Rebuild the source as it was."
         )
-    if position % global_batch:
+    if global_batch is not None and position % global_batch:
         raise ValueError(
             f"state_dict['position']={position} should be a multiple of the global batch "
-            f"batch_size * world_size = {global_batch}; resume with a batch_size and "
-            "world_size whose product divides it (keep batch_size * world_size unchanged)"
+            f"batch_size * world_size = {global_batch} with repeat=False; a validation pass "
+            "is resumed only at a whole global batch"
         )
     if end is not None and position > end:
         raise ValueError(
