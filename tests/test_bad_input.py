@@ -546,8 +546,10 @@ WEB_CASES: dict[str, tuple[Callable[[str], Any], type[Exception], str]] = {
         ds.ReproducibilityError,
         r"seed is 0 in the state but 1 here",
     ),
-    "state is from another global batch": (
-        lambda u: source(u, world_size=2).load_state_dict(saved(u)),
+    "validation state is from another global batch": (
+        lambda u: source(u, world_size=2, repeat=False).load_state_dict(
+            {**source(u, repeat=False).state_dict(), "position": 2}
+        ),
         ValueError,
         r"state_dict\['position'\]=2 should be a multiple of the global batch",
     ),
