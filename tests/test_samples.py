@@ -264,3 +264,24 @@ def test_a_state_with_a_bad_samples_field_is_refused_clearly(
     target = ds.make_batch_sampler(range(10), "training", 0, 2, 0, 3 if same_grid else 4)
     with pytest.raises(error, match=message):
         target.load_state_dict({**state, "samples": samples})  # type: ignore[attr-defined]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_torchdatas_statefuldataloader_resumes_with_another_batch_size(num_workers: int) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from detsamplers.loader import DataLoader
+
+    def loader(size: int) -> Any:
+        data = DataLoader(range(20), batch_size=size, shuffle=True, seed=3, num_workers=num_workers)
+        return data.get_data_loader(True, loader_class=StatefulDataLoader)
+
+    first = loader(3)
+    iterator = iter(first)
+    seen = [int(x) for _ in range(4) for x in next(iterator)]  # samples 0-11
+    second = loader(5)
+    second.load_state_dict(first.state_dict())
+    seen += [int(x) for batch in islice(iter(second), 2) for x in batch]
+    stream = ds.RepeatSampler(ds.ReproducibleShuffleSampler(range(20), 3))
+    assert seen == take(stream, 22)
