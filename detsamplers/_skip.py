@@ -124,7 +124,10 @@ class _Skip(Stage[T]):
         cursor, resume = self._cursor, self._resume
         super().load_state_dict(state_dict)
         samples = state_dict.get("samples")
-        if self._grid is None or samples is None:
+        if self._grid is None:
+            return
+        if samples is None:  # a state saved without samples counts from sample 0
+            self._origin = 0
             return
         try:
             position = int(state_dict["position"])

@@ -285,3 +285,11 @@ def test_torchdatas_statefuldataloader_resumes_with_another_batch_size(num_worke
     seen += [int(x) for batch in islice(iter(second), 2) for x in batch]
     stream = ds.RepeatSampler(ds.ReproducibleShuffleSampler(range(20), 3))
     assert seen == take(stream, 22)
+
+
+def test_a_state_saved_without_samples_resumes_at_its_position_from_sample_0() -> None:
+    saved = ds.make_batch_sampler(range(10), "training", 1, 1, 0, 3, 4).state_dict()  # type: ignore[attr-defined]
+    del saved["samples"]  # as an older release wrote it
+    chain = ds.make_batch_sampler(range(10), "training", 1, 1, 0, 3, skip_samples=7)
+    chain.load_state_dict(saved)  # type: ignore[attr-defined]
+    assert take(chain, 1) == [sample_stream(10, 1, 15)[12:15]]
