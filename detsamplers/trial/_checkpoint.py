@@ -211,7 +211,7 @@ def check_resume(path: str, saved: dict[str, Any], here: dict[str, Any]) -> None
     A changed global batch size is accepted over a ``detsamplers.loader.DataLoader`` or a
     ``WebDatasetSource``: the data continues at the sample the checkpoint reached
     (NOTE [ trial data ]), and the counts stay exact in batches and in samples
-    (NOTE [ trial units ]). What the batches trained so far mean for the model (optimizer
+    (NOTE [ epoch length ]). What the batches trained so far mean for the model (optimizer
     steps of the old size, the learning-rate schedule in steps) is the trial's to adapt;
     the data never repeats or skips a record. Over a loader the trial skips itself, the
     caller passes the global batch size among the refused fields.

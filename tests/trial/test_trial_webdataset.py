@@ -215,7 +215,8 @@ def test_a_resume_with_another_global_batch_size_continues_at_the_sample_reached
     )  # fmt: skip
     expected = list(next(iter(source))[2])  # the next 36 samples of the stream
     assert [key for keys in resumed.seen for key in keys] == expected
-    assert resumed.epochs == [(BATCHES * 8 + 9 * b) // TOTAL for b in range(4)]
+    per_epoch = -(-TOTAL // 9)  # NOTE [ epoch length ], with the global batch size now
+    assert resumed.epochs == [b // per_epoch for b in range(BATCHES, BATCHES + 4)]
     metadata = json.loads((copy / f"batch-{BATCHES + 4:06d}" / "metadata.json").read_text())
     assert (metadata["samples_trained"], metadata["global_batch_size"]) == (BATCHES * 8 + 36, 9)
 
