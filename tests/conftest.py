@@ -1,10 +1,20 @@
-"""Test configuration: hypothesis without deadlines (the CI machine is small and shared)."""
+"""Test configuration: hypothesis without deadlines (the CI machine is small and shared), and
+the trial tests' shared run of the demo.
+
+The demo fixture lives here rather than in ``tests/trial/conftest.py``: ``tests/trial`` and
+``tests/webdataset`` are not packages, so two ``conftest.py`` files there would both import
+as the module ``conftest`` and collide when both folders are collected in one run.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from detsamplers.trial._demo import run_demo
 
 settings.register_profile(
     "default",
@@ -15,3 +25,14 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[bool, list[str], Path]:
+    """The demo's runs: 2 ranks straight, paused at 20 and resumed on 1, and preempted by
+    SIGTERM after batch 20 and relaunched with ``"auto"`` (``reference/`` holds the straight
+    run's checkpoints, records and ``weights.pt``)."""
+    work = tmp_path_factory.mktemp("demo")
+    lines: list[str] = []
+    ok = run_demo(ranks=2, pause_at=20, resume_ranks=1, workdir=str(work), echo=lines.append)
+    return ok, lines, work
