@@ -368,17 +368,28 @@ def test_bad_urls_are_a_clear_error(urls: Any, error: type[Exception], message: 
 
 
 @pytest.mark.parametrize(
-    "index", ["{not json", '{"version": 1}', "[]", ""], ids=["garbage", "fields", "list", "empty"]
+    "index",
+    [b"{not json", b"PK\x03\x04", b"", "cut", "flipped"],
+    ids=["garbage", "zip-start", "empty", "truncated", "damaged-body"],
 )
-def test_a_corrupt_index_file_is_rebuilt_not_trusted(tmp_path: Path, index: str) -> None:
+def test_a_corrupt_index_file_is_rebuilt_not_trusted(tmp_path: Path, index: bytes | str) -> None:
     shard = tmp_path / "good.tar"
     write_tar(shard, 5)
     WebDatasetSource(str(shard), seed=0, batch_size=2)
-    sidecar = tmp_path / "good.tar.index.json"
-    sidecar.write_text(index)
+    sidecar = tmp_path / "good.tar.index.npz"
+    good = sidecar.read_bytes()
+    middle = len(good) * 3 // 5
+    damaged = {  # flipped: past the header, so found only when the shard is first read
+        "cut": good[: len(good) // 2],
+        "flipped": good[:middle] + bytes(b ^ 0xFF for b in good[middle : middle + 8]),
+    }.get(str(index), index)
+    if index == "flipped":
+        damaged += good[middle + 8 :]
+    sidecar.write_bytes(bytes(damaged))
     source = WebDatasetSource(str(shard), seed=0, batch_size=5, repeat=False)
     assert sorted(int(x) for b in source for x in b["txt"]) == list(range(5))
-    assert json.loads(sidecar.read_text())["keys"] == [f"s{i:04d}" for i in range(5)]
+    if index != "flipped":
+        assert sidecar.read_bytes() == good  # rewritten
 
 
 def test_a_stale_index_file_is_rebuilt_after_the_shard_changes(tmp_path: Path) -> None:

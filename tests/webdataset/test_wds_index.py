@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import pickle
 import tarfile
 from pathlib import Path
 
@@ -13,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wds_helpers import COUNTS, make, png_bytes, write_shards
 
+from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
 from detsamplers.loader._wds._index import index_shards, scan_shard
+from detsamplers.loader._wds._reader import ShardReader
 from detsamplers.loader._wds._urls import expand_urls
 
 SHARD_BYTES: dict[str, bytes] = {}
@@ -73,9 +77,9 @@ def test_an_index_file_is_written_next_to_each_shard_and_reused(
 ) -> None:
     pattern = write_shards(tmp_path, [3, 4])
     first = index_shards(expand_urls(pattern))
-    assert sorted(p.name for p in tmp_path.glob("*.index.json")) == [
-        "data-000000.tar.index.json",
-        "data-000001.tar.index.json",
+    assert sorted(p.name for p in tmp_path.glob("*.index.npz")) == [
+        "data-000000.tar.index.npz",
+        "data-000001.tar.index.npz",
     ]
 
     def fail(path: str) -> None:
@@ -98,10 +102,10 @@ def test_an_unwritable_shard_folder_falls_back_to_the_cache_folder(
 ) -> None:
     pattern = write_shards(tmp_path / "shards", [3])
     # A directory where the index file would go makes writing there fail, even as root.
-    (tmp_path / "shards" / "data-000000.tar.index.json").mkdir()
+    (tmp_path / "shards" / "data-000000.tar.index.npz").mkdir()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     index_shards(expand_urls(pattern))
-    cached = list((tmp_path / "cache" / "detsamplers" / "shard-index").glob("*.index.json"))
+    cached = list((tmp_path / "cache" / "detsamplers" / "shard-index").glob("*.index.npz"))
     assert len(cached) == 1
 
     def fail(path: str) -> None:
@@ -115,8 +119,8 @@ def test_index_dir_puts_the_index_files_there_and_not_next_to_the_shards(tmp_pat
     pattern = write_shards(tmp_path / "shards", [3, 2])
     source = make(pattern, index_dir=str(tmp_path / "idx"))
     assert source.num_samples == 5
-    assert len(list((tmp_path / "idx").glob("*.index.json"))) == 2
-    assert not list((tmp_path / "shards").glob("*.index.json"))
+    assert len(list((tmp_path / "idx").glob("*.index.npz"))) == 2
+    assert not list((tmp_path / "shards").glob("*.index.npz"))
 
 
 def original(factory: pytest.TempPathFactory) -> tuple[Path, bytes, tuple[str, ...]]:
@@ -213,3 +217,71 @@ def test_urls_of_only_empty_shards_are_refused(tmp_path: Path) -> None:
         pass
     with pytest.raises(ValueError, match="urls should name shards with samples"):
         make(str(tmp_path / "e.tar"))
+
+
+def test_an_old_json_index_cache_is_converted_once_without_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pattern = write_shards(tmp_path, [3, 4])
+    first = index_shards(expand_urls(pattern))
+    for info in first:  # what detsamplers wrote before .index.npz
+        stat = os.stat(info.path)
+        entry = {
+            "version": 1,
+            "path": info.path,
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "keys": list(info.keys),
+            "members": list(info.members),
+        }
+        Path(info.path + ".index.json").write_text(json.dumps(entry))
+        os.remove(info.path + ".index.npz")
+
+    def fail(path: str) -> None:
+        raise AssertionError(f"scanned {path} again")
+
+    monkeypatch.setattr(_shard_index, "scan_shard", fail)
+    assert index_shards(expand_urls(pattern)) == first
+    assert len(list(tmp_path.glob("*.index.npz"))) == 2
+
+
+def test_a_stale_old_json_index_cache_is_ignored_and_rebuilt(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path, [3])
+    shard = tmp_path / "data-000000.tar"
+    stat = os.stat(shard)
+    entry = {"version": 1, "path": str(shard), "size": stat.st_size, "mtime_ns": 1}
+    entry |= {"keys": ["x", "y", "z"], "members": [[["cls", 0, 1]]] * 3}
+    Path(str(shard) + ".index.json").write_text(json.dumps(entry))
+    [info] = index_shards(expand_urls(pattern))
+    assert list(info.keys) != ["x", "y", "z"] and len(info) == 3
+
+
+def test_building_a_source_decodes_only_the_headers_of_its_index_files(tmp_path: Path) -> None:
+    pattern = write_shards(tmp_path, [3, 4, 5])
+    expected = [
+        list(zip(s.keys, s.members, strict=True)) for s in index_shards(expand_urls(pattern))
+    ]
+    shards = index_shards(expand_urls(pattern))
+    lazies = [info.keys.owner for info in shards]  # type: ignore[attr-defined]
+    assert [len(s) for s in shards] == [3, 4, 5]
+    assert not any(lazy.decoded for lazy in lazies)
+    reader = ShardReader(shards)
+    reader.read(1, 2)
+    reader.close()
+    assert [lazy.decoded for lazy in lazies] == [False, True, False]
+    revived = pickle.loads(pickle.dumps(shards))  # as sent to DataLoader workers
+    assert [list(zip(s.keys, s.members, strict=True)) for s in revived] == expected
+
+
+def test_the_index_command_writes_files_local_sources_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pattern = write_shards(tmp_path, [3, 4])
+    assert main(["index", pattern]) == 0
+    assert len(list(tmp_path.glob("*.index.npz"))) == 2
+
+    def fail(path: str) -> None:
+        raise AssertionError(f"scanned {path}")
+
+    monkeypatch.setattr(_shard_index, "scan_shard", fail)
+    assert [len(s) for s in index_shards(expand_urls(pattern))] == [3, 4]

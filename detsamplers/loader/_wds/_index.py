@@ -15,11 +15,16 @@ last member, because :mod:`tarfile` silently stops listing at a truncated or cor
 header past the first one: a shard cut short or damaged is a ``ValueError`` naming it,
 never a shard with fewer samples.
 
-The index of ``data-000.tar`` is cached as ``data-000.tar.index.json`` next to it, or,
-when that folder is read-only (or ``index_dir`` is given), under ``index_dir`` (default
-``$XDG_CACHE_HOME/detsamplers/shard-index``) with a name hashed from the shard's path. An
-entry is used only while the shard's absolute path, size and modification time are those
-recorded in it; otherwise the shard is scanned again and the entry rewritten atomically.
+The index of ``data-000.tar`` is read from ``data-000.tar.index.npz`` next to it (NOTE [
+index file format ]; ``python -m detsamplers index`` writes it, or the first scan caches
+it there), or, when that folder is read-only (or ``index_dir`` is given), from
+``index_dir`` (default ``$XDG_CACHE_HOME/detsamplers/shard-index``) under a name hashed from
+the shard's path. A file is used only while the shard's size and modification time are
+those recorded in its header; otherwise, or if it is unreadable, the shard is scanned
+again and the file rewritten atomically. Building a source decodes only each file's header
+(its number of samples); a shard's keys and members are decoded when it is first read.
+Index caches of the older JSON form (``data-000.tar.index.json``) that are still current
+are converted once to ``.index.npz``; stale or corrupt ones are ignored and rebuilt.
 A remote shard's index is found or built by :mod:`._remote_index` (NOTE [ index file
 format ]), with the same scan over ranged reads.
 """
@@ -37,12 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._fetch import RemoteOptions
+from ._index_file import LazyIndex, encode_index, read_header
 from ._urls import is_remote, local_path
 
-__all__ = ["INDEX_VERSION", "ShardInfo", "index_shards", "scan_shard"]
+__all__ = ["INDEX_SUFFIX", "ShardInfo", "index_shards", "scan_shard"]
 
-#: The format version of an index file; files of another version are rebuilt.
-INDEX_VERSION = 1
+#: The index file of local shard ``p`` is ``p + INDEX_SUFFIX`` (NOTE [ index file format ]).
+INDEX_SUFFIX = ".index.npz"
+#: The version of the JSON index caches written before ``.index.npz``; read and converted.
+_JSON_VERSION = 1
 #: Show a progress bar when at least this many shards must be scanned.
 PROGRESS_MIN_SHARDS = 16
 
@@ -78,7 +86,7 @@ class ShardInfo:
 
     url: str
     path: str
-    keys: tuple[str, ...]
+    keys: Sequence[str]
     members: Sequence[list[Member]]
     size: int = -1
     version: str | None = None
@@ -177,21 +185,40 @@ def default_index_dir() -> str:
     return os.path.join(base, "detsamplers", "shard-index")
 
 
-def _candidates(path: str, index_dir: str | None) -> list[str]:
+def _candidates(path: str, index_dir: str | None, suffix: str = INDEX_SUFFIX) -> list[str]:
     hashed = hashlib.blake2b(path.encode(), digest_size=10).hexdigest()
-    cached = os.path.join(index_dir or default_index_dir(), f"{hashed}.index.json")
+    cached = os.path.join(index_dir or default_index_dir(), hashed + suffix)
     if index_dir is not None:
         return [cached]
-    return [path + ".index.json", cached]
+    return [path + suffix, cached]
 
 
-def _load(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
+def _load(file: str, url: str, path: str, stat: os.stat_result) -> ShardInfo | None:
+    """The index in ``file`` if it is a valid index of the shard as it is now, else ``None``.
+
+    Only the header is decoded here (NOTE [ index file format ]): keys and members wait
+    until the shard is read.
+    """
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read()
+        header, count = read_header(data, path)
+    except (OSError, ValueError):
+        return None
+    if header.get("size") != stat.st_size or header.get("mtime_ns") != stat.st_mtime_ns:
+        return None  # written for another state of the shard (or without its mtime): rebuild
+    lazy = LazyIndex(data, path, count)
+    return ShardInfo(url, path, lazy.keys, lazy.members)
+
+
+def _load_json(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
+    """An index cached as JSON by detsamplers 0.x before ``.index.npz`` (converted once)."""
     try:
         with open(file, encoding="utf-8") as handle:
             entry = json.load(handle)
         if (
             not isinstance(entry, dict)
-            or entry.get("version") != INDEX_VERSION
+            or entry.get("version") != _JSON_VERSION
             or entry.get("path") != path
             or entry.get("size") != stat.st_size
             or entry.get("mtime_ns") != stat.st_mtime_ns
@@ -200,33 +227,47 @@ def _load(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
         keys, members = tuple(entry["keys"]), entry["members"]
         if not isinstance(members, list) or len(members) != len(keys):
             return None
+        if not all(isinstance(k, str) for k in keys):
+            return None
+        for sample in members:
+            for suffix, offset, size in sample:
+                if not (isinstance(suffix, str) and isinstance(offset, int)):
+                    return None
+                if not isinstance(size, int):
+                    return None
         return ShardInfo("", path, keys, members)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _save(files: list[str], info: ShardInfo, stat: os.stat_result) -> None:
-    entry = {
-        "version": INDEX_VERSION,
-        "path": info.path,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "keys": list(info.keys),
-        "members": info.members,
-    }
-    text = json.dumps(entry, separators=(",", ":"))
+    data = encode_index(info.keys, info.members, stat.st_size, None, stat.st_mtime_ns)
     for file in files:
         temporary = f"{file}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(file), exist_ok=True)
-            with open(temporary, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temporary, file)  # atomic: concurrent ranks write identical entries
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, file)  # atomic: concurrent ranks write identical files
             return
         except OSError:
             if os.path.exists(temporary):
                 os.remove(temporary)
     # No writable place: the index is rebuilt next time, which is slower but still correct.
+
+
+def _find(url: str, path: str, index_dir: str | None, stat: os.stat_result) -> ShardInfo | None:
+    """The shard's index from an index file, or from an old JSON cache (then converted)."""
+    for file in _candidates(path, index_dir):
+        found = _load(file, url, path, stat)
+        if found is not None:
+            return found
+    for file in _candidates(path, index_dir, ".index.json"):
+        old = _load_json(file, path, stat)
+        if old is not None:
+            _save(_candidates(path, index_dir), old, stat)
+            return ShardInfo(url, path, old.keys, old.members)
+    return None
 
 
 def index_shards(
@@ -268,12 +309,8 @@ def index_shards(
             raise FileNotFoundError(
                 f"shard {path!r} (from urls entry {url!r}) does not exist; check urls"
             ) from None
-        found = None
-        for file in _candidates(path, index_dir):
-            found = _load(file, path, stat)
-            if found is not None:
-                break
-        out.append(None if found is None else ShardInfo(url, path, found.keys, found.members))
+        found = _find(url, path, index_dir, stat)
+        out.append(found)
         if found is None:
             todo.append((len(out) - 1, url, path, stat))
     # tqdm ships no type stubs (pyproject's mypy config lists none for it): load it untyped.

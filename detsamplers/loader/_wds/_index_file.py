@@ -29,13 +29,24 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
+import struct
 import zipfile
 from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "PackedMembers", "decode_index", "encode_index"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "LazyIndex",
+    "PackedMembers",
+    "decode_index",
+    "encode_index",
+    "read_header",
+    "resolved",
+]
 
 FORMAT = "detsamplers-shard-index"
 FORMAT_VERSION = 2
@@ -96,9 +107,16 @@ def _split(array: np.ndarray[Any, Any]) -> list[str]:
 
 
 def encode_index(
-    keys: tuple[str, ...], members: Sequence[list[Any]], size: int, etag: str | None
+    keys: Sequence[str],
+    members: Sequence[list[Any]],
+    size: int,
+    etag: str | None,
+    mtime_ns: int | None = None,
 ) -> bytes:
     """The bytes of an index file (NOTE [ index file format ]).
+
+    ``mtime_ns``, given for a local shard, is recorded so that a rewritten shard of the
+    same size is noticed; the header also records the number of samples.
 
     Examples:
         >>> data = encode_index(("k0", "k1"), [[["cls", 512, 1]], [["cls", 1536, 1]]], 3072, None)
@@ -106,7 +124,10 @@ def encode_index(
         (('k0', 'k1'), [[['cls', 512, 1]], [['cls', 1536, 1]]], 3072, None)
     """
     flat = [m for sample in members for m in sample]
-    header = {"format": FORMAT, "version": FORMAT_VERSION, "size": size, "etag": etag}
+    header: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "size": size}
+    header.update(etag=etag, samples=len(keys))
+    if mtime_ns is not None:
+        header["mtime_ns"] = mtime_ns
     buffer = io.BytesIO()
     np.savez(
         buffer,
@@ -144,9 +165,185 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
             raise ValueError("the sample starts decrease")
         members = PackedMembers(suffixes, offsets, sizes, starts)
         return keys, members, int(header["size"]), header.get("etag")
-    except (ValueError, KeyError, OSError, TypeError, AttributeError, zipfile.BadZipFile) as exn:
+    except (
+        ValueError,
+        KeyError,
+        OSError,
+        EOFError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+    ) as exn:
         raise ValueError(
             f"the index file of shard {url!r} is not a detsamplers index "
             f"({FORMAT} version {FORMAT_VERSION}): {exn}; delete it and rebuild it with "
             "`python -m detsamplers index`"
         ) from None
+
+
+_ZIP_ENTRY = struct.Struct("<4s22xHH")
+_NPY_UINT8 = re.compile(rb"\{'descr': '\|u1', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
+
+
+def _first_header(data: bytes) -> bytes | None:
+    """The ``header`` array's bytes if stored first, as ``encode_index`` writes it.
+
+    That is: no compression, ``.npy`` format 1.0, and the zip's end record present.
+    ``None`` for anything else, which :func:`numpy.load` then reads. This spares opening
+    the zip's directory for one small array.
+    """
+    if len(data) < _ZIP_ENTRY.size:
+        return None
+    magic, name_size, extra_size = _ZIP_ENTRY.unpack_from(data)
+    start = _ZIP_ENTRY.size + name_size + extra_size
+    if magic != b"PK\x03\x04" or data[8:10] != b"\0\0":  # a local entry, stored
+        return None
+    if data.rfind(b"PK\x05\x06", -(1 << 16) - 22) < 0:  # cut short: no end of directory
+        return None
+    if data[_ZIP_ENTRY.size : _ZIP_ENTRY.size + name_size] != b"header.npy":
+        return None
+    if data[start : start + 8] != b"\x93NUMPY\x01\x00":
+        return None
+    length = int.from_bytes(data[start + 8 : start + 10], "little")
+    match = _NPY_UINT8.fullmatch(data, start + 10, start + 10 + length)
+    if match is None:
+        return None
+    first = start + 10 + length
+    body = data[first : first + int(match.group(1))]
+    return body if len(body) == int(match.group(1)) else None
+
+
+def read_header(data: bytes, url: str) -> tuple[dict[str, Any], int]:
+    """The header of an index file and its number of samples, without decoding the rest.
+
+    Raises:
+        ValueError: the bytes are not an index file of this format (naming ``url``).
+
+    Examples:
+        >>> data = encode_index(("k0",), [[["cls", 512, 1]]], 2048, None, mtime_ns=7)
+        >>> header, count = read_header(data, "a.tar")
+        >>> header["size"], header["mtime_ns"], count
+        (2048, 7, 1)
+    """
+    try:
+        raw = _first_header(data)
+        if raw is None:
+            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+                raw = arrays["header"].tobytes()
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
+            raise ValueError(f"format {header.get('format')!r} {header.get('version')!r}")
+        count = header.get("samples")
+        if not isinstance(count, int) or count < 0:  # written before the count was recorded
+            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+                count = len(arrays["starts"]) - 1
+        return header, count
+    except (
+        ValueError,
+        KeyError,
+        OSError,
+        EOFError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+    ) as exn:
+        raise ValueError(
+            f"the index file of shard {url!r} is not a detsamplers index "
+            f"({FORMAT} version {FORMAT_VERSION}): {exn}"
+        ) from None
+
+
+class LazyIndex:
+    """An index file's bytes, decoded the first time a key or member is asked for.
+
+    Building a source over many shards needs only each shard's number of samples (in the
+    header); the keys and members of a shard are decoded when it is first read, so a
+    resume decodes one shard, not all of them. Pickling (to DataLoader workers) sends the
+    bytes, never the decoded lists.
+
+    Examples:
+        >>> data = encode_index(("k0", "k1"), [[["cls", 512, 1]], [["cls", 1536, 1]]], 3072, None)
+        >>> lazy = LazyIndex(data, "a.tar", 2)
+        >>> len(lazy.keys), lazy.decoded
+        (2, False)
+        >>> lazy.keys[1], lazy.members[0], lazy.decoded
+        ('k1', [['cls', 512, 1]], True)
+    """
+
+    __slots__ = ("_decoded", "count", "data", "keys", "members", "url")
+
+    def __init__(self, data: bytes, url: str, count: int) -> None:
+        self.data, self.url, self.count = data, url, count
+        self._decoded: tuple[tuple[str, ...], PackedMembers] | None = None
+        self.keys: Sequence[str] = _LazyPart(self, 0)
+        self.members: Sequence[list[Any]] = _LazyPart(self, 1)
+
+    @property
+    def decoded(self) -> bool:
+        """Whether the keys and members have been decoded yet."""
+        return self._decoded is not None
+
+    def part(self, which: int) -> Sequence[Any]:
+        """The decoded keys (0) or members (1)."""
+        if self._decoded is None:
+            try:
+                keys, members, *_ = decode_index(self.data, self.url)
+            except ValueError:
+                # Damaged past its header (which was read when the source was built):
+                # scan the local shard instead, as a corrupt index file is never trusted.
+                from ._index import scan_shard
+
+                keys, members = scan_shard(self.url)  # type: ignore[assignment]
+            if len(keys) != self.count:
+                raise ValueError(
+                    f"the index file of shard {self.url!r} lists {len(keys)} samples but its "
+                    f"header says {self.count}; delete it so that it is rebuilt"
+                )
+            self._decoded = keys, members
+        return self._decoded[which]
+
+    def __getstate__(self) -> tuple[bytes, str, int]:
+        return self.data, self.url, self.count
+
+    def __setstate__(self, state: tuple[bytes, str, int]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
+
+
+class _LazyPart(Sequence[Any]):
+    """The keys or members of a :class:`LazyIndex`: its length known, its items decoded late."""
+
+    __slots__ = ("owner", "which")
+
+    def __init__(self, owner: LazyIndex, which: int) -> None:
+        self.owner, self.which = owner, which
+
+    def __len__(self) -> int:
+        return self.owner.count
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.owner.part(self.which)[index]
+
+    def __iter__(self) -> Any:
+        return iter(self.owner.part(self.which))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return getattr, (self.owner, ("keys", "members")[self.which])
+
+
+def resolved(part: Sequence[Any]) -> Sequence[Any]:
+    """The decoded sequence behind a :class:`LazyIndex`'s keys or members (else ``part``)."""
+    return part.owner.part(part.which) if isinstance(part, _LazyPart) else part

@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 
 from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
+from ._index_file import resolved
 from ._urls import is_remote
 
 __all__ = ["ShardReader"]
@@ -45,6 +46,8 @@ class ShardReader:
         self.remote = [is_remote(s.url) for s in shards]
         self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
         self.current = -1
+        self.keys: Sequence[str] = ()
+        self.members: Sequence[list[Any]] = ()
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
 
@@ -54,8 +57,9 @@ class ShardReader:
         if shard != self.current:
             self.close()
             self.current = shard
-        sample: dict[str, Any] = {"__key__": info.keys[index], "__url__": info.url}
-        members = info.members[index]
+            self.keys, self.members = resolved(info.keys), resolved(info.members)
+        sample: dict[str, Any] = {"__key__": self.keys[index], "__url__": info.url}
+        members = self.members[index]
         if self.remote[shard]:
             if self.stream is None:
                 self.stream = RemoteShard(info.url, info.size, info.version, self.options)

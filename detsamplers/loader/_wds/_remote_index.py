@@ -235,15 +235,17 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
     Returns:
         Where the file was written, and the shard's number of samples.
     """
+    mtime_ns = None  # recorded for a local shard: its index is then current while it is
     if is_remote(url):
         size, version = stat_remote(url, options)
         info = _scan(url, size, version, options)
     else:
         path = local_path(url)
-        size, version = os.path.getsize(path), None
+        stat = os.stat(path)
+        size, version, mtime_ns = stat.st_size, None, stat.st_mtime_ns
         keys, members = scan_shard(path)
         info = ShardInfo(url, path, keys, members, size, version)
-    data = encode_index(info.keys, info.members, size, version)
+    data = encode_index(info.keys, info.members, size, version, mtime_ns)
     name = url.rstrip("/").rsplit("/", 1)[-1] + INDEX_SUFFIX
     if out is not None:
         os.makedirs(out, exist_ok=True)
