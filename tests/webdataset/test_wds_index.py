@@ -285,3 +285,34 @@ def test_the_index_command_writes_files_local_sources_use(
 
     monkeypatch.setattr(_shard_index, "scan_shard", fail)
     assert [len(s) for s in index_shards(expand_urls(pattern))] == [3, 4]
+
+
+def listed_by_tarfile(path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    with monkeypatch.context() as patched:
+        patched.setattr(_shard_index, "_read_headers", lambda buffer, size: None)
+        return scan_shard(str(path))
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "tricky", "long-names", "prefix"])
+def test_the_header_walk_lists_shards_exactly_as_tarfile_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    path = tmp_path / "s.tar"
+    if kind == "webdataset":
+        write_shards(tmp_path, [6])
+        path = tmp_path / "data-000000.tar"
+    elif kind == "tricky":
+        tricky_shard(path)
+    else:
+        fmt = tarfile.PAX_FORMAT if kind == "long-names" else tarfile.USTAR_FORMAT
+        with tarfile.open(path, "w", format=fmt) as tar:
+            for i in range(4):
+                stem = ("d" * 120 + f"/k{i}") if kind == "prefix" else ("é" * 90 + f"k{i}")
+                for suffix in ("cls", "txt"):
+                    info = tarfile.TarInfo(f"{stem}.{suffix}")
+                    info.size = i + 1
+                    tar.addfile(info, io.BytesIO(b"x" * (i + 1)))
+    with open(path, "rb") as handle:
+        walked = _shard_index._read_headers(handle.read(), path.stat().st_size)
+    assert walked is not None  # the fast walk handled it, without tarfile
+    assert scan_shard(str(path)) == listed_by_tarfile(path, monkeypatch)

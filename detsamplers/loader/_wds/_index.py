@@ -34,12 +34,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import mmap
 import os
 import re
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ._fetch import RemoteOptions
 from ._index_file import LazyIndex, encode_index, read_header
@@ -112,6 +115,115 @@ def _check_tail(path: str, handle: Any, end: int, size: int) -> None:
             raise _corrupt(path, f"bytes after offset {end} are not a valid tar member header")
 
 
+_ZERO_BLOCK = bytes(_BLOCK)
+_REGULAR = frozenset(b"0\x007")  # REGTYPE, AREGTYPE, CONTTYPE: data follows the header
+_NO_DATA = frozenset(b"123456")  # links, devices, folders, fifos: tarfile skips no data
+_CHECKSUM_SPAN = 4096  # headers whose checksums are summed in one numpy call
+
+
+_PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
+
+
+def _pax_records(data: bytes) -> dict[str, Any] | None:
+    """The ``path`` and ``size`` of a pax header's records, read as :mod:`tarfile` does.
+
+    ``None`` when tarfile would do more than apply them (a charset, sparse files) or
+    refuse the header: the caller then lets tarfile list the shard.
+    """
+    out: dict[str, Any] = {}
+    position = 0
+    while match := _PAX_RECORD.match(data, position):
+        length = int(match.group(1))
+        keyword = match.group(2)
+        if length == 0 or keyword == b"hdrcharset" or keyword.startswith(b"GNU.sparse"):
+            return None
+        value = data[match.end(2) + 1 : match.start(1) + length - 1]
+        if keyword == b"path":
+            out["path"] = value.decode("utf-8", "surrogateescape").rstrip("/")
+        elif keyword == b"size":
+            try:
+                out["size"] = int(value.decode("utf-8", "surrogateescape"))
+            except ValueError:
+                out["size"] = 0
+        position += length
+    return out
+
+
+def _read_headers(buffer: Any, size: int) -> tuple[list[tuple[str, int, int, bool]], int] | None:
+    """The members of a plain ustar/v7 tar in ``buffer``, read from their 512-byte headers.
+
+    Each is ``(name, data offset, size, regular)``, with the end of the last member, as
+    :mod:`tarfile` lists them (names decoded and prefixed the same way) but without making
+    a ``TarInfo`` per member, so the scan costs about one pass over the headers. Returns
+    ``None`` for anything this walk does not handle exactly as tarfile does (pax or GNU
+    long-name headers, sparse files, base-256 numbers, a bad checksum, an empty file):
+    the caller then lists the shard with tarfile, which also reports damage.
+    """
+    members: list[tuple[str, int, int, bool]] = []
+    starts: list[int] = []
+    sums: list[int] = []
+    pending: dict[str, Any] | None = None
+    position = 0
+    while position + _BLOCK <= size:
+        typeflag = buffer[position + 156]
+        if buffer[position] == 0 and buffer[position : position + _BLOCK] == _ZERO_BLOCK:
+            break
+        try:
+            field = buffer[position + 124 : position + 136]
+            length = int(field.split(b"\0", 1)[0] or b"0", 8)
+            field = buffer[position + 148 : position + 156]
+            sums.append(int(field.split(b"\0", 1)[0] or b"0", 8))
+        except ValueError:
+            return None  # base-256 or garbage: tarfile decides
+        if length < 0:
+            return None
+        if typeflag == 120:  # "x": a pax header for the next member
+            if pending is not None:
+                return None
+            pending = _pax_records(buffer[position + _BLOCK : position + _BLOCK + length])
+            if pending is None:
+                return None
+            starts.append(position)
+            position += _BLOCK + -(-length // _BLOCK) * _BLOCK
+            continue
+        raw = buffer[position : position + 100]
+        name = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        prefix = buffer[position + 345 : position + 500].split(b"\0", 1)[0]
+        if typeflag == 0 and name.endswith("/"):
+            typeflag = 53  # v7 folder: a regular type with a trailing slash
+        if typeflag in _REGULAR:
+            regular, step = True, -(-length // _BLOCK) * _BLOCK
+        elif typeflag in _NO_DATA:
+            regular, step = False, 0
+            if typeflag == 53:
+                name = name.rstrip("/")
+        else:
+            return None  # pax, GNU long names, sparse or unknown types
+        if prefix:
+            name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+        if pending is not None:
+            name = pending.get("path", name)
+            if "size" in pending:
+                length = pending["size"]
+                step = -(-length // _BLOCK) * _BLOCK if regular else 0
+            pending = None
+        starts.append(position)
+        members.append((name, position + _BLOCK, length, regular))
+        position += _BLOCK + step
+    if not members or pending is not None:
+        return None
+    array = np.frombuffer(buffer, dtype=np.uint8)
+    offsets = np.arange(_BLOCK, dtype=np.int64)
+    offsets = offsets[(offsets < 148) | (offsets >= 156)]
+    for first in range(0, len(starts), _CHECKSUM_SPAN):
+        chunk = np.asarray(starts[first : first + _CHECKSUM_SPAN], dtype=np.int64)
+        blocks = array[chunk[:, None] + offsets[None, :]]
+        computed = blocks.sum(axis=1, dtype=np.int64) + 256
+        if not np.array_equal(computed, np.asarray(sums[first : first + _CHECKSUM_SPAN])):
+            return None  # a bad (or signed-char) checksum: tarfile decides
+    return members, position
+
+
 def scan_shard(
     path: str, remote: tuple[Any, int] | None = None
 ) -> tuple[tuple[str, ...], list[list[Member]]]:
@@ -130,47 +242,72 @@ def scan_shard(
             repeated suffix within one sample.
     """
     size = os.path.getsize(path) if remote is None else remote[1]
+    with open(path, "rb") if remote is None else remote[0] as handle:
+        listed = None
+        if remote is None and size >= _BLOCK:
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                try:
+                    listed = _read_headers(mapped, min(size, len(mapped)))
+                except IndexError:  # the file shrank meanwhile: tarfile reports it
+                    listed = None
+        if listed is None:
+            listed = _tarfile_members(path, handle, size)
+        infos, end = listed
+        keys, samples = _group(path, infos, size)
+        _check_tail(path, handle, end, size)
+    return keys, samples
+
+
+def _tarfile_members(
+    path: str, handle: Any, size: int
+) -> tuple[list[tuple[str, int, int, bool]], int]:
+    """The members of the tar in ``handle`` listed by :mod:`tarfile` (as :func:`_read_headers`)."""
+    try:
+        tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
+    except tarfile.TarError as exn:
+        handle.seek(0)
+        if handle.read(6).startswith(_COMPRESSED):
+            raise ValueError(
+                f"shard {path!r} is compressed; the source seeks into shards, so it needs "
+                "uncompressed tars: decompress it (e.g. gunzip) and pass the .tar"
+            ) from None
+        raise _corrupt(path, f"it is not a readable tar archive ({exn})") from None
+    with tar:
+        try:
+            infos = tar.getmembers()
+        except tarfile.TarError as exn:
+            raise _corrupt(path, str(exn)) from None
+        end = tar.offset
+    return [(i.name, i.offset_data, i.size, i.isreg()) for i in infos], end
+
+
+def _group(
+    path: str, infos: list[tuple[str, int, int, bool]], size: int
+) -> tuple[tuple[str, ...], list[list[Member]]]:
+    """Group members into samples as webdataset does (NOTE [ shard index ])."""
     keys: list[str] = []
     samples: list[list[Member]] = []
-    with open(path, "rb") if remote is None else remote[0] as handle:
-        try:
-            tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
-        except tarfile.TarError as exn:
-            handle.seek(0)
-            if handle.read(6).startswith(_COMPRESSED):
-                raise ValueError(
-                    f"shard {path!r} is compressed; the source seeks into shards, so it needs "
-                    "uncompressed tars: decompress it (e.g. gunzip) and pass the .tar"
-                ) from None
-            raise _corrupt(path, f"it is not a readable tar archive ({exn})") from None
-        with tar:
-            try:
-                infos = tar.getmembers()
-            except tarfile.TarError as exn:
-                raise _corrupt(path, str(exn)) from None
-            end = tar.offset
-        for info in infos:
-            if info.offset_data + info.size > size:
-                raise _corrupt(path, f"member {info.name!r} runs past the end of the file")
-            name = info.name
-            if not info.isreg() or _SKIP_META.match(name):
-                continue
-            if "/" not in name and name.startswith("__") and name.endswith("__"):
-                continue
-            match = _BASE_PLUS_EXT.match(name)
-            if match is None:
-                continue
-            key, suffix = match.group(1), match.group(2).lower()
-            if not keys or keys[-1] != key:
-                keys.append(key)
-                samples.append([])
-            if any(m[0] == suffix for m in samples[-1]):
-                raise ValueError(
-                    f"shard {path!r} has a duplicate file name {name!r} in sample {key!r}, "
-                    "which webdataset refuses too; give each member of a sample its own suffix"
-                )
-            samples[-1].append([suffix, info.offset_data, info.size])
-        _check_tail(path, handle, end, size)
+    match_name, skip_meta = _BASE_PLUS_EXT.match, _SKIP_META.match
+    for name, offset, length, regular in infos:
+        if offset + length > size:
+            raise _corrupt(path, f"member {name!r} runs past the end of the file")
+        if not regular or skip_meta(name):
+            continue
+        if "/" not in name and name.startswith("__") and name.endswith("__"):
+            continue
+        match = match_name(name)
+        if match is None:
+            continue
+        key, suffix = match.group(1), match.group(2).lower()
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            samples.append([])
+        elif any(m[0] == suffix for m in samples[-1]):
+            raise ValueError(
+                f"shard {path!r} has a duplicate file name {name!r} in sample {key!r}, "
+                "which webdataset refuses too; give each member of a sample its own suffix"
+            )
+        samples[-1].append([suffix, offset, length])
     return tuple(keys), samples
 
 
