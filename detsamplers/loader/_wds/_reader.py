@@ -71,16 +71,21 @@ class ShardReader:
             return sample
         if self.handle is None:
             self.handle = open(info.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
-        handle = self.handle
+        if not members:
+            sample["__local_path__"] = self.local[shard]
+            return sample
+        # One read per sample: its members are consecutive in the tar, a header apart.
+        start = min(m[1] for m in members)
+        end = max(m[1] + m[2] for m in members)
+        self.handle.seek(start)
+        data = self.handle.read(end - start)
+        if len(data) != end - start:
+            raise ValueError(
+                f"shard {info.path!r} is shorter than when it was indexed; it changed "
+                "while in use: rebuild the source (its index is refreshed automatically)"
+            )
         for suffix, offset, size in members:
-            handle.seek(offset)
-            data = handle.read(size)
-            if len(data) != size:
-                raise ValueError(
-                    f"shard {info.path!r} is shorter than when it was indexed; it changed "
-                    "while in use: rebuild the source (its index is refreshed automatically)"
-                )
-            sample[suffix] = data
+            sample[suffix] = data[offset - start : offset - start + size]
         sample["__local_path__"] = self.local[shard]
         return sample
 
