@@ -30,10 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--workdir", default=None, help="keep the runs here (default: temporary)")
     index = commands.add_parser(
         "index",
-        help="write <shard>.index.npz for each webdataset shard, for remote reading",
+        help="write <shard>.index.npz for each webdataset shard, local or remote",
         description="Scan each shard once and write its index file (the byte ranges of its "
         "samples) next to it, or into --out to upload next to the shards. A "
-        "WebDatasetSource over remote shards reads these instead of scanning the shards.",
+        "WebDatasetSource reads these instead of scanning the shards.",
     )
     index.add_argument("urls", nargs="+", help="shard paths, fsspec URLs or brace patterns")
     index.add_argument("--out", default=None, help="write the files into this folder")

@@ -2,15 +2,18 @@
 
 NOTE [ index file format ]
 ``python -m detsamplers index URLS`` writes, for each shard ``data-000.tar``, a file
-``data-000.tar.index.npz`` (next to the shard, or under ``--out``); a remote shard's index
-is read from there when present, else built by one scan and cached locally in the same
+``data-000.tar.index.npz`` (next to the shard, or under ``--out``); a shard's index, local
+or remote, is read from there when present, else built by one scan and cached in the same
 format (NOTE [ shard index ]). It is an uncompressed numpy ``.npz`` (a zip of ``.npy``
 arrays, read with ``allow_pickle=False``) holding, for a shard of ``n`` samples with ``m``
 members in all:
 
 - ``header``: uint8, UTF-8 JSON ``{"format": "detsamplers-shard-index", "version": 2,
-  "size": <bytes>, "etag": <ETag or null>}``; the shard's size and, for a remote shard, its
-  ETag when it was indexed;
+  "size": <bytes>, "etag": <ETag or null>, "samples": <n>}``, plus ``"mtime_ns"`` for a
+  local shard: the shard's size, for a remote shard its ETag, for a local one its
+  modification time, when it was indexed (``samples`` is absent from files written before
+  it was added; ``starts`` then gives the count). It is the first entry, so the count is
+  read without opening the zip directory;
 - ``keys``: uint8, the ``n`` sample keys in UTF-8, each followed by a NUL byte;
 - ``suffixes``: uint8, the ``m`` member suffixes in UTF-8, each followed by a NUL byte;
 - ``starts``: int64, ``n + 1`` entries: sample ``i``'s members are ``starts[i]`` to
