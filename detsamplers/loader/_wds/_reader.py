@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 
 from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
-from ._index_file import resolved
+from ._index_file import PackedMembers, resolved
 from ._urls import is_remote
 
 __all__ = ["ShardReader"]
@@ -48,6 +48,7 @@ class ShardReader:
         self.current = -1
         self.keys: Sequence[str] = ()
         self.members: Sequence[list[Any]] = ()
+        self.packed: PackedMembers | None = None
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
 
@@ -58,7 +59,10 @@ class ShardReader:
             self.close()
             self.current = shard
             self.keys, self.members = resolved(info.keys), resolved(info.members)
+            self.packed = self.members if isinstance(self.members, PackedMembers) else None
         sample: dict[str, Any] = {"__key__": self.keys[index], "__url__": info.url}
+        if self.packed is not None and not self.remote[shard]:
+            return self._read_packed(sample, self.packed, index, shard)
         members = self.members[index]
         if self.remote[shard]:
             if self.stream is None:
@@ -69,23 +73,46 @@ class ShardReader:
             for suffix, offset, size in members:
                 sample[suffix] = data[offset - start : offset - start + size]
             return sample
+        if members:  # one read per sample: its members are consecutive in the tar
+            start = min(m[1] for m in members)
+            end = max(m[1] + m[2] for m in members)
+            data = self._span(shard, start, end)
+            for suffix, offset, size in members:
+                sample[suffix] = data[offset - start : offset - start + size]
+        sample["__local_path__"] = self.local[shard]
+        return sample
+
+    def _open(self, shard: int) -> BinaryIO:
         if self.handle is None:
-            self.handle = open(info.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
-        if not members:
-            sample["__local_path__"] = self.local[shard]
-            return sample
-        # One read per sample: its members are consecutive in the tar, a header apart.
-        start = min(m[1] for m in members)
-        end = max(m[1] + m[2] for m in members)
-        self.handle.seek(start)
-        data = self.handle.read(end - start)
+            path = self.shards[shard].path
+            self.handle = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
+        return self.handle
+
+    def _span(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
+        handle = self._open(shard)
+        handle.seek(start)
+        data = handle.read(end - start)
         if len(data) != end - start:
             raise ValueError(
-                f"shard {info.path!r} is shorter than when it was indexed; it changed "
-                "while in use: rebuild the source (its index is refreshed automatically)"
+                f"shard {self.shards[shard].path!r} is shorter than when it was indexed; it "
+                "changed while in use: rebuild the source (its index is refreshed automatically)"
             )
-        for suffix, offset, size in members:
-            sample[suffix] = data[offset - start : offset - start + size]
+        return data
+
+    def _read_packed(
+        self, sample: dict[str, Any], packed: PackedMembers, index: int, shard: int
+    ) -> dict[str, Any]:
+        """:meth:`read` of a local sample from a decoded index file's flat lists."""
+        first, stop = packed.starts[index], packed.starts[index + 1]
+        if stop > first:
+            offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
+            start = min(offsets[first:stop])
+            end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
+            data = self._span(shard, start, end)
+            for j in range(first, stop):
+                at = offsets[j] - start
+                sample[suffixes[j]] = data[at : at + sizes[j]]
         sample["__local_path__"] = self.local[shard]
         return sample
 
