@@ -48,6 +48,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import ReproducibilityError, check_int
+from ._permute import FeistelPermutation
 from ._seeds import derive, stream_key, stream_keys
 from ._source import IndexSource, Node, as_node, chain_of
 from ._stage import Stage, _Cursor
@@ -313,6 +314,26 @@ class _Segment:
         return [self.start, [round(w, 12) for w in self.shares], self.window]
 
 
+def _feistel_permutations(nodes: list[Node]) -> list[FeistelPermutation] | None:
+    """Each component's permutation if every one is a Feistel shuffle of ``range(n)``."""
+    from ._shuffle import _Shuffle
+
+    perms: list[FeistelPermutation] = []
+    for node in nodes:
+        if not isinstance(node, _Shuffle) or type(node).records is not Stage.records:
+            return None
+        if type(node)._map is not _Shuffle._map:
+            return None
+        inner = node.inner_node()
+        if not isinstance(inner, IndexSource) or not inner._identity or node.pass_length < 1:
+            return None
+        perm = node._permutation()
+        if not isinstance(perm, FeistelPermutation):
+            return None
+        perms.append(perm)
+    return perms
+
+
 def _component_length(node: Node) -> int:
     """Records per pass of a component: its finite segment's length."""
     for link in chain_of(node):
@@ -488,6 +509,7 @@ class MixSampler(Stage[int]):
         self._nodes = nodes
         self._lengths = lengths
         self._offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self._perms = _feistel_permutations(nodes)
         self._seed = seed
         self._segments = segments
         self._starts = [s.start for s in segments]
@@ -601,11 +623,32 @@ class MixSampler(Stage[int]):
                 wanted = np.arange(position[k], position[k] + size, dtype=np.int64)
             else:
                 wanted = position if where is None else position[where]
-            found = node.records(wanted) + self._offsets[k]
+            found = self._records(k, node, wanted, isinstance(position, list))
             if where is None:
                 out[:] = found
             else:
                 out[where] = found
+        return out
+
+    def _records(self, k: int, node: Node, wanted: I64, ascending: bool) -> I64:
+        """Component ``k``'s records at its positions ``wanted``, offset into the concatenation.
+
+        A Feistel shuffle of ``range(n)`` whose positions lie in one pass goes straight to
+        its permutation at that pass (the same values, fewer array passes).
+        """
+        if self._perms is not None:
+            n = self._lengths[k]
+            low, high = (
+                (int(wanted[0]), int(wanted[-1]))
+                if ascending
+                else (int(wanted.min()), int(wanted.max()))
+            )
+            epoch = low // n
+            if high // n == epoch:
+                found = self._perms[k].at_epoch(wanted - epoch * n, epoch)
+                found += self._offsets[k]
+                return found
+        out: I64 = node.records(wanted) + self._offsets[k]
         return out
 
     def batches(self, positions: I64) -> list[list[int]]:

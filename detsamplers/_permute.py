@@ -162,11 +162,20 @@ class FeistelPermutation:
         out: I64 = (high.astype(np.int64) << k) | low
         return out
 
+    def at_epoch(self, index: I64, epoch: int) -> I64:
+        """``self(index, epoch array)`` for elements that all share one ``epoch``."""
+        if self.n == 1 or len(index) == 0:
+            return np.zeros_like(index)
+        return self._walk(index, self._round_keys(np.array([epoch], dtype=np.int64)))
+
     def __call__(self, index: I64, epoch: I64) -> I64:
         """Return ``perm_epoch(index)`` for each element (``index`` in ``[0, n)``)."""
         if self.n == 1 or len(index) == 0:
             return np.zeros_like(index)
-        keys = self._round_keys(epoch)
+        return self._walk(index, self._round_keys(epoch))
+
+    def _walk(self, index: I64, keys: Keys) -> I64:
+        """The network, cycle-walking the elements that leave ``[0, n)``."""
         out = self._network(index, keys)
         outside = np.flatnonzero(out >= self.n)
         while len(outside):
