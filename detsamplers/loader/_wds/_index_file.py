@@ -54,6 +54,17 @@ __all__ = [
 FORMAT = "detsamplers-shard-index"
 FORMAT_VERSION = 2
 
+#: What reading a damaged or foreign index file raises (numpy, zipfile, the header checks).
+_UNREADABLE = (
+    ValueError,
+    KeyError,
+    OSError,
+    EOFError,
+    TypeError,
+    AttributeError,
+    zipfile.BadZipFile,
+)
+
 
 class PackedMembers(Sequence[list[Any]]):
     """The members of each sample, built as a sample is asked for: ``[suffix, offset, size]``.
@@ -168,15 +179,7 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
             raise ValueError("the sample starts decrease")
         members = PackedMembers(suffixes, offsets, sizes, starts)
         return keys, members, int(header["size"]), header.get("etag")
-    except (
-        ValueError,
-        KeyError,
-        OSError,
-        EOFError,
-        TypeError,
-        AttributeError,
-        zipfile.BadZipFile,
-    ) as exn:
+    except _UNREADABLE as exn:
         raise ValueError(
             f"the index file of shard {url!r} is not a detsamplers index "
             f"({FORMAT} version {FORMAT_VERSION}): {exn}; delete it and rebuild it with "
@@ -243,15 +246,7 @@ def read_header(data: bytes, url: str) -> tuple[dict[str, Any], int]:
             with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
                 count = len(arrays["starts"]) - 1
         return header, count
-    except (
-        ValueError,
-        KeyError,
-        OSError,
-        EOFError,
-        TypeError,
-        AttributeError,
-        zipfile.BadZipFile,
-    ) as exn:
+    except _UNREADABLE as exn:
         raise ValueError(
             f"the index file of shard {url!r} is not a detsamplers index "
             f"({FORMAT} version {FORMAT_VERSION}): {exn}"
