@@ -20,6 +20,7 @@ Examples:
 
 from ._chain import make_batch_sampler, make_mixed_batch_sampler
 from ._errors import ReproducibilityError
+from ._grow import GrowingShuffleSampler
 from ._mix import MixSampler
 from ._repeat import RepeatBatchSampler, RepeatSampler
 from ._shard import DistributedBatchSampler, DistributedSampler
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DistributedBatchSampler",
     "DistributedSampler",
+    "GrowingShuffleSampler",
     "MixSampler",
     "RepeatBatchSampler",
     "RepeatSampler",

@@ -57,6 +57,14 @@ def check_wrap(owner: str, verb: str, inner: Node, inner_name: str) -> None:
             f"{owner} cannot wrap {inner_name}, which is already infinite (it contains a "
             f"repeat). The order is {ORDER}; repeat exactly once, right after the shuffle."
         )
+    grown = [link for link in chain_of(inner) if getattr(link, "grows", False)]
+    if grown and not inner.infinite and not (verb == "repeat" and inner is grown[0]):
+        raise ValueError(
+            f"{owner} cannot wrap {inner_name}, whose dataset grew mid-run (a "
+            "GrowingShuffleSampler with growth=): its passes differ in length, so only a "
+            f"repeat may wrap it. The order is {ORDER}; repeat right after it, e.g. "
+            "RepeatSampler(GrowingShuffleSampler(...)), or get_data_loader(repeat=True)."
+        )
     if verb == "shard" and "shard" in verbs:
         raise ValueError(
             f"{owner} cannot wrap {inner_name}, which is already sharded: each rank would "

@@ -119,6 +119,9 @@ class _Skip(Stage[T]):
             from ._mix import adopt_curriculum
 
             state_dict = adopt_curriculum(self, state_dict)
+        from ._grow import adopt_growth  # a growth recorded at or after the saved position
+
+        state_dict = adopt_growth(self, state_dict)
         if self._elastic_load(state_dict):
             return
         cursor, resume = self._cursor, self._resume

@@ -276,6 +276,9 @@ class Stage(Node, tud.Sampler[T]):
             from ._mix import adopt_curriculum
 
             state_dict = adopt_curriculum(self, state_dict)
+        from ._grow import adopt_growth  # a growth recorded at or after the saved position
+
+        state_dict = adopt_growth(self, state_dict)
         position = check_state(
             state_dict, self.chain_config(), type(self).__name__, self._state_extra
         )

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ReproducibilityError
+from .._grow import adopt_growth
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
@@ -225,6 +226,8 @@ class LoaderBatchSampler(SkipBatchSampler):
                 f"state['loader'] should be the dict of loader fields from {owner}.state_dict(), "
                 f"but got {saved!r}"
             )
+        state_dict = self._adopt_growth(state_dict)
+        saved = state_dict["loader"]
         elastic = self.grid is not None and state_dict.get("samples") is not None
         compared = self._shared_fields() if elastic else self._fields
         differences = [
@@ -255,6 +258,26 @@ class LoaderBatchSampler(SkipBatchSampler):
         if state_dict["digest"] != expected:
             raise self._diverged(state_dict, f"position {position}", expected)
         super().load_state_dict(state_dict)
+
+    def _adopt_growth(self, state: Mapping[str, Any]) -> Any:
+        """``state`` in this loader's terms if its dataset only grew from the saved sample.
+
+        The saved digest is checked against the saved configuration (the records before
+        the saved sample are the same, NOTE [ growth law ]), then recomputed for this one.
+        """
+        adopted = adopt_growth(self, state)
+        saved, samples = state["loader"], state.get("samples")
+        if adopted is state or self.grid is None or not isinstance(samples, int):
+            return state
+        fields = {**self._shared_fields(), "dataset_length": saved.get("dataset_length")}
+        old_stream = fingerprint(stream_links([dict(link) for link in state["chain"]]))
+        global_batch, rank = saved_grid(state["chain"])
+        probes = sample_probes(samples, global_batch, rank)
+        digest = sample_digest(self.grid.samples, samples, old_stream, fields, probes)
+        if state["digest"] != digest:
+            return state  # the data before the growth differs: the checks below say so
+        loader = {**saved, "dataset_length": self._fields["dataset_length"]}
+        return {**adopted, "loader": loader, "digest": self._sample_digest(samples, probes)}
 
     def _diverged(self, state: Mapping[str, Any], where: str, expected: str) -> Exception:
         return ReproducibilityError(
