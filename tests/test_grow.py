@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import chain as chain_from_iterables
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from detsamplers.loader import DataLoader, check_reproducible
 from tests.helpers import take
 
 History = list[tuple[int, int]]
+chain_from = chain_from_iterables.from_iterable
 
 
 @st.composite
@@ -193,7 +195,7 @@ def chain(
 
 def global_batches(initial: int, growth: History, world: int, batch: int, count: int) -> list:
     ranks = [take(chain(initial, growth, world, r, batch), count) for r in range(world)]
-    return [sorted(sum((ranks[r][b] for r in range(world)), [])) for b in range(count)]
+    return [sorted(chain_from(ranks[r][b] for r in range(world))) for b in range(count)]
 
 
 @given(history=histories(), split=st.sampled_from([(1, 6), (2, 3), (3, 2), (6, 1)]))
@@ -243,7 +245,7 @@ def test_a_grown_state_resumes_elastically_with_another_world_size() -> None:
     resumed = [chain(12, grown, 3, r, 2) for r in range(3)]
     for r in resumed:
         r.load_state_dict(state)
-    after = sorted(sum((take(r, 1)[0] for r in resumed), []))
+    after = sorted(chain_from(take(r, 1)[0] for r in resumed))
     straight = chain(12, grown, 1, 0, 6, skip=4)
     assert after == sorted(take(straight, 1)[0])
 
@@ -309,7 +311,7 @@ def test_the_loader_resumes_a_state_saved_before_the_growth_on_the_grown_dataset
     after = [[int(i) for i in next(batches)[0]] for _ in range(10)]  # samples 40..79
     straight = big.get_data_loader(repeat=True, skip=10, num_replicas=1, rank=0)
     assert after == [[int(i) for i in b[0]] for b in take(straight, 10)]
-    records = take_records(big, 40) + sum(after, [])
+    records = take_records(big, 40) + list(chain_from(after))
     assert records[:40] == take_records(small, 40)
     # Pass 1 grew at its offset 10 (sample 40): it is 50 long, each record once.
     assert sorted(records[30:80]) == list(range(50))
@@ -367,7 +369,7 @@ def test_a_growing_shuffle_over_another_stage_is_refused() -> None:
     ],
 )
 def test_only_a_repeat_may_wrap_a_shuffle_that_grew(wrap: Any) -> None:
-    with pytest.raises(ValueError, match="whose dataset grew mid-run.*only a repeat may wrap it"):
+    with pytest.raises(ValueError, match=r"whose dataset grew mid-run.*only a repeat may wrap it"):
         wrap(grower(4, [(2, 6)]))
     wrap(grower(6, []))  # no growth: a plain shuffle, wrapped as any
 
