@@ -48,6 +48,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/preemption_table.py --quick
 	$(PY) benchmarks/peers_table.py --quick
 	$(PY) benchmarks/resume_table.py --quick
+	$(PY) benchmarks/grow_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -61,6 +62,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/preemption_table.py
 	$(PY) benchmarks/peers_table.py --plot-dir docs
 	$(PY) benchmarks/resume_table.py
+	$(PY) benchmarks/grow_table.py
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)

@@ -51,6 +51,22 @@ __all__ = ["GrowingShuffleSampler", "adopt_growth"]
 I64 = npt.NDArray[np.int64]
 
 
+class _Lazy:
+    """A permutation built on its first call: a long history builds only what is read."""
+
+    __slots__ = ("_args", "_perm")
+
+    def __init__(self, kind: str, n: int, key: int | tuple[int, str, str, int]) -> None:
+        self._args = (kind, n, key)
+        self._perm: Permutation | None = None
+
+    def __call__(self, index: I64, epoch: I64) -> I64:
+        if self._perm is None:
+            kind, n, key = self._args
+            self._perm = make_permutation(kind, n, key if isinstance(key, int) else derive(*key))
+        return self._perm(index, epoch)
+
+
 class _Phase(NamedTuple):
     """From ``offset`` of a growing pass on, offset ``offset + t`` reads ``V[perm(t)]``.
 
@@ -90,7 +106,7 @@ def _check_growth(growth: Any, initial: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     position, length = 0, initial
     for i, entry in enumerate(growth):
-        if isinstance(entry, (str, bytes)) or not (isinstance(entry, Sequence) and len(entry) == 2):
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
             raise TypeError(
                 f"growth[{i}] should be a (position, new_length) pair, but got {entry!r}"
             )
@@ -219,7 +235,7 @@ class GrowingShuffleSampler(_Shuffle[int]):
 
     def _ordinary(self, length: int) -> Permutation:
         # The key of the plain shuffle: later passes equal a shuffle built at that length.
-        return make_permutation(self._kind, length, self._key)
+        return _Lazy(self._kind, length, self._key)
 
     def _build_eras(self) -> list[_Era]:
         initial = self._history[0][1]
@@ -242,10 +258,8 @@ class GrowingShuffleSampler(_Shuffle[int]):
             step = offset - last.offset
             carried = last.unseen - step
             unseen = carried + size - length
-            key = derive(self._seed, "grow", self._kind, at)
-            phase = _Phase(
-                offset, step, carried, length, unseen, make_permutation(self._kind, unseen, key)
-            )
+            key = (self._seed, "grow", self._kind, at)
+            phase = _Phase(offset, step, carried, length, unseen, _Lazy(self._kind, unseen, key))
             eras.append(_Era(start, epoch, size, self._ordinary(size), (*phases, phase)))
             length = size
         return eras
@@ -267,15 +281,23 @@ class GrowingShuffleSampler(_Shuffle[int]):
     # -- the map -------------------------------------------------------------------
 
     def _phase_records(self, phases: tuple[_Phase, ...], j: int, local: I64, epoch: int) -> I64:
-        """Records at local positions ``local`` of phase ``j`` of a growing pass."""
-        phase = phases[j]
-        drawn = phase.perm(local, np.full(len(local), epoch, dtype=np.int64))
-        if j == 0:
-            return drawn
-        carried = drawn < phase.carried
-        out: I64 = drawn + (phase.old - phase.carried)  # the new records
-        if bool(carried.any()):
-            out[carried] = self._phase_records(phases, j - 1, drawn[carried] + phase.step, epoch)
+        """Records at local positions ``local`` of phase ``j`` of a growing pass.
+
+        A record carried over from phase ``j - 1`` is looked up there, at its local
+        position ``step + drawn``, down to phase 0, the pass's ordinary permutation.
+        """
+        out = np.empty_like(local)
+        where = np.arange(len(local))
+        while len(where):
+            phase = phases[j]
+            drawn = phase.perm(local, np.full(len(local), epoch, dtype=np.int64))
+            if j == 0:
+                out[where] = drawn
+                break
+            carried = drawn < phase.carried
+            new = ~carried
+            out[where[new]] = drawn[new] + (phase.old - phase.carried)
+            where, local, j = where[carried], drawn[carried] + phase.step, j - 1
         return out
 
     def _era_records(self, era: _Era, positions: I64) -> I64:
