@@ -105,7 +105,7 @@ def main() -> None:
         "1,000 growths": lambda: grown(billion + 1000 * step, billion, history),
     }
     print()
-    print(f"b. first batch after a seek to position 1e12 (W=8), ms, median of 9")
+    print("b. first batch after a seek to position 1e12 (W=8), ms, median of 9")
     times: dict[str, list[float]] = {name: [] for name in seeks}
     for run in range(9):
         for name, build in seeks.items() if run % 2 == 0 else list(seeks.items())[::-1]:

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import ReproducibilityError, check_int
-from ._permute import MAX_N, Permutation, make_permutation
+from ._permute import MAX_N, FeistelPermutation, Permutation, make_permutation
 from ._seeds import derive
 from ._shuffle import PermutationKind, _Shuffle
 from ._source import IndexSource, Node, chain_of
@@ -60,11 +60,21 @@ class _Lazy:
         self._args = (kind, n, key)
         self._perm: Permutation | None = None
 
-    def __call__(self, index: I64, epoch: I64) -> I64:
+    def _built(self) -> Permutation:
         if self._perm is None:
             kind, n, key = self._args
             self._perm = make_permutation(kind, n, key if isinstance(key, int) else derive(*key))
-        return self._perm(index, epoch)
+        return self._perm
+
+    def __call__(self, index: I64, epoch: I64) -> I64:
+        return self._built()(index, epoch)
+
+    def at_epoch(self, index: I64, epoch: int) -> I64:
+        """``self(index, epoch array)`` for elements that all share one ``epoch``."""
+        perm = self._built()
+        if isinstance(perm, FeistelPermutation):
+            return perm.at_epoch(index, epoch)
+        return perm(index, np.full(len(index), epoch, dtype=np.int64))
 
 
 class _Phase(NamedTuple):
@@ -80,7 +90,7 @@ class _Phase(NamedTuple):
     carried: int
     old: int
     unseen: int
-    perm: Permutation
+    perm: _Lazy
 
 
 class _Era(NamedTuple):
@@ -92,7 +102,7 @@ class _Era(NamedTuple):
     base: int
     epoch: int
     length: int
-    perm: Permutation
+    perm: _Lazy
     phases: tuple[_Phase, ...]
 
 
@@ -233,7 +243,7 @@ class GrowingShuffleSampler(_Shuffle[int]):
         """The ``(position, new_length)`` pairs, in order."""
         return list(self._history[1:])
 
-    def _ordinary(self, length: int) -> Permutation:
+    def _ordinary(self, length: int) -> _Lazy:
         # The key of the plain shuffle: later passes equal a shuffle built at that length.
         return _Lazy(self._kind, length, self._key)
 
@@ -283,37 +293,46 @@ class GrowingShuffleSampler(_Shuffle[int]):
     def _phase_records(self, phases: tuple[_Phase, ...], j: int, local: I64, epoch: int) -> I64:
         """Records at local positions ``local`` of phase ``j`` of a growing pass.
 
-        A record carried over from phase ``j - 1`` is looked up there, at its local
-        position ``step + drawn``, down to phase 0, the pass's ordinary permutation.
+        Every position first takes its value in phase ``j`` as if new; those carried over
+        from phase ``j - 1`` are then looked up there, at local position ``step + drawn``,
+        and so on down to phase 0, the pass's ordinary permutation.
         """
-        out = np.empty_like(local)
-        where = np.arange(len(local))
-        while len(where):
+        out: I64 = np.empty(0, dtype=np.int64)
+        where: I64 | None = None  # the positions still being looked up (None: all)
+        while True:
             phase = phases[j]
-            drawn = phase.perm(local, np.full(len(local), epoch, dtype=np.int64))
+            drawn = phase.perm.at_epoch(local, epoch)
+            value = drawn if j == 0 else drawn + (phase.old - phase.carried)
+            if where is None:
+                out = value
+            else:
+                out[where] = value
             if j == 0:
-                out[where] = drawn
-                break
-            carried = drawn < phase.carried
-            new = ~carried
-            out[where[new]] = drawn[new] + (phase.old - phase.carried)
-            where, local, j = where[carried], drawn[carried] + phase.step, j - 1
-        return out
+                return out
+            carried = np.flatnonzero(drawn < phase.carried)
+            if len(carried) == 0:
+                return out
+            where = carried if where is None else where[carried]
+            local = drawn[carried] + phase.step
+            j -= 1
 
     def _era_records(self, era: _Era, positions: I64) -> I64:
         relative = positions - era.base
         passes = relative // era.length
         offset = relative - passes * era.length
-        epoch = passes + era.epoch
         if not era.phases:
-            return era.perm(offset, epoch)
+            return era.perm(offset, passes + era.epoch)
+        starts = [phase.offset for phase in era.phases]
+        if int(passes.max()) == 0:  # all in the growing pass; often all in one phase
+            low, high = (bisect_right(starts, int(x)) - 1 for x in (offset.min(), offset.max()))
+            if low == high:
+                return self._phase_records(era.phases, low, offset - starts[low], era.epoch)
         out = np.empty_like(positions)
         later = passes > 0
         if bool(later.any()):
-            out[later] = era.perm(offset[later], epoch[later])
+            out[later] = era.perm(offset[later], passes[later] + era.epoch)
         first = np.flatnonzero(~later)
         if len(first):
-            starts = [phase.offset for phase in era.phases]
             which = np.searchsorted(starts, offset[first], side="right") - 1
             for j in np.unique(which).tolist():
                 at = first[which == j]
