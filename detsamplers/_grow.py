@@ -410,6 +410,8 @@ def adopt_growth(node: Node, state: Any) -> Any:
     if not isinstance(saved, list) or isinstance(position, bool) or not isinstance(position, int):
         return state
     links = chain_of(node)
+    if links[-1].verb == "mix":
+        return _adopt_mixture_growth(node, state, saved, position)
     target = links[-2] if len(links) >= 2 else None
     if not isinstance(target, GrowingShuffleSampler):
         return state
@@ -453,4 +455,77 @@ def adopt_growth(node: Node, state: Any) -> Any:
                 f"without the growth; record it as ({reached}, {size}) or later"
             )
     adopted = [dict(current[0]), dict(current[1]), *saved[2:]]
+    return {**state, "chain": adopted, "fingerprint": fingerprint(adopted)}
+
+
+def _truncated(component: Node, keep: int) -> list[dict[str, Any]] | None:
+    """A component's chain configuration as if only its first ``keep`` growths existed."""
+    links = chain_of(component)
+    grow = next((link for link in links if isinstance(link, GrowingShuffleSampler)), None)
+    if grow is None:
+        return None
+    history = grow._history[: keep + 1]
+    out = []
+    for link in reversed(links):
+        config = dict(link.config())
+        if isinstance(link, IndexSource):
+            config["length"] = history[-1][1]
+        elif link is grow:
+            config.pop("lengths", None)
+            if len(history) > 1:
+                config["lengths"] = [[at, size] for at, size in history]
+        out.append(config)
+    return out
+
+
+def _adopt_mixture_growth(node: Node, state: Mapping[str, Any], saved: list[Any], at: int) -> Any:
+    """``state`` with ``node``'s mixture, if only components' growths from there on differ.
+
+    Component ``k`` is at its own position ``consumed[k]`` when the saved run stopped
+    (the mixture law does not depend on the components' lengths); its saved fingerprint
+    must be its current chain's with the growths before that position only.
+    """
+    from ._mix import MixSampler, mix_position
+
+    found = mix_position(node, at)
+    mixture = chain_of(node)[-1]
+    samples = state.get("samples")
+    if found is None or not isinstance(mixture, MixSampler):
+        return state
+    reached = samples if isinstance(samples, int) and getattr(node, "grid", None) else found[1]
+    current = [link.config() for link in reversed(chain_of(node))]
+    if len(saved) != len(current) or not isinstance(saved[0], Mapping):
+        return state
+    old, new = dict(saved[0]), dict(current[0])
+    varying = ("lengths", "components")
+    if {k: v for k, v in old.items() if k not in varying} != {
+        k: v for k, v in new.items() if k not in varying
+    } or old == new:
+        return state
+    if not all(isinstance(old.get(key), list) for key in varying):
+        return state
+    if len(old["lengths"]) != len(new["lengths"]):
+        return state
+    consumed = mixture.progress(reached)["consumed"]
+    for k, component in enumerate(mixture._nodes):
+        if old["components"][k] == new["components"][k]:
+            continue
+        grow = next((x for x in chain_of(component) if isinstance(x, GrowingShuffleSampler)), None)
+        if grow is None:
+            return state
+        matched = None
+        for keep in range(len(grow._history)):
+            candidate = _truncated(component, keep)
+            if candidate is not None and fingerprint(candidate) == old["components"][k]:
+                matched = keep
+        if matched is None or grow._history[matched][1] != old["lengths"][k]:
+            return state
+        for position, size in grow._history[matched + 1 :]:
+            if position < consumed[k]:
+                raise ValueError(
+                    f"growth position {position} of samplers[{k}] (to {size} records) should be "
+                    f"at least {consumed[k]}, the records that component had given when the "
+                    f"saved run stopped; record it as ({consumed[k]}, {size}) or later"
+                )
+    adopted = [new, *saved[1:]]
     return {**state, "chain": adopted, "fingerprint": fingerprint(adopted)}

@@ -286,6 +286,31 @@ def test_a_mixture_component_grows_at_its_own_position() -> None:
     assert sorted(records[46:72].tolist()) == list(range(26))
 
 
+def mixed_chain(books: Any, world: int, rank: int, skip: int = 0) -> ds.SkipBatchSampler:
+    web = ds.ReproducibleShuffleSampler(range(40), 1)
+    mix = ds.MixSampler([books, web], [1, 3], seed=0)
+    shard = ds.DistributedSampler(mix, world, rank)
+    return ds.SkipBatchSampler(tud.BatchSampler(shard, 4, drop_last=False), skip)
+
+
+def test_a_mixture_state_saved_before_a_component_grew_resumes_on_the_grown_one() -> None:
+    small = ds.ReproducibleShuffleSampler(range(10), 2)
+    state = mixed_chain(small, 2, 1, skip=6).state_dict()  # mixture position 48
+    at = state["mixture"]["consumed"][0]
+    assert at == 12
+    grown = GrowingShuffleSampler(range(16), 2, initial_length=10, growth=[(at, 16)])
+    resumed = mixed_chain(grown, 1, 0)
+    resumed.load_state_dict(state)
+    straight = mixed_chain(grown, 1, 0, skip=12)
+    assert take(resumed, 10) == take(straight, 10)
+    late = GrowingShuffleSampler(range(16), 2, initial_length=10, growth=[(at - 1, 16)])
+    with pytest.raises(ValueError, match=r"growth position 11 of samplers\[0\] \(to 16 records\)"):
+        mixed_chain(late, 1, 0).load_state_dict(state)
+    other = GrowingShuffleSampler(range(16), 3, initial_length=10, growth=[(at, 16)])
+    with pytest.raises(ds.ReproducibilityError, match="mix components"):
+        mixed_chain(other, 1, 0).load_state_dict(state)
+
+
 # -- the loader -----------------------------------------------------------------------------
 
 
@@ -377,3 +402,23 @@ def test_only_a_repeat_may_wrap_a_shuffle_that_grew(wrap: Any) -> None:
 def test_a_loader_over_a_grown_dataset_refuses_validation_passes() -> None:
     with pytest.raises(ValueError, match="only a repeat may wrap it"):
         len(loader(30, [(40, 50)], 50))
+
+
+def test_the_loader_resumes_a_mixture_whose_last_component_grew() -> None:
+    web = ds.ReproducibleShuffleSampler(range(40), 1)
+
+    def mixed_loader(books: Any, length: int) -> DataLoader:
+        dataset = tud.TensorDataset(torch.arange(40 + length))
+        mix = ds.MixSampler([web, books], [3, 1], seed=0)
+        return DataLoader(dataset, sampler=mix, batch_size=4, seed=0)
+
+    small = mixed_loader(ds.ReproducibleShuffleSampler(range(10), 2), 10)
+    state = small.get_data_loader(repeat=True, skip=6).batch_sampler.state_dict()
+    at = state["mixture"]["consumed"][1]
+    grown = GrowingShuffleSampler(range(16), 2, initial_length=10, growth=[(at, 16)])
+    big = mixed_loader(grown, 16)
+    check_reproducible(big)
+    resumed = big.get_data_loader(repeat=True, num_replicas=2, rank=1)
+    resumed.batch_sampler.load_state_dict(state)
+    straight = big.get_data_loader(repeat=True, skip=3, num_replicas=2, rank=1)
+    assert [b[0].tolist() for b in take(resumed, 5)] == [b[0].tolist() for b in take(straight, 5)]
