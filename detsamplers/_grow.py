@@ -205,6 +205,11 @@ class GrowingShuffleSampler(_Shuffle[int]):
                 "growth appends records to a source, so nothing may sit between them"
             )
         length = self._inner.pass_length
+        if length == 0:
+            raise ValueError(
+                "sampler should have at least one record, but it is empty: a shuffle that "
+                "grows reads its records pass after pass; check the dataset's path or filter"
+            )
         if initial_length is None:
             if isinstance(growth, (list, tuple)) and growth:
                 raise TypeError(

@@ -374,6 +374,11 @@ def test_bad_growth_is_refused_with_a_message_naming_it(
         GrowingShuffleSampler(range(12), 0, **arguments)
 
 
+def test_an_empty_sampler_is_refused() -> None:
+    with pytest.raises(ValueError, match="sampler should have at least one record"):
+        GrowingShuffleSampler(range(0), 0)
+
+
 def test_growth_without_an_initial_length_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="missing initial_length"):
         GrowingShuffleSampler(range(12), 0, growth=[(3, 12)])
