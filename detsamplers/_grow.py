@@ -181,7 +181,7 @@ class GrowingShuffleSampler(_Shuffle[int]):
         ...                                             growth=[(2, 6)]))
         >>> stream = list(islice(grown, 18))
         >>> stream[:2], sorted(stream[2:6])
-        ([1, 0], [2, 3, 4, 5])
+        ([0, 1], [2, 3, 4, 5])
         >>> sorted(stream[6:12]) == sorted(stream[12:18]) == list(range(6))
         True
     """
