@@ -35,9 +35,11 @@ from torch import nn
 from .._errors import ReproducibilityError
 from ._amp import unwrap_scaler
 from ._callbacks import Callback
+from ._clock import Clock
 from ._context import TrialContext
 from ._distributed import DistributedContext
 from ._rng import seed_all
+from ._schedule import BatchSchedule
 from ._trial import Trial
 
 __all__ = [
@@ -315,6 +317,9 @@ def load_trial_from_checkpoint_path(
         )
     context = TrialContext(metadata.get("hparams") or {}, metadata["seed"], DistributedContext())
     context._inferred_global_batch = int(metadata["global_batch_size"])
+    # The size the checkpoint would continue with (NOTE [ batch size schedule ]).
+    schedule = BatchSchedule(int(metadata["global_batch_size"]))
+    context._clock = Clock.restore(schedule, 1, None, samples_trained(metadata))
     seed_all(context.seed, "init")
     trial = trial_class(context, **(trial_kwargs or {}))
     restore_state(path, context, trial.build_callbacks())

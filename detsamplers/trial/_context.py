@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -14,6 +14,10 @@ from . import _aggregation, _amp, _tensorboard
 from ._distributed import DistributedContext
 from ._lr_scheduler import LRScheduler
 from ._reducer import MetricReducer, SimpleReducer, WrappedReducer
+from ._schedule import BatchSchedule
+
+if TYPE_CHECKING:
+    from ._clock import Clock
 
 __all__ = ["ExperimentalContext", "TrialContext"]
 
@@ -60,8 +64,10 @@ class TrialContext:
 
     Args:
         hparams: The hyperparameters. ``global_batch_size`` sets the records per optimizer
-            step over all ranks; without it, the trainer takes the training
-            ``DataLoader``'s ``batch_size`` times the world size.
+            step over all ranks: an int, or a schedule of sizes by samples trained, a list
+            of ``[from_sample, size]`` segments or a callable (NOTE [ batch size
+            schedule ]); without it, the trainer takes the training ``DataLoader``'s
+            ``batch_size`` times the world size.
         seed: The trial seed (keys the data order, per-batch seeding and rank RNGs).
         distributed: This process's rank and world size.
         aggregation_frequency: Batches whose gradients make one optimizer step
@@ -118,7 +124,9 @@ class TrialContext:
         self._inferred_global_batch: int | None = None
         self._initial_batch = 0
         self._current_batch_idx: int | None = None
-        self._epoch_len: int | None = None
+        self._current_epoch: tuple[int, bool, bool] | None = None  # epoch, is start, is end
+        self._clock: Clock | None = None
+        self._schedule: tuple[Any, BatchSchedule] | None = None
         self._stop_requested = False
 
     # Hyperparameters and batch sizes.
@@ -137,13 +145,24 @@ class TrialContext:
         return self.hparams[name]
 
     def get_global_batch_size(self) -> int:
-        """Records per optimizer step over all ranks: ``hparams["global_batch_size"]``.
+        """Records per optimizer step over all ranks, now: ``hparams["global_batch_size"]``.
 
-        Without that hyperparameter it is known once ``fit`` has built the training
-        loader: its ``batch_size`` times the world size.
+        Under a schedule (NOTE [ batch size schedule ]) it is the size of the global batch
+        being trained (from ``train_batch`` and callbacks) or of the next one (between
+        batches; in ``build_training_data_loader``, the size the run resumes with); before
+        ``fit``, the schedule's first size. Without that hyperparameter it is known once
+        ``fit`` has built the training loader: its ``batch_size`` times the world size.
+
+        Examples:
+            >>> context = TrialContext({"global_batch_size": [[0, 8], [64, 16]]}, 0,
+            ...                        DistributedContext())
+            >>> context.get_global_batch_size()
+            8
         """
+        if self._clock is not None:
+            return self._clock.size
         if "global_batch_size" in self.hparams:
-            return check_int("global_batch_size", self.hparams["global_batch_size"], minimum=1)
+            return self._batch_schedule().size_at(0)
         if self._inferred_global_batch is not None:
             return self._inferred_global_batch
         raise ValueError(
@@ -152,6 +171,15 @@ class TrialContext:
             "to size the per-slot batches, or build the training DataLoader with an explicit "
             "batch_size (the trainer then uses batch_size times the world size)"
         )
+
+    def _batch_schedule(self) -> BatchSchedule:
+        """``hparams["global_batch_size"]`` (or the inferred size), checked."""
+        if "global_batch_size" not in self.hparams:
+            return BatchSchedule(self.get_global_batch_size())
+        value = self.hparams["global_batch_size"]
+        if self._schedule is None or self._schedule[0] is not value:
+            self._schedule = (value, BatchSchedule(value))
+        return self._schedule[1]
 
     def get_per_slot_batch_size(self) -> int:
         """``global_batch_size // world size``; the world size must divide it."""
@@ -188,32 +216,29 @@ class TrialContext:
         """Global batches already trained when this ``fit`` started (0 on a fresh run)."""
         return self._initial_batch
 
-    def _started(self) -> int:
-        if self._current_batch_idx is None or self._epoch_len is None:
+    def _started(self) -> tuple[int, tuple[int, bool, bool]]:
+        if self._current_batch_idx is None or self._current_epoch is None:
             raise RuntimeError(
                 "training has not started: the batch and epoch are known from the first "
                 "train_batch of Trainer.fit on"
             )
-        return self._current_batch_idx
+        return self._current_batch_idx, self._current_epoch
 
     def current_train_batch(self) -> int:
         """The index of the global batch being (or last) trained, as in Determined."""
-        return self._started()
+        return self._started()[0]
 
     def current_train_epoch(self) -> int:
         """The epoch of that batch (NOTE [ epoch length ])."""
-        assert self._epoch_len is not None
-        return self._started() // self._epoch_len
+        return self._started()[1][0]
 
     def is_epoch_start(self) -> bool:
         """Whether the batch being trained is the first of its epoch."""
-        assert self._epoch_len is not None
-        return self._started() % self._epoch_len == 0
+        return self._started()[1][1]
 
     def is_epoch_end(self) -> bool:
         """Whether the batch being trained is the last of its epoch."""
-        assert self._epoch_len is not None
-        return self._started() % self._epoch_len == self._epoch_len - 1
+        return self._started()[1][2]
 
     def _should_step(self) -> bool:
         """Whether this batch steps the optimizers (NOTE [ gradient aggregation ])."""

@@ -34,6 +34,7 @@ given, and the trial skips ``context.get_initial_batch()`` batches itself.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -151,13 +152,36 @@ class MapData:
         self.seed = loader.seed
         self.records = records_per_epoch(loader)
 
-    def build(self, samples: int, size: int, rank: int) -> Any:
-        """The torch loader of rank ``rank`` of ``size``, from sample ``samples``."""
-        return self.loader.get_data_loader(True, 0, size, rank, skip_samples=samples)
+    def resized(self, batch_size: int | None) -> DataLoader:
+        """The user's loader with another per-slot ``batch_size`` (NOTE [ batch size schedule ])."""
+        loader = self.loader
+        if batch_size is None or batch_size == loader.batch_size:
+            return loader
+        if loader.batch_size is None:
+            raise ValueError(
+                "the DataLoader from build_training_data_loader should take batch_size= to "
+                "follow a global_batch_size schedule, but it has a batch_sampler; pass "
+                "batch_size=context.get_per_slot_batch_size() (and sampler= or shuffle=), or "
+                "use one global_batch_size"
+            )
+        out = copy.copy(loader)
+        out.batch_size, out._passes = batch_size, None
+        return out
 
-    def state(self, samples: int, size: int, rank: int) -> dict[str, Any]:
+    def build(self, samples: int, size: int, rank: int, batch_size: int | None = None) -> Any:
+        """The torch loader of rank ``rank`` of ``size``, from sample ``samples``.
+
+        ``batch_size`` is the per-slot size (default: the user's loader's).
+        """
+        loader = self.resized(batch_size)
+        return loader.get_data_loader(True, 0, size, rank, skip_samples=samples)
+
+    def state(
+        self, samples: int, size: int, rank: int, batch_size: int | None = None
+    ) -> dict[str, Any]:
         """The rank state at sample ``samples``: the batch sampler's."""
-        state: dict[str, Any] = self.build(samples, size, rank).batch_sampler.state_dict()
+        built = self.build(samples, size, rank, batch_size)
+        state: dict[str, Any] = built.batch_sampler.state_dict()
         return state
 
     def load(self, built: Any, state: dict[str, Any]) -> None:
@@ -182,9 +206,16 @@ class ShardData:
         self.seed = source.seed
         self.records = source.num_samples
 
-    def build(self, samples: int, size: int, rank: int) -> WebDataLoader:
-        """A ``WebDataLoader`` with the user's worker options over the rank's source."""
-        source = self.source.for_rank(world_size=size, rank=rank, skip_samples=samples)
+    def build(
+        self, samples: int, size: int, rank: int, batch_size: int | None = None
+    ) -> WebDataLoader:
+        """A ``WebDataLoader`` with the user's worker options over the rank's source.
+
+        ``batch_size`` is the per-slot size (default: the user's source's).
+        """
+        source = self.source.for_rank(
+            world_size=size, rank=rank, skip_samples=samples, batch_size=batch_size
+        )
         user = self.loader
         if user is None:
             return WebDataLoader(source)
@@ -198,9 +229,14 @@ class ShardData:
             prefetch_factor=user.prefetch_factor,
         )
 
-    def state(self, samples: int, size: int, rank: int) -> dict[str, Any]:
+    def state(
+        self, samples: int, size: int, rank: int, batch_size: int | None = None
+    ) -> dict[str, Any]:
         """The rank state at sample ``samples``: the source's, plus the global digest."""
-        state = self.source.for_rank(world_size=size, rank=rank, skip_samples=samples).state_dict()
+        source = self.source.for_rank(
+            world_size=size, rank=rank, skip_samples=samples, batch_size=batch_size
+        )
+        state = source.state_dict()
         return {**state, "digest": self.global_digest(samples, size)}
 
     def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:

@@ -9,13 +9,15 @@ frequency, at batch index ``b``:
 - ``STEP_EVERY_BATCH``: once for each ``i`` in ``(b - A, b]`` with ``(i + 1) % f == 0``;
 - ``STEP_EVERY_OPTIMIZER_STEP``: once if ``(b + 1) % f == 0``;
 - ``STEP_EVERY_EPOCH``: once for each epoch ``e`` in ``[epoch(b), epoch(b + A))`` with
-  ``(e + 1) % f == 0``, i.e. when the next optimizer step lands in the next epoch;
+  ``(e + 1) % f == 0``, i.e. when the next optimizer step lands in the next epoch
+  (epochs as in NOTE [ epoch length ], also under a batch size schedule);
 - ``MANUAL_STEP``: never; the trial calls ``step()``.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import check_int
@@ -81,11 +83,16 @@ class LRScheduler:
 
 
 def auto_step(
-    scheduler: LRScheduler, batch_idx: int, aggregation_frequency: int, batches_per_epoch: int
+    scheduler: LRScheduler,
+    batch_idx: int,
+    aggregation_frequency: int,
+    batches_per_epoch: int | Callable[[int], int],
 ) -> int:
     """Step ``scheduler`` after the optimizer step of batch ``batch_idx``; return the steps.
 
     Call it only after batches whose optimizer step ran (NOTE [ scheduler stepping ]).
+    ``batches_per_epoch`` is an epoch's length in batches, or a function that gives the
+    epoch of the batch ``n`` batches after ``batch_idx`` (the trainer's clock).
 
     Examples:
         >>> import torch
@@ -104,8 +111,11 @@ def auto_step(
     elif mode == LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP:
         steps = int((batch_idx + 1) % frequency == 0)
     elif mode == LRScheduler.StepMode.STEP_EVERY_EPOCH:
-        here = batch_idx // batches_per_epoch
-        following = (batch_idx + aggregation_frequency) // batches_per_epoch
+        if callable(batches_per_epoch):
+            here, following = batches_per_epoch(0), batches_per_epoch(aggregation_frequency)
+        else:
+            here = batch_idx // batches_per_epoch
+            following = (batch_idx + aggregation_frequency) // batches_per_epoch
         steps = sum(1 for e in range(here, following) if (e + 1) % frequency == 0)
     for _ in range(steps):
         scheduler.step()

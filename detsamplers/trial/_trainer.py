@@ -10,8 +10,8 @@ agreement) → load checkpoint (state, RNG, checks) → loop (train, report, val
 checkpoint) → close (a last validation and checkpoint, callbacks' shutdown). See
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
-NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ] and
-NOTE [ checkpoint retention ].
+NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
+NOTE [ checkpoint retention ] and NOTE [ batch size schedule ].
 
 NOTE [ training workloads ]
 As in Determined's trial controller, the training metrics of a window of batches are
@@ -36,8 +36,18 @@ from typing import Any
 import torch
 
 from .._errors import ReproducibilityError
-from . import _aggregation, _checkpoint, _data, _preemption, _retention, _rng, _tensorboard
+from . import (
+    _aggregation,
+    _checkpoint,
+    _data,
+    _preemption,
+    _retention,
+    _rng,
+    _schedule,
+    _tensorboard,
+)
 from ._callbacks import CHIEF_ONLY, Callback, call_epoch_start
+from ._clock import Clock
 from ._context import TrialContext
 from ._lr_scheduler import auto_step
 from ._reducer import (
@@ -50,7 +60,7 @@ from ._reducer import (
 )
 from ._report import Reporter
 from ._trial import Trial, takes_batch_idx
-from ._units import Batch, Length, epoch_length, to_batches
+from ._units import Batch, Epoch, Length, check_length
 
 __all__ = ["Trainer"]
 
@@ -76,6 +86,18 @@ def _profiling(profiler: Any) -> Iterator[None]:
         return
     with profiler:
         yield
+
+
+def _check_sizes(schedule: _schedule.BatchSchedule, clock: Clock, world_size: int) -> None:
+    """Refuse a schedule with a size from here on that the world size does not divide."""
+    for size in sorted({clock.size, *(schedule.sizes_from(clock.samples) or [])}):
+        if size % world_size:
+            raise ValueError(
+                f"global_batch_size should give sizes divisible by the world size, but got "
+                f"global_batch_size={schedule.describe()!r} whose size {size} is not a "
+                f"multiple of world size {world_size}; use multiples of {world_size}, or "
+                "another number of ranks"
+            )
 
 
 class Trainer:
@@ -168,12 +190,18 @@ class Trainer:
 
         A resume may change the world size and, over a ``detsamplers.loader.DataLoader``
         or a ``WebDatasetSource``, the global batch size: training continues at the
-        sample the checkpoint reached (NOTE [ trial data ]).
+        sample the checkpoint reached (NOTE [ trial data ]). ``hparams["global_batch_size"]``
+        may be a schedule (NOTE [ batch size schedule ]): the trainer rebuilds the
+        training loader at each switch and continues at exactly the next sample; epochs
+        are counted in samples (NOTE [ epoch length ]).
 
         Raises:
             ReproducibilityError: the training loader cannot resume reproducibly, or the
                 checkpoint was saved with another seed or dataset (or, over a loader the
-                trial skips itself, another global batch size).
+                trial skips itself, another global batch size), or a global batch size
+                schedule whose past differs from the one trained.
+            ValueError: a bad schedule (the message names the segment), or a size the
+                world size does not divide.
         """
         retention = _retention.Retention(
             checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best
@@ -218,7 +246,18 @@ class Trainer:
         initial = 0 if saved is None else int(saved["batches_trained"])
         context._initial_batch = initial
         # The samples trained (NOTE [ trial data ]): a resume may change the global batch.
-        self._start = (initial, 0 if saved is None else _checkpoint.samples_trained(saved))
+        samples = 0 if saved is None else _checkpoint.samples_trained(saved)
+        periods = self._periods(
+            checkpoint_period, validation_period, reporting_period, stop_check_period
+        )
+        check_length("max_length", max_length)
+        for name, period in periods.items():
+            if period is not None:
+                check_length(f"{name}_period", period)
+        context._clock = None
+        if "global_batch_size" in context.hparams:  # NOTE [ batch size schedule ]
+            schedule = context._batch_schedule()
+            context._clock = Clock.restore(schedule, context.aggregation_frequency, saved, samples)
         if (validation_period is not None or step_zero_validation) and not self._validates():
             raise ValueError(
                 f"{type(trial).__name__} should define build_validation_data_loader and "
@@ -230,36 +269,41 @@ class Trainer:
         try:
             # Data: the training loader, seeded, sharded and skipped (NOTE [ trial data ]).
             user_loader = trial.build_training_data_loader()
-            if "global_batch_size" not in context.hparams:
+            if context._clock is None:
                 context._inferred_global_batch = _data.inferred_global_batch(user_loader, context)
-            global_batch = context.get_global_batch_size()
+                schedule = context._batch_schedule()
+                context._clock = Clock.restore(
+                    schedule, context.aggregation_frequency, saved, samples
+                )
+            clock = context._clock
+            rank, size = dist.get_rank(), dist.get_size()
+            _check_sizes(schedule, clock, size)
             context.get_per_slot_batch_size()  # the world size must divide the global batch
             data = _data.training_data(user_loader, context)
+            if data is None and schedule.sizes_from(clock.samples) != [clock.size]:
+                raise ValueError(
+                    "global_batch_size should be one size when the trainer cannot rebuild the "
+                    f"training loader, but got global_batch_size={schedule.describe()!r} with "
+                    "dataset reproducibility checks disabled; return a "
+                    "detsamplers.loader.DataLoader or WebDatasetSource, or pass an int"
+                )
             epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
-            rank, size = dist.get_rank(), dist.get_size()
-            train_data = user_loader if data is None else data.build(self._start[1], size, rank)
+            clock.restore_epoch(epoch_records, saved)
+            built = context.get_per_slot_batch_size()
+            train_data = user_loader if data is None else data.build(clock.samples, size, rank)
             _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
-            context._epoch_len = epoch_length(epoch_records, global_batch)
-            total = to_batches("max_length", max_length, epoch_records, global_batch)
+            total = clock.total(max_length)
             if test_mode:
-                total = min(total, initial + 1)
-            periods = {
-                "checkpoint": checkpoint_period,
-                "validation": validation_period,
-                "reporting": reporting_period,
-                "stop_check": stop_check_period,
-            }
-            every = {
-                name: None
-                if p is None
-                else to_batches(f"{name}_period", p, epoch_records, global_batch)
-                for name, p in periods.items()
-            }
+                total = initial + 1
+            stop_every = periods["stop_check"]
+            if isinstance(stop_every, Epoch):  # checks are spaced in batches
+                stop_every = Batch(stop_every.length * clock.batches_per_epoch())
 
             # Model: the ranks' agreement on what defines the run.
             data_seed = None if data is None else data.seed
             here = {
-                "global_batch_size": global_batch,
+                "global_batch_size": clock.size,
+                "batch_size_schedule": schedule.describe(),
                 "seed": context.get_trial_seed(),
                 "dataset_length": epoch_records,
                 "data_seed": data_seed,
@@ -273,7 +317,7 @@ class Trainer:
 
             # Load checkpoint: check the data, then restore state and RNG (NOTE [ trial RNG ]).
             if saved is not None and latest_checkpoint is not None:
-                self._load(latest_checkpoint, saved, here, data, train_data, initial)
+                self._load(latest_checkpoint, saved, here, data, train_data, clock)
             else:
                 _rng.seed_all(context.get_trial_seed(), "rank", rank, 0)
             if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
@@ -282,6 +326,7 @@ class Trainer:
 
             # Loop.
             reporter = Reporter(checkpoint_dir, dist.is_chief, initial, total)
+            limit = Batch(initial + 1) if test_mode else max_length
             last = {"validation": -1, "checkpoint": -1}
             if saved is not None:  # as Determined restores its trial state's last_val, last_ckpt
                 last = {"validation": int(saved.get("last_validation", -1)), "checkpoint": initial}
@@ -291,18 +336,32 @@ class Trainer:
             window = self._open_window()
             batches = initial
             iterator = iter(train_data)
-            agreement = _preemption.StopAgreement(dist, initial, every["stop_check"])
+            stop_period = None if stop_every is None else stop_every.length
+            agreement = _preemption.StopAgreement(dist, initial, stop_period)
             stop = 0
             with _profiling(context.profiler):
-                while batches < total:
-                    window.add(*self._train_batch(iterator, batches))
+                while not clock.reached(limit):
+                    switched = None
+                    per_slot = context.get_per_slot_batch_size()
+                    if data is not None and per_slot != built:  # NOTE [ batch size schedule ]
+                        switched = time.perf_counter()
+                        del iterator
+                        train_data = data.build(clock.samples, size, rank, per_slot)
+                        _preemption.shield_workers(train_data, signals)
+                        iterator, built = iter(train_data), per_slot
+                    window.add(*self._train_batch(iterator, clock))
                     if batches == initial and saved is not None:
                         elapsed = time.perf_counter() - started
                         reporter.log("resume", batches, {"seconds": elapsed})
-                    batches += 1
+                    if switched is not None:
+                        seconds = time.perf_counter() - switched
+                        row = {"global_batch_size": clock.size, "samples_trained": clock.samples}
+                        reporter.log("batch_size", batches, {**row, "seconds": seconds})
+                    clock.advance()
+                    batches = clock.batches
                     reporter.advance()
-                    due = {n for n, p in every.items() if p is not None and batches % p == 0}
-                    end = batches == total
+                    due = {n for n, p in periods.items() if p is not None and clock.due(p)}
+                    end = clock.reached(limit)
                     if due - {"stop_check"} or end:  # NOTE [ training workloads ]
                         self._report(reporter, window, batches, average_training_metrics)
                         window = self._open_window()
@@ -313,7 +372,7 @@ class Trainer:
                         metrics = self._last_validation[1]
                         checkpoint |= retention.after_validation(metrics, dist)
                     if checkpoint and last["checkpoint"] != batches:
-                        self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+                        self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
                         last["checkpoint"] = batches
                     if not end and (agreement.due(batches) or validated):
                         stop = agreement.agree(batches, self._stop_code(signals))
@@ -326,7 +385,7 @@ class Trainer:
                 if window.batches:
                     self._report(reporter, window, batches, average_training_metrics)
                 if last["checkpoint"] != batches:
-                    self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+                    self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
                 reason = _preemption.STOP_REASONS[stop]
                 seconds = time.perf_counter() - stopping
                 reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
@@ -338,12 +397,26 @@ class Trainer:
                 last["validation"] = self._validate(reporter, batches, test_mode)
                 retention.after_validation(self._last_validation[1], dist)  # the best so far
             if last["checkpoint"] != batches:
-                self._checkpoint(checkpoint_dir, data, epoch_records, batches, last)
+                self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
             reporter.close()
         finally:
             self._call("on_trial_shutdown")
 
     # The phases' steps.
+
+    @staticmethod
+    def _periods(
+        checkpoint: Length | None,
+        validation: Length | None,
+        reporting: Length,
+        stop_check: Length | None,
+    ) -> dict[str, Length | None]:
+        return {
+            "checkpoint": checkpoint,
+            "validation": validation,
+            "reporting": reporting,
+            "stop_check": stop_check,
+        }
 
     def _stop_code(self, signals: _preemption.StopSignals) -> int:
         if signals.received is not None:
@@ -364,11 +437,12 @@ class Trainer:
         here: dict[str, Any],
         data: _data.TrainingData | None,
         train_data: Any,
-        initial: int,
+        clock: Clock,
     ) -> None:
         """Check the checkpoint against this run, then restore its state and RNGs."""
         context, dist = self.context, self.context.distributed
         rank, size = dist.get_rank(), dist.get_size()
+        initial = clock.batches
         saved_frequency = saved.get("aggregation_frequency", context.aggregation_frequency)
         if saved_frequency != context.aggregation_frequency:
             raise ReproducibilityError(
@@ -379,15 +453,21 @@ class Trainer:
                 "another checkpoint_dir."
             )
         elastic = data is not None and data.elastic_batch  # may the global batch change?
-        checked = {k: v for k, v in here.items() if k != "global_batch_size" or not elastic}
+        free = {"batch_size_schedule", "global_batch_size"} if elastic else {"batch_size_schedule"}
+        checked = {k: v for k, v in here.items() if k not in free}
         _checkpoint.check_resume(path, saved, checked)
+        if "batch_segments" in saved:  # NOTE [ batch size schedule ]: the past is fixed
+            segments = [(int(b), int(s), int(g)) for b, s, g in saved["batch_segments"]]
+            _schedule.check_past(
+                path, clock.schedule, context.aggregation_frequency, segments, clock.samples
+            )
         same_world = saved["world_size"] == size
         same_grid = same_world and saved["global_batch_size"] == here["global_batch_size"]
         rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
         if data is not None and same_grid:  # checks this rank's stream digest
             data.load(train_data, rank_state["loader"])
         elif data is not None:
-            digest = data.global_digest(self._start[1], size)
+            digest = data.global_digest(clock.samples, size)
             _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
         if saved.get("pending_gradients") and not same_world:
             raise ReproducibilityError(
@@ -406,13 +486,14 @@ class Trainer:
         else:
             _rng.seed_all(context.get_trial_seed(), "rank", rank, initial)
 
-    def _train_batch(self, iterator: Iterator[Any], batch_idx: int) -> tuple[dict[str, Any], int]:
-        """Train global batch ``batch_idx`` and step what follows; its metrics and length."""
+    def _train_batch(self, iterator: Iterator[Any], clock: Clock) -> tuple[dict[str, Any], int]:
+        """Train the clock's next global batch and step what follows; its metrics and length."""
         context, trial = self.context, self.trial
-        assert context._epoch_len is not None
-        epoch_idx, in_epoch = divmod(batch_idx, context._epoch_len)
+        batch_idx, epoch_idx = clock.batches, clock.epoch
+        first, last = clock.is_epoch_start(), clock.is_epoch_end()
         context._current_batch_idx = batch_idx
-        if in_epoch == 0:
+        context._current_epoch = (epoch_idx, first, last)
+        if first:
             for callback in self.callbacks.values():
                 call_epoch_start(callback, epoch_idx)
         batch = next(iterator)
@@ -426,9 +507,9 @@ class Trainer:
         if context._should_step():  # NOTE [ AMP ], NOTE [ scheduler stepping ]
             if context.experimental.auto_amp:
                 context.scalers[0].update()
-            for scheduler in context.lr_schedulers:
-                auto_step(scheduler, batch_idx, context.aggregation_frequency, context._epoch_len)
-        if in_epoch == context._epoch_len - 1:
+            for scheduler in context.lr_schedulers:  # epochs ahead from the clock
+                auto_step(scheduler, batch_idx, context.aggregation_frequency, clock.epoch_in)
+        if last:
             self._call("on_training_epoch_end", epoch_idx)
         return metrics, trial.get_batch_length(batch)
 
@@ -525,24 +606,29 @@ class Trainer:
         checkpoint_dir: str,
         data: _data.TrainingData | None,
         epoch_records: int,
-        batches: int,
+        clock: Clock,
         last: dict[str, int],
     ) -> None:
-        """Save a checkpoint at ``batches`` (a collective: every rank calls it)."""
+        """Save a checkpoint at the clock (a collective: every rank calls it)."""
         context, dist = self.context, self.context.distributed
         done, validation = self._last_validation
-        first, first_samples = self._start
-        samples = first_samples + (batches - first) * context.get_global_batch_size()
+        batches, samples = clock.batches, clock.samples
         loader_state = None
         if data is not None:  # a fresh stream at the position: workers prefetch ahead
-            loader_state = data.state(samples, dist.get_size(), dist.get_rank())
+            per_slot = context.get_per_slot_batch_size()  # the next batch's
+            loader_state = data.state(samples, dist.get_size(), dist.get_rank(), per_slot)
+        hparams = context.get_hparams()
+        if callable(hparams.get("global_batch_size")):  # its realized past, as a list
+            hparams["global_batch_size"] = [[s, g] for _, s, g in clock.segments]
         pending = batches % context.aggregation_frequency != 0
         metadata: dict[str, Any] = {
             "format_version": _checkpoint.FORMAT_VERSION,
             "batches_trained": batches,
             "samples_trained": samples,
             "records_consumed": samples,
-            "global_batch_size": context.get_global_batch_size(),
+            "global_batch_size": clock.size,
+            "batch_size_schedule": clock.schedule.describe(),
+            **clock.metadata(),
             "world_size": dist.get_size(),
             "seed": context.get_trial_seed(),
             "dataset_length": epoch_records,
@@ -555,7 +641,7 @@ class Trainer:
             "data_global_digest": None
             if data is None
             else data.global_digest(samples, dist.get_size()),
-            "hparams": _json_or_none(context.get_hparams()),
+            "hparams": _json_or_none(hparams),
             "validation_metrics": _json_or_none(validation) if done == batches else None,
         }
         rank_state: dict[str, Any] = {"rng": _rng.capture(), "loader": loader_state}

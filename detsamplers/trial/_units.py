@@ -1,16 +1,26 @@
 """``Batch`` and ``Epoch``: training lengths and periods, converted to global batches.
 
 NOTE [ epoch length ]
-One rule converts every ``Epoch`` (``max_length``, ``validation_period``,
-``checkpoint_period``, ``reporting_period``, ``STEP_EVERY_EPOCH``) and ``epoch_idx``:
-an epoch is ``ceil(len(dataset) / global_batch_size)`` global batches, Determined's
-``len()`` of rank 0's repeated training loader (``drop_last=False``), which is the same on
-every world size. ``Epoch(k)`` is ``k`` times that, and the epoch of global batch ``b``
-is ``b // epoch_length``. With 2,000 records and a global batch of 64 an epoch is 32
-batches: ``max_length=Epoch(3)`` trains 96 and ``Epoch(1)`` periods fire after 32, 64
-and 96. The data stream itself stays a stream of records (NOTE [ trial data ]): batch 32
-starts at record 2,048 of the shuffled, repeated stream, so an "epoch" of batches holds
-``epoch_length * global_batch_size`` records, a few more than the dataset.
+An epoch is the shortest run of whole global batches that holds at least ``N`` samples
+(``N = len(dataset)``), starting where the previous epoch ended: epoch ``e`` begins at
+sample ``E_e`` (``E_0 = 0``) and ends with the first global batch that reaches sample
+``E_e + N``. It is counted in samples, so it holds for any global batch size and any
+schedule of them (NOTE [ batch size schedule ]): a switch that falls mid-epoch makes an
+epoch of mixed sizes, and the epoch still ends once it holds ``N`` samples. Like
+Determined's ``drop_last=False``, the last batch of an epoch is a full batch: its samples
+past ``E_e + N`` are the first of the stream's next pass, and the next epoch starts after
+them. With one size ``G`` this is Determined's rule, ``ceil(N / G)`` global batches an
+epoch (the ``len()`` of rank 0's repeated training loader, on every world size): with
+2,000 records and a global batch of 64 an epoch is 32 batches (2,048 samples),
+``max_length=Epoch(3)`` trains 96 and ``Epoch(1)`` periods fire after 32, 64 and 96. The
+data stream itself stays a stream of records (NOTE [ trial data ]): every record is
+trained once in each pass ``[p N, (p + 1) N)`` of the sample stream.
+
+``Epoch(k)`` as ``max_length`` trains until ``k`` epochs are complete; as a period it
+fires when an epoch ends whose count is a multiple of ``k``. ``epoch_idx`` is the epoch of
+the batch; the checkpoint records the epoch and the sample it began at, so a resume with
+another size continues the same epoch. ``Batch(k)`` counts global batches (optimizer
+steps, times ``aggregation_frequency``) of whatever size.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from dataclasses import dataclass
 
 from .._errors import check_int
 
-__all__ = ["Batch", "Epoch", "Length", "epoch_length", "epoch_of", "to_batches"]
+__all__ = ["Batch", "Epoch", "Length", "check_length", "epoch_length", "epoch_of", "to_batches"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Epoch:
-    """A length in epochs of ``ceil(len(dataset) / global_batch_size)`` global batches.
+    """A length in epochs: runs of global batches that hold ``len(dataset)`` samples.
 
     See NOTE [ epoch length ].
 
@@ -69,6 +79,23 @@ class Epoch:
 
 
 Length = Batch | Epoch
+
+
+def check_length(name: str, length: Length) -> Length:
+    """``length`` if it is a ``Batch`` or an ``Epoch``, else a ``TypeError`` naming ``name``.
+
+    Examples:
+        >>> check_length("max_length", 10)
+        Traceback (most recent call last):
+        ...
+        TypeError: max_length should be a Batch or an Epoch, but got max_length=10 of type int
+    """
+    if not isinstance(length, (Batch, Epoch)):
+        raise TypeError(
+            f"{name} should be a Batch or an Epoch, but got {name}={length!r} "
+            f"of type {type(length).__name__}"
+        )
+    return length
 
 
 def epoch_length(records_per_epoch: int, global_batch_size: int) -> int:

@@ -215,8 +215,11 @@ def test_a_resume_with_another_global_batch_size_continues_at_the_sample_reached
     )  # fmt: skip
     expected = list(next(iter(source))[2])  # the next 36 samples of the stream
     assert [key for keys in resumed.seen for key in keys] == expected
-    per_epoch = -(-TOTAL // 9)  # NOTE [ epoch length ], with the global batch size now
-    assert resumed.epochs == [b // per_epoch for b in range(BATCHES, BATCHES + 4)]
+    # NOTE [ epoch length ]: epochs of 9 batches of 8 (72 samples) end at batches 9, 18 and
+    # 27; epoch 3 began at sample 216 and lasts until it holds 71 samples (sample 287), so
+    # the four batches of 9 (samples 240-275) are all in it.
+    assert -(-TOTAL // 8) * 8 * 3 == 216 and BATCHES * 8 + 36 < 216 + TOTAL
+    assert resumed.epochs == [3, 3, 3, 3]
     metadata = json.loads((copy / f"batch-{BATCHES + 4:06d}" / "metadata.json").read_text())
     assert (metadata["samples_trained"], metadata["global_batch_size"]) == (BATCHES * 8 + 36, 9)
 

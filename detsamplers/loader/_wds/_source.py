@@ -204,12 +204,19 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self._origin = position % self.global_batch if self.repeat else 0
 
     def for_rank(
-        self, *, world_size: int, rank: int, skip: int = 0, skip_samples: int = 0
+        self,
+        *,
+        world_size: int,
+        rank: int,
+        skip: int = 0,
+        skip_samples: int = 0,
+        batch_size: int | None = None,
     ) -> WebDatasetSource:
         """A copy of this source for ``rank`` of ``world_size``, starting at global batch ``skip``.
 
         ``skip_samples`` (``repeat=True`` only) starts it at that sample first, whatever
-        the global batch (NOTE [ shard stream split ]).
+        the global batch (NOTE [ shard stream split ]). ``batch_size`` replaces the
+        per-rank batch size (``None``: keep it), as a batch-size schedule does.
 
         The shards, their index, the order and the stages are shared: nothing is re-read.
         The trial loop uses it to build the user's source for the run (NOTE [ trial data ]).
@@ -235,8 +242,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 f"skip_samples should be 0 with repeat=False, but got skip_samples="
                 f"{skip_samples}: a validation pass is never resumed mid-way"
             )
+        if batch_size is not None:
+            batch_size = check_int("batch_size", batch_size, minimum=1)
         out = copy.copy(self)
         out.world_size, out.rank = world_size, rank
+        if batch_size is not None:
+            out.batch_size = batch_size
         if not out.repeat and skip > out._pass_batches():
             raise ValueError(
                 f"skip should be at most the {out._pass_batches()} batches of a pass with "
