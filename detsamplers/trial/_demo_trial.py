@@ -121,7 +121,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record-dir", default=None)
     parser.add_argument("--max-batches", type=int, required=True)
     parser.add_argument("--checkpoint-every", type=int, default=8)
-    parser.add_argument("--global-batch-size", type=int, default=16)
+    parser.add_argument(
+        "--global-batch-size",
+        type=json.loads,
+        default=16,
+        help='an int, or a JSON schedule such as "[[0, 16], [96, 32]]"',
+    )
     parser.add_argument("--records", type=int, default=256)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--num-workers", type=int, default=0)
