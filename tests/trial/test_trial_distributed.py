@@ -111,3 +111,37 @@ def test_two_ranks_of_8_then_one_rank_of_24_train_every_record_once_per_epoch(
     assert stream == [global_batch(single, k, 1)[0] for k in range(len(stream))]
     metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert (metadata["samples_trained"], metadata["global_batch_size"]) == (232, 24)
+
+
+def test_a_schedule_switching_mid_run_on_two_ranks_resumed_on_one_trains_every_record_once(
+    tmp_path: Path,
+) -> None:
+    """2 ranks: 16, then 24 from sample 40 (batch 3, at sample 48); paused after 6 batches
+    (120 samples); resumed on 1 rank with the same past and a new switch to 8 at sample 200
+    (batch 10, at sample 216). NOTE [ batch size schedule ]."""
+    records, log = tmp_path / "records", str(tmp_path / "log")
+    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
+    first = ["--global-batch-size=[[0, 16], [40, 24]]", "--max-batches=6", "--checkpoint-every=6"]
+    launch(2, [*common, *first], log)
+    later = ["--global-batch-size=[[0, 16], [40, 24], [200, 8]]", "--max-batches=12", "--resume"]
+    launch(1, [*common, *later], log)
+    shares: dict[tuple[int, int], list[int]] = {}
+    for rank in (0, 1):
+        for line in (records / f"records-rank{rank}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            shares[row["batch"], row["rank"]] = row["indices"]
+    stream: list[int] = []
+    sizes = []
+    for batch in range(12):
+        world = 2 if batch < 6 else 1  # record j of rank r is sample j W + r of the batch
+        ranks = [shares[batch, r] for r in range(world)]
+        stream += [ranks[r][j] for j in range(len(ranks[0])) for r in range(world)]
+        sizes.append(len(ranks[0]) * world)
+    assert sizes == [16] * 3 + [24] * 7 + [8] * 2
+    for epoch in range(len(stream) // 80):
+        assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
+    single = DataLoader(range(80), batch_size=len(stream), shuffle=True, seed=1)
+    assert stream == [int(i) for i in next(iter(single.get_data_loader(repeat=True)))]
+    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    assert metadata["batch_segments"] == [[0, 0, 16], [3, 48, 24], [10, 216, 8]]
+    assert (metadata["samples_trained"], metadata["epoch_index"]) == (232, 2)
