@@ -28,7 +28,7 @@ from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.trial import Batch, Trainer, Trial, find_latest_checkpoint, init
 from detsamplers.trial._context import TrialContext
 from detsamplers.trial._demo import global_batches, launch
-from tests.webdataset.wds_helpers import COUNTS, TOTAL, write_shards
+from tests.webdataset.wds_helpers import COUNTS, TOTAL, make, noisy_label, write_shards
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HPARAMS: dict[str, Any] = {"global_batch_size": 8, "data_seed": 7, "num_workers": 0}
@@ -52,6 +52,7 @@ class ShardTrial(Trial):
             torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
         )
         self.seen: list[list[str]] = []
+        self.inputs: list[torch.Tensor] = []
         self.epochs: list[int] = []
         self.validated: list[str] = []
 
@@ -65,6 +66,7 @@ class ShardTrial(Trial):
             map=augment,
             shuffle_window=4,
             repeat=repeat,
+            seeding=hparams.get("seeding", "batch"),
         )
 
     def build_training_data_loader(self) -> WebDataLoader:
@@ -80,6 +82,7 @@ class ShardTrial(Trial):
         self.context.backward(loss)
         self.context.step_optimizer(self.optimizer)
         self.seen.append(list(keys))
+        self.inputs.extend(x)
         self.epochs.append(epoch_idx)
         record_dir = self.context.get_hparams().get("record_dir")
         if record_dir is not None:
@@ -315,3 +318,43 @@ def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straigh
 
 if __name__ == "__main__":
     main()
+
+
+def test_record_seeding_gives_a_sample_the_same_draws_for_any_batch_size_and_world_size(
+    shards: str,
+) -> None:
+    def draws(seeding: str, batch_size: int, world: int, skip_samples: int) -> list[Any]:
+        sources = [
+            make(shards, seed=3, batch_size=batch_size, world_size=world, rank=r,
+                 map=noisy_label, collate_fn=list, seeding=seeding, skip_samples=skip_samples)
+            for r in range(world)
+        ]  # fmt: skip
+        out: list[Any] = []
+        iterators = [iter(source) for source in sources]
+        for _ in range(60 // (batch_size * world)):  # record j of rank r: sample j W + r
+            shares = [next(iterator) for iterator in iterators]
+            out += [shares[r][j] for j in range(batch_size) for r in range(world)]
+        return out
+
+    one = draws("record", 5, 1, 0)
+    assert draws("record", 3, 2, 0) == one == draws("record", 2, 3, 0)[: len(one)]
+    assert draws("record", 4, 1, 7)[:53] == one[7:]  # a resume at sample 7
+    assert draws("batch", 3, 2, 0) != draws("batch", 5, 1, 0)  # the control: keys differ
+    with pytest.raises(ValueError, match=r"seeding should be one of .*'record'.* but got"):
+        make(shards, seeding="sample")
+
+
+def test_a_schedule_over_shards_with_record_seeding_trains_the_same_augmented_samples(
+    shards: str, tmp_path: Path
+) -> None:
+    """A switch rebuilds the source with another batch size; each sample keeps its draws."""
+    plain = run(tmp_path / "plain", 12, urls=shards, seeding="record")  # 96 samples
+    ramp = [[0, 4], [10, 12], [50, 8]]  # 4 x 3, then 12 x 4 (at 12), then 8 from 60
+    run(tmp_path / "ramp", 5, urls=shards, seeding="record", global_batch_size=ramp)
+    resumed = run(tmp_path / "ramp", 10, resume=True, urls=shards, seeding="record",
+                  global_batch_size=ramp)  # fmt: skip
+    keys = [key for keys in plain.seen for key in keys]
+    sizes = [len(keys) for keys in resumed.seen]
+    assert sizes == [12, 12, 8, 8, 8]  # batches 5-9: samples 36-84
+    assert [key for keys in resumed.seen for key in keys] == keys[36:84]
+    assert all(torch.equal(a, b) for a, b in zip(resumed.inputs, plain.inputs[36:84], strict=True))

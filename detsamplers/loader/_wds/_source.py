@@ -18,9 +18,10 @@ import numpy as np
 import torch.utils.data as tud
 from torch.utils.data import default_collate
 
-from ..._errors import check_bool, check_callable, check_int
+from ..._errors import check_bool, check_callable, check_int, check_one_of
+from ..._seeds import stream_keys
 from ..._state import fingerprint
-from .._seeding import batch_key, seed_globals
+from .._seeding import batch_key, record_base, seed_globals
 from ._decode import make_decoder
 from ._fetch import make_options
 from ._index import index_shards
@@ -75,6 +76,11 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             it is retried.
         retries: Retries of a remote read after a transient failure, with backoff.
         read_ahead: Bytes per remote range request (memory: two blocks per reader).
+        seeding: ``"batch"`` seeds the global RNGs once before ``decode``/``map`` run on
+            a batch, from the batch's first position on its rank; ``"record"`` seeds them
+            before each sample from ``(seed, its global position)``, so a sample's draws
+            are the same after a resume that changes the batch size or the world size
+            (NOTE [ per-batch seeding ]), at one seeding per sample.
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -126,8 +132,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         timeout: float = 60.0,
         retries: int = 5,
         read_ahead: int = 4 << 20,
+        seeding: str = "batch",
     ) -> None:
         seed = check_int("seed", seed)
+        seeding = check_one_of("seeding", seeding, ("batch", "record"))
         batch_size = check_int("batch_size", batch_size, minimum=1)
         world_size = check_int("world_size", world_size, minimum=1)
         rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
@@ -169,6 +177,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self.shuffle_window = shuffle_window
         self.repeat = repeat
         self.drop_last = drop_last
+        self.seeding = seeding
+        self._record_base = record_base(seed)
         self.num_samples = total
         self._order = ShardOrder([len(s) for s in shards], seed, shuffle_shards, shuffle_window)
         self._config: dict[str, Any] = {
@@ -311,6 +321,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         seed_globals(key)
         return [self._stage(s) for s in samples]
 
+    def _seeded(self, sample: dict[str, Any], key: int) -> Any:
+        seed_globals(key)
+        return self._stage(sample)
+
     def batch_at(self, batch: int, reader: ShardReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
 
@@ -335,7 +349,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         finally:
             if own:
                 reader.close()
-        if self.decoder is not None or self.map is not None:
+        if self.seeding == "record" and (self.decoder is not None or self.map is not None):
+            keys = stream_keys(self._record_base, self._positions(batch)).tolist()
+            items = [self._seeded(item, key) for item, key in zip(items, keys, strict=True)]
+        elif self.decoder is not None or self.map is not None:
             key = batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
             items = self._apply(items, key)
         return self.collate_fn(items)
