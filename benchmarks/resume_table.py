@@ -17,6 +17,12 @@ of the chain and the loader, not of reading data. With ``num_workers=2`` the tim
 starting the workers. Median of many runs without workers (300, or 50 with ``--quick``)
 and of 15 (5) with them, rows alternating in order, after one warm-up run of each row.
 
+The third table times the trial loop's data step at a batch-size schedule switch
+(NOTE [ batch size schedule ]): ``MapData.build`` of the trainer at the sample reached,
+with the new per-slot batch size (64 to 96 on 2 ranks, global 128 to 192), to the first
+batch in hand, against the same build with an unchanged size, as an unchanged resume
+does; rank 0, rows alternating, medians as above.
+
 The second table gives the cost of ``seeding="record"`` (NOTE [ per-batch seeding ]):
 microseconds a batch of 64 without workers, once the first batch has come, seeding the
 global RNGs once a batch against once a record.
@@ -34,6 +40,7 @@ from typing import Any
 from _common import Trivial, load_average
 
 from detsamplers.loader import DataLoader
+from detsamplers.trial._data import MapData
 
 SEED = 5
 
@@ -57,6 +64,19 @@ def resume(
         else:
             train = loader.get_data_loader(True, 0, world, 0, skip_samples=state["samples"])
         iterator = iter(train)
+        first = next(iterator)
+        del iterator
+        return first
+
+    return run
+
+
+def rebuild(dataset: Trivial, samples: int, per_slot: int, workers: int) -> Callable[[], Any]:
+    """The trainer's rebuild of rank 0 of 2 at ``samples`` with ``per_slot`` a batch."""
+
+    def run() -> Any:
+        loader = DataLoader(dataset, batch_size=64, shuffle=True, seed=SEED, num_workers=workers)
+        iterator = iter(MapData(loader).build(samples, 2, 0, per_slot))
         first = next(iterator)
         del iterator
         return first
@@ -116,6 +136,21 @@ def main() -> None:
         base = statistics.median(times[rows[0][0]])
         for name, *_ in rows:
             median = statistics.median(times[name])
+            print(f"{workers:>11}  {runs:>4}  {name:<24}  {median:>16.3f}  {median / base:>11.2f}x")
+    print()
+    print("schedule switch in the trial loop (rank 0 of 2), first batch after the rebuild")
+    switch_rows = [("unchanged (64 a rank)", 64), ("switch to 96 a rank", 96)]
+    for workers, runs in runs_by_workers.items():
+        for _, per_slot in switch_rows:  # warm-up
+            first_batch_ms(rebuild(dataset, state["samples"], per_slot, workers))
+        switch_times: dict[str, list[float]] = {name: [] for name, _ in switch_rows}
+        for run in range(runs):
+            for name, per_slot in switch_rows if run % 2 == 0 else switch_rows[::-1]:
+                run_once = rebuild(dataset, state["samples"], per_slot, workers)
+                switch_times[name].append(first_batch_ms(run_once))
+        base = statistics.median(switch_times[switch_rows[0][0]])
+        for name, _ in switch_rows:
+            median = statistics.median(switch_times[name])
             print(f"{workers:>11}  {runs:>4}  {name:<24}  {median:>16.3f}  {median / base:>11.2f}x")
     print()
     print(f"seeding, B=64, num_workers=0: us a batch over {count:,} batches, median of 3")
