@@ -161,4 +161,3 @@ class Clock:
         per_epoch = max(1, -(-records // size))
         self.epoch = self.batches // per_epoch
         self.epoch_start = self.samples - (self.batches % per_epoch) * size
-

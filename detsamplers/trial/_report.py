@@ -28,9 +28,7 @@ def _format(metrics: dict[str, Any]) -> str:
 class Reporter:
     """Rank 0's metrics log and progress bar."""
 
-    def __init__(
-        self, checkpoint_dir: str, chief: bool, initial: int, total: int | None
-    ) -> None:
+    def __init__(self, checkpoint_dir: str, chief: bool, initial: int, total: int | None) -> None:
         self.chief = chief
         self.path = os.path.join(checkpoint_dir, "metrics.jsonl")
         self.bar: Any = None
