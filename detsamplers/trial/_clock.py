@@ -98,7 +98,7 @@ class Clock:
         """Global batches in an epoch at the size in force: ``ceil(N / size)``."""
         return max(1, -(-self.records // self.size))
 
-    def total(self, length: Length, limit: int = 1_000_000) -> int | None:
+    def total(self, length: Length, limit: int = 100_000) -> int | None:
         """The batches trained once ``length`` is reached, or ``None`` if over ``limit`` steps.
 
         It replays the schedule forward (a plain size jumps in one step).
