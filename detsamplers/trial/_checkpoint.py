@@ -11,7 +11,9 @@ NOTE [ checkpoint layout ]
 - ``metadata.json``, written last: the format version, batches trained, samples trained
   (also as ``records_consumed``), global batch size, world size, seed, dataset length,
   data seed, the rank-0 chain fingerprint and digest, a digest of the samples trained
-  free of world size and batch size, the hparams and the file list.
+  free of world size and batch size, the batch-size schedule as given and as realized
+  (``batch_segments``), the epoch of the next batch and its first sample
+  (NOTE [ batch size schedule ], NOTE [ epoch length ]), the hparams and the file list.
 
 A folder is written as ``.batch-000120.tmp`` (every rank writes and fsyncs its file, then
 a barrier), renamed into place by rank 0, and completed by writing ``metadata.json``

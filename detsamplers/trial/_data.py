@@ -8,7 +8,9 @@ samples ``[S, S + G)`` of the shuffled, repeated stream (``G`` the global batch 
 for every world size and every earlier batch size (NOTE [ sample positions ]). A resume
 may therefore change the global batch size as well as the world size; the checkpoint
 records ``samples_trained`` and a digest of the sample stream that any grid recomputes.
-The trainer counts epochs in batches, as Determined does (NOTE [ epoch length ]).
+The trainer counts epochs in samples (NOTE [ epoch length ]); under a batch-size schedule
+it rebuilds the loader with the new per-slot ``batch_size`` at each switch, from the
+samples trained (NOTE [ batch size schedule ]).
 
 A ``WebDatasetSource`` (or a ``WebDataLoader`` over one) is rebuilt the same way:
 ``source.for_rank(world_size=W, rank=r, skip_samples=S)``, in a ``WebDataLoader`` with the
