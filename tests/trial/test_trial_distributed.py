@@ -24,6 +24,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16", "--max-batches=48"]
 
 
+def global_stream(records: Path, worlds: list[int]) -> tuple[list[int], list[int]]:
+    """The samples of global batches ``0, 1, ...`` trained on ``worlds[b]`` ranks, and sizes."""
+    shares: dict[tuple[int, int], list[int]] = {}
+    for rank in range(max(worlds)):
+        for line in (records / f"records-rank{rank}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            shares[row["batch"], row["rank"]] = row["indices"]
+    stream: list[int] = []
+    sizes = []
+    for batch, world in enumerate(worlds):  # record j of rank r is sample j W + r of the batch
+        ranks = [shares[batch, r] for r in range(world)]
+        stream += [ranks[r][j] for j in range(len(ranks[0])) for r in range(world)]
+        sizes.append(len(ranks[0]) * world)
+    return stream, sizes
+
+
 def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straight_run(
     demo: tuple[bool, list[str], Path],
 ) -> None:
@@ -94,16 +110,7 @@ def test_two_ranks_of_8_then_one_rank_of_24_train_every_record_once_per_epoch(
     common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
     launch(2, [*common, "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7"], log)
     launch(1, [*common, "--global-batch-size=24", "--max-batches=12", "--resume"], log)
-    shares: dict[tuple[int, int], list[int]] = {}
-    for rank in (0, 1):
-        for line in (records / f"records-rank{rank}.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            shares[row["batch"], row["rank"]] = row["indices"]
-    stream: list[int] = []
-    for batch in range(12):
-        world = 2 if batch < 7 else 1  # record j of rank r is sample j W + r of the batch
-        ranks = [shares[batch, r] for r in range(world)]
-        stream += [ranks[r][j] for j in range(len(ranks[0])) for r in range(world)]
+    stream = global_stream(records, [2] * 7 + [1] * 5)[0]
     assert len(stream) == 7 * 16 + 5 * 24
     for epoch in range(len(stream) // 80):
         assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
@@ -125,18 +132,7 @@ def test_a_schedule_switching_mid_run_on_two_ranks_resumed_on_one_trains_every_r
     launch(2, [*common, *first], log)
     later = ["--global-batch-size=[[0, 16], [40, 24], [200, 8]]", "--max-batches=12", "--resume"]
     launch(1, [*common, *later], log)
-    shares: dict[tuple[int, int], list[int]] = {}
-    for rank in (0, 1):
-        for line in (records / f"records-rank{rank}.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            shares[row["batch"], row["rank"]] = row["indices"]
-    stream: list[int] = []
-    sizes = []
-    for batch in range(12):
-        world = 2 if batch < 6 else 1  # record j of rank r is sample j W + r of the batch
-        ranks = [shares[batch, r] for r in range(world)]
-        stream += [ranks[r][j] for j in range(len(ranks[0])) for r in range(world)]
-        sizes.append(len(ranks[0]) * world)
+    stream, sizes = global_stream(records, [2] * 6 + [1] * 6)
     assert sizes == [16] * 3 + [24] * 7 + [8] * 2
     for epoch in range(len(stream) // 80):
         assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
