@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._schedule import BatchSchedule, Segment
-from ._units import Batch, Length
+from ._units import Batch, Epoch, Length
 
 __all__ = ["Clock"]
 
@@ -34,6 +34,8 @@ class Clock:
         4 20 1 6
         >>> clock.segments
         [(0, 0, 4), (2, 8, 6)]
+        >>> clock.total(Epoch(3)), clock.total(Batch(9))  # epoch 2 starts at 26, 3 at 38
+        (7, 9)
     """
 
     schedule: BatchSchedule
@@ -84,9 +86,9 @@ class Clock:
 
     def reached(self, length: Length) -> bool:
         """Whether ``length`` of training (a total, from the run's start) is done."""
-        if isinstance(length, Batch):
-            return self.batches >= length.length
-        return self.epoch >= length.length
+        if isinstance(length, Epoch):
+            return self.epoch >= length.length
+        return self.batches >= length.length
 
     def due(self, period: Length) -> bool:
         """Whether a period ends with the batch just trained (call after :meth:`advance`)."""
