@@ -18,6 +18,12 @@ Examples:
 
 from ._check import check_reproducible
 from ._dataloader import DataLoader
-from ._wds import WebDataLoader, WebDatasetSource
+from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
 
-__all__ = ["DataLoader", "WebDataLoader", "WebDatasetSource", "check_reproducible"]
+__all__ = [
+    "DataLoader",
+    "WebDataLoader",
+    "WebDatasetMix",
+    "WebDatasetSource",
+    "check_reproducible",
+]

@@ -8,11 +8,13 @@ does so for remote shards and ``_index_file`` is the format of their index files
 order ]), ``_split`` deals them to ranks and workers (NOTE [ shard stream split ]);
 ``_reader`` reads samples from local and remote shards side by side; ``_decode`` builds the
 decode stage, ``_state`` checks a saved state; ``_source`` is :class:`WebDatasetSource`
-and ``_loader`` is :class:`WebDataLoader`. The public names are re-exported from
-:mod:`detsamplers.loader`.
+and ``_loader`` is :class:`WebDataLoader`; ``_mix_order`` maps positions of a mixture of
+shard sets to samples (NOTE [ shard stream mixture ]) and ``_mix`` is
+:class:`WebDatasetMix`. The public names are re-exported from :mod:`detsamplers.loader`.
 """
 
 from ._loader import WebDataLoader
+from ._mix import WebDatasetMix
 from ._source import WebDatasetSource
 
-__all__ = ["WebDataLoader", "WebDatasetSource"]
+__all__ = ["WebDataLoader", "WebDatasetMix", "WebDatasetSource"]

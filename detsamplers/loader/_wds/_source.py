@@ -340,7 +340,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ['k2', 'k3']
         """
         own = reader is None
-        reader = reader or ShardReader(self.shards, self.remote)
+        reader = reader or self._reader()
         try:
             shards, samples = self._order.locate(self._positions(batch))
             items = [
@@ -356,6 +356,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             key = batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
             items = self._apply(items, key)
         return self.collate_fn(items)
+
+    def _reader(self) -> ShardReader:
+        """A reader of the shards, one per process or DataLoader worker."""
+        return ShardReader(self.shards, self.remote)
 
     def _begin(self) -> int:
         """The first batch of the next pass (a finished validation pass starts over)."""
@@ -391,7 +395,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         step = max(num_workers, 1)
         end = self._end()
         batch = self._begin() + worker_id
-        reader = ShardReader(self.shards, self.remote)
+        reader = self._reader()
         try:
             while end is None or batch < end:
                 yield self.batch_at(batch, reader)

@@ -1,0 +1,361 @@
+"""``WebDatasetMix``: several webdataset shard sets mixed with weights, exactly resumable.
+
+The order is NOTE [ shard stream mixture ] (:mod:`._mix_order`); everything else (the
+split, the batch grid, decoding, per-batch seeding, the loader) is the single source's.
+A DataLoader worker keeps one reader per shard set, so each set's reads stay sequential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+from torch.utils.data import default_collate
+
+from ..._errors import ReproducibilityError, check_int
+from ..._mix import MixSampler
+from ..._seeds import derive
+from ..._state import check_header, fingerprint
+from ._fetch import RemoteOptions
+from ._index import ShardInfo
+from ._mix_order import MixOrder
+from ._order import ShardOrder
+from ._reader import ShardReader
+from ._source import WebDatasetSource
+from ._state import STATE_VERSION
+from ._urls import expand_urls
+
+__all__ = ["WebDatasetMix"]
+
+_STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
+#: Keys a state carries for people to read, never checked: where each shard set is.
+_INFORMATION = ("mixture",)
+#: Configuration compared on load, in this order (the curriculum separately).
+_CHECKED = ("seed", "weights", "window", "shuffle_shards", "shuffle_window")
+
+
+class _MixReader(ShardReader):
+    """One :class:`ShardReader` per shard set, so that each set's reads stay sequential."""
+
+    def __init__(
+        self, shards: Sequence[ShardInfo], options: RemoteOptions, offsets: list[int]
+    ) -> None:
+        super().__init__(shards, options)
+        self.offsets = offsets
+        bounds = [*offsets[1:], len(shards)]
+        self.parts = [
+            ShardReader(shards[a:b], options) for a, b in zip(offsets, bounds, strict=True)
+        ]
+        self.owner = np.repeat(np.arange(len(offsets)), np.diff([*offsets, len(shards)]))
+
+    def read(self, shard: int, index: int) -> dict[str, Any]:
+        k = int(self.owner[shard])
+        return self.parts[k].read(shard - self.offsets[k], index)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
+        super().close()
+
+
+class WebDatasetMix(WebDatasetSource):
+    """Several webdataset shard sets mixed with weights, as one stream of batches.
+
+    Position ``p`` of the stream is sample ``q`` of shard set ``k``, where ``(k, q)`` is
+    :class:`~detsamplers.MixSampler`'s law (NOTE [ mixture law ]): in every window of ``P``
+    positions set ``k`` gets its share to within one sample, the interleaving is keyed by
+    ``(seed, window)``, and each set advances through its own stream in order, with its own
+    epochs (NOTE [ shard stream mixture ]). Set ``k``'s stream is exactly what
+    ``WebDatasetSource(urls[k], seed=mix.seeds[k], shuffle_shards=..., shuffle_window=...)``
+    yields. The split across ranks and workers, batching, decoding, per-batch seeding and
+    :class:`WebDataLoader` are those of :class:`WebDatasetSource`; the stream is endless
+    (``repeat=True``).
+
+    Args:
+        urls: One shard set per component: each a path, fsspec URL or brace pattern, or a
+            sequence of these (as ``WebDatasetSource``'s ``urls``).
+        weights: One non-negative weight per shard set, with a positive sum.
+        seed: Keys the interleaving, each set's shard and window shuffles (set ``k``'s seed
+            is ``derive(seed, "mix-component", k)``) and the per-batch RNG seeding.
+        batch_size: Samples per batch on each rank.
+        world_size: Number of ranks.
+        rank: This rank, in ``[0, world_size)``.
+        window: Positions per window of the mixture (``MixSampler``'s ``window``).
+        curriculum: Later segments ``(start, weights)``: from position ``start`` on,
+            ``weights`` apply (``MixSampler``'s ``curriculum``). No set loses or repeats a
+            sample at a switch.
+        decode, map, collate_fn, shuffle_shards, shuffle_window, skip, skip_samples,
+        index_dir, storage_options, timeout, retries, read_ahead: As for
+            :class:`WebDatasetSource`, shared by every set.
+
+    Raises:
+        TypeError: an argument has the wrong type (``urls`` a single string).
+        ValueError: no shard sets, a set without samples, weights of the wrong length or
+            value, or any error of ``WebDatasetSource`` or ``MixSampler``.
+
+    Determinism:
+        A batch's samples depend only on the arguments and the batch's position: not on
+        ``num_workers`` or where the run resumed; the global batches are the same on any
+        world size with the same global batch.
+
+    Examples:
+        >>> import os, tempfile, webdataset as wds
+        >>> folder = tempfile.mkdtemp()
+        >>> for name, count in (("a", 6), ("b", 2)):
+        ...     with wds.ShardWriter(os.path.join(folder, name + "-%d.tar"), verbose=0) as w:
+        ...         for i in range(count):
+        ...             w.write({"__key__": f"{name}{i}", "cls": b"0"})
+        >>> mix = WebDatasetMix([os.path.join(folder, "a-0.tar"), os.path.join(folder, "b-0.tar")],
+        ...     [0.75, 0.25], seed=0, batch_size=4, collate_fn=list)
+        >>> [[s["__key__"] for s in batch] for _, batch in zip(range(2), mix)]
+        [['a0', 'a1', 'b0', 'a2'], ['b1', 'a3', 'a4', 'a5']]
+        >>> mix.progress()
+        {'position': 8, 'consumed': [6, 2], 'epochs': [1, 1]}
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str | Sequence[str]],
+        weights: Sequence[float],
+        *,
+        seed: int,
+        batch_size: int,
+        world_size: int = 1,
+        rank: int = 0,
+        window: int | None = None,
+        curriculum: Sequence[tuple[int, Sequence[float]]] = (),
+        decode: Any = None,
+        map: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = default_collate,
+        shuffle_shards: bool = True,
+        shuffle_window: int = 0,
+        skip: int = 0,
+        skip_samples: int = 0,
+        index_dir: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout: float = 60.0,
+        retries: int = 5,
+        read_ahead: int = 4 << 20,
+    ) -> None:
+        if isinstance(urls, str) or not isinstance(urls, Sequence):
+            raise TypeError(
+                "urls should be a list of shard sets, one per component (each a path, URL or "
+                f"brace pattern, or a list of them), but got urls of type {type(urls).__name__}"
+            )
+        if not urls:
+            raise ValueError("urls should hold at least one shard set, but got urls=[]")
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
+            raise TypeError(
+                f"weights should be a sequence of {len(urls)} non-negative numbers, one per "
+                f"shard set, but got weights={weights!r} of type {type(weights).__name__}"
+            )
+        if len(weights) != len(urls):
+            raise ValueError(
+                f"weights should have one weight per shard set in urls ({len(urls)}), but got "
+                f"{len(weights)}: weights={list(weights)!r}"
+            )
+        seed = check_int("seed", seed)
+        sets: list[list[str]] = []
+        for k, part in enumerate(urls):
+            try:
+                sets.append(expand_urls(part))
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"urls[{k}]: {error}") from None
+        super().__init__(
+            [url for part in sets for url in part],
+            seed=seed,
+            batch_size=batch_size,
+            world_size=world_size,
+            rank=rank,
+            decode=decode,
+            map=map,
+            collate_fn=collate_fn,
+            shuffle_shards=shuffle_shards,
+            shuffle_window=shuffle_window,
+            repeat=True,
+            skip=skip,
+            skip_samples=skip_samples,
+            index_dir=index_dir,
+            storage_options=storage_options,
+            timeout=timeout,
+            retries=retries,
+            read_ahead=read_ahead,
+        )
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in sets])]).tolist()
+        parts = [self.shards[a:b] for a, b in pairwise(offsets)]
+        counts = [[len(s) for s in part] for part in parts]
+        for k, part_counts in enumerate(counts):
+            if sum(part_counts) == 0:
+                raise ValueError(
+                    f"urls[{k}] should name shards with samples, but all {len(part_counts)} "
+                    "of them are empty; remove the shard set or fill it"
+                )
+        self.seeds = [derive(seed, "mix-component", k) for k in range(len(sets))]
+        self.mixture = MixSampler(
+            [range(sum(c)) for c in counts], weights, seed, window=window, curriculum=curriculum
+        )
+        orders = [
+            ShardOrder(c, s, shuffle_shards, shuffle_window)
+            for c, s in zip(counts, self.seeds, strict=True)
+        ]
+        self._order = MixOrder(self.mixture, orders)  # type: ignore[assignment]
+        self._offsets = offsets[:-1]
+        law = self.mixture.config()
+        self._config = {
+            "seed": seed,
+            "weights": law["weights"],
+            "window": law["window"],
+            "curriculum": law["curriculum"],
+            "shuffle_shards": shuffle_shards,
+            "shuffle_window": shuffle_window,
+            "shards": [[s.path.rsplit("/", 1)[-1] for s in part] for part in parts],
+        }
+        # The curriculum is left out: segments still to come may change at a resume.
+        stable = {key: value for key, value in self._config.items() if key != "curriculum"}
+        self._fingerprint = fingerprint([{"source": "webdataset-mix", **stable}])
+        self._mix_counts = counts
+        self._mix_paths = [[s.path for s in part] for part in parts]
+
+    def _reader(self) -> ShardReader:
+        return _MixReader(self.shards, self.remote, self._offsets)
+
+    def __len__(self) -> int:
+        raise TypeError(
+            "len() of a WebDatasetMix is undefined: a mixture streams forever; count steps "
+            "in the training loop"
+        )
+
+    def progress(self, position: int | None = None) -> dict[str, Any]:
+        """Samples each shard set has given before ``position`` (default: the current one).
+
+        ``epochs[k]`` is the passes shard set ``k`` has completed (``MixSampler.progress``).
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     w.write({"__key__": "k", "cls": b"0"})
+            >>> path = os.path.join(folder, "s-0.tar")
+            >>> WebDatasetMix([path, path], [1, 1], seed=0, batch_size=1).progress(4)
+            {'position': 4, 'consumed': [2, 2], 'epochs': [2, 2]}
+        """
+        return self.mixture.progress(self.position if position is None else position)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The resume state: the global position, what it is checked against, and progress.
+
+        ``counts`` are each shard set's shards' sample counts; ``mixture`` shows each set's
+        samples consumed and epochs completed (informational: loading ignores it).
+        """
+        return {
+            "version": STATE_VERSION,
+            "position": self.position,
+            "fingerprint": self._fingerprint,
+            "config": {**self._config, "shards": [list(p) for p in self._config["shards"]]},
+            "counts": [list(c) for c in self._mix_counts],
+            "mixture": self.progress(),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resume at the state's position, on any world size, batch size or ``num_workers``.
+
+        The curriculum may add or change segments that start at or after the saved
+        position (as for ``MixSampler``).
+
+        Raises:
+            TypeError: ``state_dict`` is not a mapping, or its counts or config have the
+                wrong type.
+            ValueError: a key is missing or unknown, or the version is unknown.
+            ReproducibilityError: a weight, the window, the seed, a shuffle setting, a
+                shard set's shards or a shard's sample count changed, or a curriculum
+                segment before the saved position (the message names it).
+        """
+        position = check_header(state_dict, _STATE_KEYS, "WebDatasetMix", STATE_VERSION)
+        unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS + _INFORMATION)
+        if unknown:
+            raise ValueError(
+                f"state has keys {', '.join(unknown)} that WebDatasetMix.state_dict() never "
+                "writes; it was saved by another object or edited: pass the state it saved"
+            )
+        saved, counts = state_dict["config"], state_dict["counts"]
+        if not isinstance(saved, Mapping):
+            raise TypeError(
+                "state['config'] should be the dict of settings from "
+                f"WebDatasetMix.state_dict(), but got {saved!r}"
+            )
+        if not (isinstance(counts, list) and all(isinstance(c, list) for c in counts)):
+            raise TypeError(
+                "state['counts'] should be a list of lists of samples per shard, one per "
+                f"shard set, from WebDatasetMix.state_dict(), but got {counts!r}"
+            )
+        changed = _differences(dict(saved), counts, self._config, self._mix_counts, position)
+        for path_list, old, new in zip(self._mix_paths, counts, self._mix_counts, strict=False):
+            if len(old) == len(new) and old != new:
+                changed += [
+                    f"shard {path!r} had {a} samples when the state was saved but has {b} now"
+                    for path, a, b in zip(path_list, old, new, strict=True)
+                    if a != b
+                ]
+        if not changed and state_dict["fingerprint"] != self._fingerprint:
+            changed = ["the state's fingerprint does not match its configuration"]
+        if changed:
+            raise ReproducibilityError(
+                f"cannot load this state into WebDatasetMix: {'; '.join(changed)}; resuming "
+                "from it would train on other data. Rebuild the mixture as it was."
+            )
+        self._seek(position)
+
+
+def _differences(
+    saved: dict[str, Any],
+    counts: list[list[Any]],
+    config: Mapping[str, Any],
+    here: list[list[int]],
+    position: int,
+) -> list[str]:
+    """What differs between a saved mixture's configuration and this one, each named."""
+    out: list[str] = []
+    if len(counts) != len(here):
+        return [f"it was saved with {len(counts)} shard sets, but urls name {len(here)}"]
+    for key in _CHECKED:
+        old, new = saved.get(key), config[key]
+        if old == new:
+            continue
+        if key == "weights" and isinstance(old, list) and len(old) == len(new):
+            out += [
+                f"weights[{k}] is {a!r} in the state but {b!r} here"
+                for k, (a, b) in enumerate(zip(old, new, strict=True))
+                if a != b
+            ]
+        else:
+            out.append(f"{key} is {old!r} in the state but {new!r} here")
+    names = saved.get("shards")
+    for k, new_names in enumerate(config["shards"]):
+        old_names = names[k] if isinstance(names, list) and k < len(names) else None
+        if old_names != new_names:
+            out.append(
+                f"urls[{k}] names other shard files or another order than in the state "
+                f"({_count(old_names)} shards then, {len(new_names)} now)"
+            )
+    old_plan, new_plan = saved.get("curriculum"), config["curriculum"]
+    if old_plan != new_plan:
+
+        def past(plan: Any) -> list[Any]:
+            if not isinstance(plan, list):
+                return [plan]
+            return [e for e in plan if isinstance(e, list) and e and e[0] < position]
+
+        if past(old_plan) != past(new_plan):
+            out.append(
+                f"the curriculum changed before position {position}, which the saved run "
+                f"had already reached (curriculum is {old_plan!r} in the state but "
+                f"{new_plan!r} here); segments may only be added or changed from position "
+                f"{position} on"
+            )
+    return out
+
+
+def _count(names: Any) -> str:
+    return str(len(names)) if isinstance(names, list) else "no"
