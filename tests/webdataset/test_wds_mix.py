@@ -1,0 +1,299 @@
+"""WebDatasetMix: the mixture law over shard sets, exact resume, elastic split, parity."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import webdataset as wds
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wds_helpers import global_stream, label, take
+
+from detsamplers import MixSampler, ReproducibilityError
+from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
+
+#: Three shard sets: their shards' sample counts. Set c's samples are labelled c * 1000 + i,
+#: i counting the set's samples in URL order.
+SETS = [[5, 3, 4], [2, 3], [7]]
+SIZES = [sum(c) for c in SETS]
+
+
+def write_set(folder: Path, component: int, counts: list[int]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    urls, value = [], component * 1000
+    for shard, count in enumerate(counts):
+        path = folder / f"c{component}-{shard:02d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for j in range(count):
+                sink.write({"__key__": f"c{component}-{shard}-{j}", "cls": value})
+                value += 1
+        urls.append(str(path))
+    return urls
+
+
+@pytest.fixture(scope="session")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
+    """The shard URLs of each of the three sets of ``SETS``."""
+    root = tmp_path_factory.mktemp("mix")
+    return [write_set(root / f"set{c}", c, counts) for c, counts in enumerate(SETS)]
+
+
+def mix(urls: list[list[str]], weights: Any = (0.5, 0.3, 0.2), **kwargs: Any) -> WebDatasetMix:
+    options: dict[str, Any] = {
+        "seed": 0,
+        "batch_size": 2,
+        "decode": (),
+        "map": label,
+        "shuffle_window": 3,
+    }
+    options.update(kwargs)
+    return WebDatasetMix(urls, list(weights), **options)
+
+
+def stream(source: WebDatasetSource, count: int) -> list[int]:
+    """The first ``count`` samples from the source's position, on one rank of batch 1."""
+    one = source.for_rank(world_size=1, rank=0, skip_samples=source.position)
+    one.batch_size = 1
+    return [b[0] for b in take(iter(one), count)]
+
+
+def test_every_window_gives_each_shard_set_its_count(sets: list[list[str]]) -> None:
+    source = mix(sets, (0.6, 0.25, 0.15))
+    window, counts = source.mixture.window, source.mixture.counts
+    assert (window, counts) == (20, [12, 5, 3])
+    labels = stream(source, 10 * window)
+    for j in range(10):
+        got = Counter(x // 1000 for x in labels[j * window : (j + 1) * window])
+        assert [got[k] for k in range(3)] == counts
+
+
+@settings(max_examples=15)
+@given(
+    weights=st.lists(st.integers(1, 9), min_size=3, max_size=3),
+    seed=st.integers(0, 2**32),
+)
+def test_the_shares_and_the_interleaving_are_mix_samplers_law(
+    sets: list[list[str]], weights: list[int], seed: int
+) -> None:
+    source = mix(sets, weights, seed=seed)
+    law = MixSampler([range(n) for n in SIZES], weights, seed)
+    positions = np.arange(3 * law.window)
+    component, _ = law.locate(positions)
+    labels = stream(source, len(positions))
+    assert [x // 1000 for x in labels] == component.tolist()
+    for j in range(3):
+        got = Counter(component[j * law.window : (j + 1) * law.window].tolist())
+        assert [got[k] for k in range(3)] == law.counts
+
+
+def test_each_shard_set_gives_every_sample_once_per_epoch(sets: list[list[str]]) -> None:
+    source = mix(sets, (0.2, 0.3, 0.5))
+    labels = stream(source, 300)
+    for k, size in enumerate(SIZES):
+        own = [x for x in labels if x // 1000 == k]
+        epochs = len(own) // size
+        assert epochs >= 3
+        for e in range(epochs):
+            assert sorted(own[e * size : (e + 1) * size]) == [k * 1000 + i for i in range(size)]
+
+
+def test_each_shard_set_streams_what_a_single_source_over_it_yields(
+    sets: list[list[str]],
+) -> None:
+    # Parity with the real thing: a WebDatasetSource over set k with the set's seed.
+    options: dict[str, Any] = {"shuffle_window": 3, "collate_fn": list, "batch_size": 1}
+    source = mix(sets, decode=None, map=None, **options)
+    one = source.for_rank(world_size=1, rank=0)
+    one.batch_size = 1
+    samples = [batch[0] for _, batch in zip(range(250), one, strict=False)]
+    for k, urls in enumerate(sets):
+        own = [s for s in samples if s["__key__"].startswith(f"c{k}-")]
+        single = WebDatasetSource(urls, seed=source.seeds[k], **options)
+        expected = [batch[0] for _, batch in zip(range(len(own)), single, strict=False)]
+        assert len(own) > 2 * SIZES[k]  # past the set's second epoch
+        assert own == expected  # keys, URLs, bytes and local paths
+
+
+def test_the_order_for_a_fixed_seed_is_pinned(sets: list[list[str]]) -> None:
+    # Window 10 (counts 5, 3, 2); set 0 reads shard 1 then shard 0 then shard 2, each in
+    # windows of 3 shuffled; set 1 starts its second epoch at position 18.
+    golden = [5, 7, 2001, 1000, 1001, 2002, 6, 1003, 1, 2, 0, 2000, 3, 2003, 4, 1002, 9, 1004]
+    assert stream(mix(sets, seed=7), 20) == [*golden, 1004, 8]
+
+
+def test_resuming_at_every_position_gives_the_uninterrupted_stream(
+    sets: list[list[str]],
+) -> None:
+    reference = stream(mix(sets), 60)  # every set past its first epoch, mid-shard
+    for position in range(50):
+        saved = json.loads(json.dumps({**mix(sets).state_dict(), "position": position}))
+        resumed = mix(sets, batch_size=3)
+        resumed.load_state_dict(saved)
+        assert [x for b in take(iter(resumed), 3) for x in b] == reference[position:][:9]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [((2, 3), (3, 2)), ((1, 6), (4, 1)), ((3, 2), (1, 5)), ((2, 2), (5, 3))]
+)
+def test_another_world_size_or_global_batch_continues_the_same_global_batches(
+    sets: list[list[str]], before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    def ranks(world_size: int, batch_size: int) -> list[WebDatasetSource]:
+        return [
+            mix(sets, batch_size=batch_size, world_size=world_size, rank=r)
+            for r in range(world_size)
+        ]
+
+    straight = stream(mix(sets), 120)
+    first = ranks(*before)
+    assert global_stream(first, 0, 7) == straight[: 7 * before[0] * before[1]]
+    state = first[0].state_dict()
+    assert all(source.state_dict() == state for source in first)
+    second = ranks(*after)
+    for source in second:
+        source.load_state_dict(state)
+    tail = global_stream(second, 0, 5)
+    start = state["position"]
+    assert tail == straight[start : start + 5 * after[0] * after[1]]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_batches_do_not_depend_on_num_workers(sets: list[list[str]], world_size: int) -> None:
+    def ranks() -> list[WebDatasetSource]:
+        return [mix(sets, world_size=world_size, rank=r, batch_size=3) for r in range(world_size)]
+
+    reference = global_stream(ranks(), 0, 12)
+    assert reference == stream(mix(sets), 36 * world_size)
+    for workers in (1, 2, 3):
+        assert global_stream(ranks(), workers, 12) == reference
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_loader_with_workers_resumes_the_mixture_exactly(sets: list[list[str]]) -> None:
+    loader = WebDataLoader(mix(sets, batch_size=4), num_workers=2)
+    iterator = iter(loader)
+    head = [b.tolist() for _, b in zip(range(5), iterator, strict=False)]
+    state = loader.state_dict()
+    del iterator
+    assert state["position"] == 20
+    assert state["mixture"] == mix(sets).progress(20)
+    resumed = WebDataLoader(mix(sets, batch_size=4), num_workers=0)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    tail = [b.tolist() for _, b in zip(range(3), resumed, strict=False)]
+    assert [x for b in head + tail for x in b] == stream(mix(sets), 32)
+
+
+def test_the_state_shows_each_shard_sets_samples_and_epochs(sets: list[list[str]]) -> None:
+    source = mix(sets, (0.6, 0.25, 0.15), batch_size=10)
+    iterator = iter(source)
+    for _ in range(4):
+        next(iterator)
+    state = source.state_dict()
+    assert state["position"] == 40
+    assert state["mixture"] == {"position": 40, "consumed": [24, 10, 6], "epochs": [2, 2, 0]}
+    assert state["counts"] == SETS
+
+
+def test_a_curriculum_switches_weights_without_losing_or_repeating_a_sample(
+    sets: list[list[str]],
+) -> None:
+    source = mix(sets, (0.5, 0.5, 0), curriculum=[(17, [0, 0, 1])])
+    labels = stream(source, 17 + 7)
+    assert {x // 1000 for x in labels[:17]} == {0, 1}
+    assert sorted(labels[17:]) == [2000 + i for i in range(7)]
+    # A state may take a curriculum segment that starts at or after its position...
+    state = {**mix(sets, (0.5, 0.5, 0)).state_dict(), "position": 17}
+    later = mix(sets, (0.5, 0.5, 0), curriculum=[(17, [0, 0, 1])])
+    later.load_state_dict(state)
+    assert stream(later, 7) == labels[17:]
+    # ...but not one that changes positions the run had already trained on.
+    earlier = mix(sets, (0.5, 0.5, 0), curriculum=[(16, [0, 0, 1])])
+    with pytest.raises(ReproducibilityError, match=r"the curriculum changed before position 17"):
+        earlier.load_state_dict(state)
+
+
+def test_a_changed_weight_or_shard_set_is_refused_naming_it(
+    sets: list[list[str]], tmp_path: Path
+) -> None:
+    state = mix(sets).state_dict()
+    with pytest.raises(
+        ReproducibilityError, match=r"weights\[1\] is 0.3 in the state but 0.2 here"
+    ):
+        mix(sets, (0.5, 0.2, 0.3)).load_state_dict(state)
+    with pytest.raises(ReproducibilityError, match=r"seed is 0 in the state but 1 here"):
+        mix(sets, seed=1).load_state_dict(state)
+    with pytest.raises(ReproducibilityError, match=r"shuffle_window is 3 in the state but 0 here"):
+        mix(sets, shuffle_window=0).load_state_dict(state)
+    with pytest.raises(ReproducibilityError, match=r"urls\[2\] names other shard files"):
+        mix([sets[0], sets[1], sets[1]]).load_state_dict(state)
+    with pytest.raises(ReproducibilityError, match=r"saved with 3 shard sets, but urls name 2"):
+        mix(sets[:2], (1, 1)).load_state_dict(state)
+    # A shard rewritten with another sample count is named.
+    changed = [write_set(tmp_path / f"s{c}", c, counts) for c, counts in enumerate(SETS)]
+    before = mix(changed).state_dict()
+    write_set(tmp_path / "s1", 1, [2, 4])
+    with pytest.raises(ReproducibilityError, match=r"c1-01.tar' had 3 samples .* has 4 now"):
+        mix(changed).load_state_dict(before)
+    with pytest.raises(ValueError, match=r"state has keys extra that WebDatasetMix"):
+        mix(sets).load_state_dict({**state, "extra": 1})
+    with pytest.raises(TypeError, match=r"state\['counts'\] should be a list of lists"):
+        mix(sets).load_state_dict({**state, "counts": [1, 2]})
+
+
+def test_bad_arguments_are_refused_naming_them(sets: list[list[str]], tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"urls should be a list of shard sets, one per compo"):
+        WebDatasetMix(sets[0][0], [1], seed=0, batch_size=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"urls should hold at least one shard set, but got"):
+        WebDatasetMix([], [], seed=0, batch_size=1)
+    with pytest.raises(ValueError, match=r"one weight per shard set in urls \(3\), but got 2"):
+        mix(sets, (1, 1))
+    with pytest.raises(TypeError, match=r"weights should be a sequence of 3 non-negative"):
+        WebDatasetMix(sets, "abc", seed=0, batch_size=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"weights\[1\] should be a finite non-negative number"):
+        mix(sets, (1, -1, 1))
+    with pytest.raises(TypeError, match=r"urls\[1\]: urls should be a string"):
+        mix([sets[0], [1, 2], sets[2]])  # type: ignore[list-item]
+    empty = tmp_path / "empty.tar"
+    with wds.TarWriter(str(empty)):
+        pass
+    with pytest.raises(ValueError, match=r"urls\[1\] should name shards with samples, but all 1"):
+        mix([sets[0], [str(empty)], sets[2]])
+    with pytest.raises(TypeError, match=r"len\(\) of a WebDatasetMix is undefined"):
+        len(mix(sets))
+    with pytest.raises(ValueError, match=r"batch_size should be a positive integer"):
+        mix(sets, batch_size=0)
+
+
+def test_each_worker_keeps_one_open_shard_per_shard_set(sets: list[list[str]]) -> None:
+    # Switching sets does not close the other sets' shards: a set's shard is opened only
+    # when that set's own stream moves to another shard.
+    source = mix(sets, batch_size=8)
+    reader = source._reader()
+    opened: list[int] = []
+    for k, part in enumerate(reader.parts):  # type: ignore[attr-defined]
+        original = part._open
+
+        def spy(shard: int, part: Any = part, original: Any = original, k: int = k) -> Any:
+            if part.handle is None:
+                opened.append(k)
+            return original(shard)
+
+        part._open = spy
+    for batch in range(6):
+        source.batch_at(batch, reader)
+    reader.close()
+    shards, _ = source._order.locate(np.arange(48))
+    offsets = np.cumsum([0] + [len(c) for c in SETS])
+    owner = np.searchsorted(offsets, shards, side="right") - 1
+    runs = []
+    for k in range(3):
+        own = shards[owner == k]
+        runs.append(1 + int(np.count_nonzero(own[1:] != own[:-1])))
+    assert Counter(opened) == dict(enumerate(runs))
+    switches = 1 + int(np.count_nonzero(shards[1:] != shards[:-1]))
+    assert sum(runs) < switches  # what one reader for all sets would open
