@@ -43,6 +43,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --quick
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/webdataset_http_table.py --quick
+	$(PY) benchmarks/webdataset_mix_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/mix_table.py --quick
 	$(PY) benchmarks/preemption_table.py --quick
@@ -57,6 +58,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --plot docs/torchdata.png
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/webdataset_http_table.py
+	$(PY) benchmarks/webdataset_mix_table.py
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png
 	$(PY) benchmarks/preemption_table.py
