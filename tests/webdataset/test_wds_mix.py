@@ -297,3 +297,23 @@ def test_each_worker_keeps_one_open_shard_per_shard_set(sets: list[list[str]]) -
     assert Counter(opened) == dict(enumerate(runs))
     switches = 1 + int(np.count_nonzero(shards[1:] != shards[:-1]))
     assert sum(runs) < switches  # what one reader for all sets would open
+
+
+def test_a_mixture_of_many_shard_sets_follows_the_law(tmp_path: Path) -> None:
+    counts = [[2, 1], [3], [1, 1, 1], [4], [2], [5], [1, 2], [3], [2, 2]]
+    urls = [write_set(tmp_path / f"m{c}", c, n) for c, n in enumerate(counts)]
+    weights = list(range(1, 10))
+    source = mix(urls, weights, seed=3, shuffle_window=0)
+    law = MixSampler([range(sum(n)) for n in counts], weights, 3)
+    labels = stream(source, 3 * law.window)
+    component, q = law.locate(np.arange(len(labels)))
+    assert [x // 1000 for x in labels] == component.tolist()
+    for k, n in enumerate(counts):
+        own = [x % 1000 for x in labels if x // 1000 == k]
+        assert q[component == k].tolist() == list(range(len(own)))  # each set in order
+        size = sum(n)
+        for e in range(len(own) // size):
+            assert sorted(own[e * size : (e + 1) * size]) == list(range(size))
+    assert source.progress(len(labels))["consumed"] == [
+        int(np.count_nonzero(component == k)) for k in range(9)
+    ]

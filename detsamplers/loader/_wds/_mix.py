@@ -48,10 +48,12 @@ class _MixReader(ShardReader):
         self.parts = [
             ShardReader(shards[a:b], options) for a, b in zip(offsets, bounds, strict=True)
         ]
-        self.owner = np.repeat(np.arange(len(offsets)), np.diff([*offsets, len(shards)]))
+        self.owner = [
+            k for k, (a, b) in enumerate(zip(offsets, bounds, strict=True)) for _ in range(a, b)
+        ]
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
-        k = int(self.owner[shard])
+        k = self.owner[shard]
         return self.parts[k].read(shard - self.offsets[k], index)
 
     def close(self) -> None:

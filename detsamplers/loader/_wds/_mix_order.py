@@ -64,8 +64,12 @@ class MixOrder:
         component, q = self.mixture.locate(positions)
         shards = np.empty_like(positions)
         samples = np.empty_like(positions)
-        for k in np.unique(component).tolist():
+        # A few sets: one pass per set beats np.unique's sort; many sets: only those present.
+        present = range(len(self.orders)) if len(self.orders) <= 8 else np.unique(component)
+        for k in present:
             where = np.flatnonzero(component == k)
+            if len(where) == 0:
+                continue
             shard, sample = self.orders[k].locate(q[where])
             shards[where] = shard + self.offsets[k]
             samples[where] = sample
