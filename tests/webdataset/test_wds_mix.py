@@ -317,3 +317,28 @@ def test_a_mixture_of_many_shard_sets_follows_the_law(tmp_path: Path) -> None:
     assert source.progress(len(labels))["consumed"] == [
         int(np.count_nonzero(component == k)) for k in range(9)
     ]
+
+
+def test_a_state_of_the_other_source_class_is_refused(sets: list[list[str]]) -> None:
+    single = WebDatasetSource(sets[0], seed=0, batch_size=2)
+    with pytest.raises(TypeError, match=r"state\['counts'\] should be a list of lists"):
+        mix(sets).load_state_dict(single.state_dict())
+    with pytest.raises(ValueError, match=r"state has keys mixture that WebDatasetSource"):
+        single.load_state_dict(mix(sets).state_dict())
+
+
+def test_a_mixture_of_shard_sets_over_http_reads_what_the_local_run_reads(
+    shards: str, server: Any, tmp_path: Path
+) -> None:
+    # The session's 7 shards (wds_helpers.COUNTS) as two sets: shards 0-3 and 4-6.
+    local = [
+        [shards.replace("{000000..000006}", f"{s:06d}") for s in range(4)],
+        [shards.replace("{000000..000006}", f"{s:06d}") for s in range(4, 7)],
+    ]
+    remote = [[f"{server.url}/s/{Path(u).name}" for u in part] for part in local]
+    options: dict[str, Any] = {"batch_size": 5, "shuffle_window": 4}
+    state = mix(local, (0.6, 0.4), **options).state_dict()
+    over_http = mix(remote, (0.6, 0.4), index_dir=str(tmp_path / "cache"), **options)
+    over_http.load_state_dict({**state, "position": 37})  # a local state resumes over HTTP
+    on_disk = mix(local, (0.6, 0.4), skip_samples=37, **options)
+    assert take(iter(over_http), 12) == take(iter(on_disk), 12)

@@ -212,7 +212,8 @@ class WebDatasetMix(WebDatasetSource):
             "curriculum": law["curriculum"],
             "shuffle_shards": shuffle_shards,
             "shuffle_window": shuffle_window,
-            "shards": [[s.path.rsplit("/", 1)[-1] for s in part] for part in parts],
+            # Per set, a hash of its shard file names in order (a state stays small).
+            "shards": [fingerprint([{"shards": [_name(s) for s in part]}]) for part in parts],
         }
         # The curriculum is left out: segments still to come may change at a resume.
         stable = {key: value for key, value in self._config.items() if key != "curriculum"}
@@ -255,7 +256,7 @@ class WebDatasetMix(WebDatasetSource):
             "version": STATE_VERSION,
             "position": self.position,
             "fingerprint": self._fingerprint,
-            "config": {**self._config, "shards": [list(p) for p in self._config["shards"]]},
+            "config": {**self._config, "shards": list(self._config["shards"])},
             "counts": [list(c) for c in self._mix_counts],
             "mixture": self.progress(),
         }
@@ -339,7 +340,7 @@ def _differences(
         if old_names != new_names:
             out.append(
                 f"urls[{k}] names other shard files or another order than in the state "
-                f"({_count(old_names)} shards then, {len(new_names)} now)"
+                f"({len(counts[k])} shards then, {len(here[k])} now)"
             )
     old_plan, new_plan = saved.get("curriculum"), config["curriculum"]
     if old_plan != new_plan:
@@ -359,5 +360,6 @@ def _differences(
     return out
 
 
-def _count(names: Any) -> str:
-    return str(len(names)) if isinstance(names, list) else "no"
+def _name(shard: ShardInfo) -> str:
+    """A shard's file name: its folder or host may change between runs."""
+    return shard.path.rsplit("/", 1)[-1]
