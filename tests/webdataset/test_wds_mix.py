@@ -342,3 +342,15 @@ def test_a_mixture_of_shard_sets_over_http_reads_what_the_local_run_reads(
     over_http.load_state_dict({**state, "position": 37})  # a local state resumes over HTTP
     on_disk = mix(local, (0.6, 0.4), skip_samples=37, **options)
     assert take(iter(over_http), 12) == take(iter(on_disk), 12)
+
+
+def test_the_weights_window_and_curriculum_are_checked_before_any_shard_is_read() -> None:
+    missing = [["/nonexistent/a.tar"], ["/nonexistent/b.tar"]]
+    with pytest.raises(ValueError, match=r"window should be an integer in \[1, 65536\]"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, window=2**17)
+    with pytest.raises(
+        ValueError, match=r"curriculum\[0\] start should be a positive integer value"
+    ):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, curriculum=[(0, [1, 0])])
+    with pytest.raises(FileNotFoundError, match=r"a.tar"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1)

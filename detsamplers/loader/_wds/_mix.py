@@ -159,6 +159,8 @@ class WebDatasetMix(WebDatasetSource):
                 f"{len(weights)}: weights={list(weights)!r}"
             )
         seed = check_int("seed", seed)
+        # The weights, window and curriculum are checked before any shard is indexed.
+        MixSampler([range(1)] * len(urls), weights, seed, window=window, curriculum=curriculum)
         sets: list[list[str]] = []
         for k, part in enumerate(urls):
             try:
