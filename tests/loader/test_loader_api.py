@@ -28,6 +28,7 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
         == [
             "DataLoader",
             "WebDataLoader",
+            "WebDatasetMix",
             "WebDatasetSource",
             "check_reproducible",
         ]
