@@ -88,9 +88,18 @@ class WebDatasetMix(WebDatasetSource):
         curriculum: Later segments ``(start, weights)``: from position ``start`` on,
             ``weights`` apply (``MixSampler``'s ``curriculum``). No set loses or repeats a
             sample at a switch.
-        decode, map, collate_fn, shuffle_shards, shuffle_window, skip, skip_samples,
-        index_dir, storage_options, timeout, retries, read_ahead: As for
-            :class:`WebDatasetSource`, shared by every set.
+        decode: As for :class:`WebDatasetSource` (every set alike).
+        map: As for :class:`WebDatasetSource` (every set alike).
+        collate_fn: As for :class:`WebDatasetSource` (every set alike).
+        shuffle_shards: As for :class:`WebDatasetSource` (every set alike).
+        shuffle_window: As for :class:`WebDatasetSource` (every set alike).
+        skip: As for :class:`WebDatasetSource` (every set alike).
+        skip_samples: As for :class:`WebDatasetSource` (every set alike).
+        index_dir: As for :class:`WebDatasetSource` (every set alike).
+        storage_options: As for :class:`WebDatasetSource` (every set alike).
+        timeout: As for :class:`WebDatasetSource` (every set alike).
+        retries: As for :class:`WebDatasetSource` (every set alike).
+        read_ahead: As for :class:`WebDatasetSource` (every set alike).
 
     Raises:
         TypeError: an argument has the wrong type (``urls`` a single string).
