@@ -12,7 +12,7 @@ import pytest
 import webdataset as wds
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wds_helpers import global_stream, label, take
+from wds_helpers import global_stream, label, noisy_label, take
 
 from detsamplers import MixSampler, ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
@@ -354,3 +354,15 @@ def test_the_weights_window_and_curriculum_are_checked_before_any_shard_is_read(
         WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, curriculum=[(0, [1, 0])])
     with pytest.raises(FileNotFoundError, match=r"a.tar"):
         WebDatasetMix(missing, [1, 1], seed=0, batch_size=1)
+
+
+def test_record_seeding_gives_each_sample_the_same_draws_on_any_batch_size(
+    sets: list[list[str]],
+) -> None:
+    def draws(batch_size: int) -> list[tuple[float, ...]]:
+        source = mix(sets, batch_size=batch_size, map=noisy_label, seeding="record")
+        batches = [b for _, b in zip(range(12 // batch_size), source, strict=False)]
+        return [tuple(float(c[i]) for c in b) for b in batches for i in range(len(b[0]))]
+
+    assert draws(2) == draws(3) == draws(4)
+    assert len({row[1] for row in draws(2)}) == 12  # the draws differ between samples

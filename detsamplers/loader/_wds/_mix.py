@@ -100,6 +100,7 @@ class WebDatasetMix(WebDatasetSource):
         timeout: As for :class:`WebDatasetSource` (every set alike).
         retries: As for :class:`WebDatasetSource` (every set alike).
         read_ahead: As for :class:`WebDatasetSource` (every set alike).
+        seeding: As for :class:`WebDatasetSource` (every set alike).
 
     Raises:
         TypeError: an argument has the wrong type (``urls`` a single string).
@@ -149,6 +150,7 @@ class WebDatasetMix(WebDatasetSource):
         timeout: float = 60.0,
         retries: int = 5,
         read_ahead: int = 4 << 20,
+        seeding: str = "batch",
     ) -> None:
         if isinstance(urls, str) or not isinstance(urls, Sequence):
             raise TypeError(
@@ -195,6 +197,7 @@ class WebDatasetMix(WebDatasetSource):
             timeout=timeout,
             retries=retries,
             read_ahead=read_ahead,
+            seeding=seeding,
         )
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in sets])]).tolist()
         parts = [self.shards[a:b] for a, b in pairwise(offsets)]
