@@ -14,11 +14,15 @@ to a sample as follows, with no state other than ``p``:
    permutation ``derive(seed, "wds-window", s, window)`` at epoch ``e``. So a shard is
    still read front to back, window by window, while the order inside each window is a
    pure function of ``(seed, e, s)`` — webdataset's buffer shuffle, without its state.
+4. With ``shuffle_block_shards = k > 1`` instead (the source refuses both), ``offset`` is
+   first permuted within its block of ``k`` consecutive shards of ``pi_e`` (NOTE [ shard
+   block shuffle ]), so a batch mixes ``k`` shards; step 2 then finds the shard and index
+   of the permuted offset.
 
 Shards are named by their index in the URL list. Everything here depends only on
-``(counts, seed, shuffle_shards, shuffle_window)`` and ``p``: resuming at ``p`` needs no
-replay, and splitting positions across ranks and workers (NOTE [ shard stream split ])
-cannot lose or duplicate a sample.
+``(counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards)`` and ``p``:
+resuming at ``p`` needs no replay, and splitting positions across ranks and workers
+(NOTE [ shard stream split ]) cannot lose or duplicate a sample.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy.typing as npt
 
 from ..._permute import Permutation, make_permutation
 from ..._seeds import derive
+from ._blocks import BlockShuffle
 
 __all__ = ["ShardOrder"]
 
@@ -47,6 +52,8 @@ class ShardOrder:
         seed: Keys both shuffles.
         shuffle_shards: Permute the shards each epoch.
         shuffle_window: Permute samples within windows of this many (0 or 1: no shuffle).
+        shuffle_block_shards: Permute samples within blocks of this many consecutive
+            shards of each epoch's order (0 or 1: no block shuffle).
 
     Determinism:
         ``locate(p)`` depends only on the arguments and ``p``.
@@ -60,7 +67,12 @@ class ShardOrder:
     """
 
     def __init__(
-        self, counts: Sequence[int], seed: int, shuffle_shards: bool, shuffle_window: int
+        self,
+        counts: Sequence[int],
+        seed: int,
+        shuffle_shards: bool,
+        shuffle_window: int,
+        shuffle_block_shards: int = 0,
     ) -> None:
         self.counts = np.asarray(counts, dtype=np.int64)
         self.total = int(self.counts.sum())
@@ -71,6 +83,9 @@ class ShardOrder:
             self._shards = make_permutation("exact", len(self.counts), derive(seed, "wds-shards"))
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int, int], I64] = OrderedDict()
+        self.blocks: BlockShuffle | None = None
+        if shuffle_block_shards > 1:
+            self.blocks = BlockShuffle(seed, shuffle_block_shards)
 
     def shard_order(self, epoch: int) -> I64:
         """The shards in the order epoch ``epoch`` reads them.
@@ -118,10 +133,13 @@ class ShardOrder:
         for epoch in np.unique(epochs).tolist():
             mask = epochs == epoch
             order, starts = self._epoch(int(epoch))
+            within = offsets[mask]
+            if self.blocks is not None:
+                within = self.blocks.permute(int(epoch), starts, within)
             # side="right" - 1 skips shards with no samples (equal consecutive starts).
-            slot = np.searchsorted(starts, offsets[mask], side="right") - 1
+            slot = np.searchsorted(starts, within, side="right") - 1
             shards[mask] = order[slot]
-            samples[mask] = offsets[mask] - starts[slot]
+            samples[mask] = within - starts[slot]
         if self.window:
             windows = samples // self.window
             for i, (epoch, shard, window) in enumerate(

@@ -27,6 +27,7 @@ from ._fetch import make_options
 from ._index import index_shards
 from ._order import ShardOrder
 from ._reader import ShardReader
+from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
 from ._state import STATE_VERSION, check_state
 from ._urls import expand_urls
@@ -39,8 +40,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     The order (NOTE [ shard stream order ]): each epoch reads the shards in a keyed
     permutation of ``(seed, epoch)``, optionally shuffling samples within windows of each
-    shard; then repeat; then the split across ranks and DataLoader workers (NOTE [ shard
-    stream split ]); then batch. Each sample is a dict as webdataset yields it
+    shard, or across blocks of several shards (NOTE [ shard block shuffle ]); then repeat;
+    then the split across ranks and DataLoader workers (NOTE [ shard stream split ]); then
+    batch. Each sample is a dict as webdataset yields it
     (``__key__``, ``__url__``, one raw ``bytes`` entry per suffix, and ``__local_path__``
     for a local shard),
     passed through ``decode`` and then ``map``; each batch is ``collate_fn`` of its samples.
@@ -63,6 +65,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         shuffle_shards: Permute the shards each epoch.
         shuffle_window: Shuffle samples within consecutive windows of this many samples
             of each shard (0: keep tar order).
+        shuffle_block_shards: Shuffle samples across blocks of this many consecutive
+            shards of each epoch's order, so a batch mixes that many shards (0 or 1: off;
+            not with ``shuffle_window``). Each worker keeps up to twice this many shards
+            open, and reads jump among them (NOTE [ shard block shuffle ]).
         repeat: Stream epochs forever (training); ``False`` gives one pass (validation).
         drop_last: With ``repeat=False``, drop the last partial global batch.
         skip: Global batches to skip before the first one (O(1): nothing is read).
@@ -123,6 +129,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         collate_fn: Callable[[list[Any]], Any] | None = default_collate,
         shuffle_shards: bool = True,
         shuffle_window: int = 0,
+        shuffle_block_shards: int = 0,
         repeat: bool = True,
         drop_last: bool = False,
         skip: int = 0,
@@ -145,6 +152,14 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             collate_fn = default_collate
         shuffle_shards = check_bool("shuffle_shards", shuffle_shards)
         shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
+        shuffle_block_shards = check_int("shuffle_block_shards", shuffle_block_shards, minimum=0)
+        if shuffle_block_shards > 1 and shuffle_window > 1:
+            raise ValueError(
+                f"shuffle_window should be 0 with shuffle_block_shards > 1, but got "
+                f"shuffle_window={shuffle_window} and shuffle_block_shards="
+                f"{shuffle_block_shards}: the block shuffle already permutes every sample of "
+                "its block; pass one of them"
+            )
         repeat = check_bool("repeat", repeat)
         drop_last = check_bool("drop_last", drop_last)
         skip = check_int("skip", skip, minimum=0)
@@ -175,18 +190,23 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self.collate_fn = collate_fn
         self.shuffle_shards = shuffle_shards
         self.shuffle_window = shuffle_window
+        self.shuffle_block_shards = shuffle_block_shards if shuffle_block_shards > 1 else 0
         self.repeat = repeat
         self.drop_last = drop_last
         self.seeding = seeding
         self._record_base = record_base(seed)
         self.num_samples = total
-        self._order = ShardOrder([len(s) for s in shards], seed, shuffle_shards, shuffle_window)
+        self._order = ShardOrder(
+            [len(s) for s in shards], seed, shuffle_shards, shuffle_window, shuffle_block_shards
+        )
         self._config: dict[str, Any] = {
             "seed": seed,
             "shuffle_shards": shuffle_shards,
             "shuffle_window": shuffle_window,
             "repeat": repeat,
         }
+        if self.shuffle_block_shards:  # absent when off: states saved before it still load
+            self._config["shuffle_block_shards"] = self.shuffle_block_shards
         names = [s.path.rsplit("/", 1)[-1] for s in shards]
         self._fingerprint = fingerprint([{"source": "webdataset", "shards": names, **self._config}])
         self._counts = [len(s) for s in shards]
@@ -325,7 +345,17 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         seed_globals(key)
         return self._stage(sample)
 
-    def batch_at(self, batch: int, reader: ShardReader | None = None) -> Any:
+    def _reader(self) -> ShardReader | ShardReaders:
+        """A reader of the shards, one per process or DataLoader worker.
+
+        With the block shuffle, a :class:`ShardReaders` keeping the block's shards open.
+        """
+        if self.shuffle_block_shards:
+            capacity = min(2 * self.shuffle_block_shards, len(self.shards))
+            return ShardReaders(self.shards, capacity, self.remote)
+        return ShardReader(self.shards, self.remote)
+
+    def batch_at(self, batch: int, reader: ShardReader | ShardReaders | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
 
         Examples:
@@ -356,10 +386,6 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             key = batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
             items = self._apply(items, key)
         return self.collate_fn(items)
-
-    def _reader(self) -> ShardReader:
-        """A reader of the shards, one per process or DataLoader worker."""
-        return ShardReader(self.shards, self.remote)
 
     def _begin(self) -> int:
         """The first batch of the next pass (a finished validation pass starts over)."""
