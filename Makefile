@@ -45,6 +45,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/webdataset_http_table.py --quick
 	$(PY) benchmarks/webdataset_mix_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
+	$(PY) benchmarks/shard_shuffle_table.py --quick
 	$(PY) benchmarks/mix_table.py --quick
 	$(PY) benchmarks/preemption_table.py --quick
 	$(PY) benchmarks/peers_table.py --quick
@@ -60,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/webdataset_http_table.py
 	$(PY) benchmarks/webdataset_mix_table.py
 	$(PY) benchmarks/shuffle_quality.py
+	$(PY) benchmarks/shard_shuffle_table.py
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png
 	$(PY) benchmarks/preemption_table.py
 	$(PY) benchmarks/peers_table.py --plot-dir docs

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from http_server import ShardServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wds_helpers import COUNTS, TOTAL, global_stream, make, noisy_label, shard_of, simulate
+from wds_helpers import COUNTS, PATTERN, TOTAL, global_stream, make, noisy_label, shard_of, simulate
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader
@@ -262,3 +264,17 @@ def test_a_worker_opens_at_most_twice_the_block_of_shards(shards: str) -> None:
     assert isinstance(reader, ShardReaders) and reader.capacity == 4
     assert isinstance(make(shards)._reader(), ShardReader)
     assert make(shards, shuffle_block_shards=50)._reader().capacity == len(COUNTS)  # type: ignore[union-attr]
+
+
+def test_over_http_the_block_shuffle_reads_the_stream_of_the_local_run(
+    server: ShardServer, shards: str, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"batch_size": 5, "world_size": 2, "shuffle_block_shards": 3}
+    steps = -(-TOTAL // 10) + 3
+    urls = f"{server.url}/s/{PATTERN}"
+    index_dir = str(tmp_path / "index-cache")
+    over_http = [
+        make(urls, rank=r, index_dir=index_dir, read_ahead=4096, **options) for r in range(2)
+    ]
+    local = [make(shards, rank=r, **options) for r in range(2)]
+    assert global_stream(over_http, 0, steps) == global_stream(local, 0, steps)
