@@ -40,9 +40,13 @@ a. Quality, on one epoch's global order of ``S`` shards of ``c`` samples (full: 
 b. Throughput, local shards (full: 64 x 1,000 tiny PNGs; quick: 8 x 500), batch 64,
    decode and map as in webdataset_table.py, one epoch, main process (and 2 workers in full
    mode), median of alternating runs: tar order (the default, and the ratios' base), the
-   window shuffle, the block shuffle, and the real ``wds.WebDataset(...).shuffle(b)``. "jumps/sample" counts the reads that are not
-   the next sample of the shard read just before (a seek in a file, a new range request
-   over HTTP).
+   window shuffle, the block shuffle, and the real ``wds.WebDataset(...).shuffle(b)``.
+   "jumps/sample" counts the reads that are not the next sample of the shard read just
+   before (a seek in a file, a new range request over HTTP).
+c. Reads alone (``k = 8`` shards of ``c`` samples, each sample read once, no decode): tar
+   order and at random within one shard through a ``ShardReader``, and at random among the
+   ``k`` shards through the block shuffle's ``ShardReaders`` (``2 k`` open) and through one
+   ``ShardReader`` that swaps its open shard at each jump.
 
 Figures are measured on a shared machine: the load average is printed at start and end.
 """
@@ -72,7 +76,11 @@ from shuffle_quality import adjacent_correlation, bucketed_chi2, lag1_chi2
 from torch.utils.data import default_collate
 from webdataset_table import BATCH, ours, rate, to_pair, write
 
+from detsamplers.loader._wds._index import index_shards
 from detsamplers.loader._wds._order import ShardOrder
+from detsamplers.loader._wds._reader import ShardReader
+from detsamplers.loader._wds._readers import ShardReaders
+from detsamplers.loader._wds._urls import expand_urls
 
 I64 = npt.NDArray[np.int64]
 Order = Callable[[int, int], I64]  # (n, seed) -> the epoch's sample ids, as shuffle_quality
@@ -288,7 +296,7 @@ def throughput_rows(
             f"ours, window {per_shard}",
             lambda: ours(urls, repeat=False, shuffle_window=per_shard),
             jumps_per_sample(counts, window=per_shard),
-        )
+        ),
     ]
     for k in ks:
         cases.append(
@@ -321,6 +329,39 @@ def throughput_rows(
             print(f"{name:<28} {n_workers:>11} {mine:>10,.0f} {mine / base:>5.2f}x {jump_text:>13}")
 
 
+def read_rows(folder: str, k: int, per_shard: int, runs: int) -> None:
+    """Microseconds per read: in tar order, at random in one shard, at random among ``k``."""
+    os.makedirs(os.path.join(folder, "reads"))
+    urls = write(os.path.join(folder, "reads"), k, per_shard)
+    infos = index_shards(expand_urls(urls), progress=False)
+    rng = np.random.default_rng(0)
+    tar = [(s, i) for s in range(k) for i in range(per_shard)]
+    within = [(s, int(i)) for s in range(k) for i in rng.permutation(per_shard)]
+    among = [(int(x) // per_shard, int(x) % per_shard) for x in rng.permutation(k * per_shard)]
+    cases: list[tuple[str, list[tuple[int, int]], Callable[[], Any]]] = [
+        ("tar order, 1 open", tar, lambda: ShardReader(infos)),
+        ("random within a shard, 1 open", within, lambda: ShardReader(infos)),
+        (f"random among {k}, {2 * k} open", among, lambda: ShardReaders(infos, 2 * k)),
+        (f"random among {k}, 1 open", among, lambda: ShardReader(infos)),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    for run in range(runs):
+        for name, order, make in cases if run % 2 == 0 else cases[::-1]:
+            reader = make()
+            start = time.perf_counter()
+            for shard, index in order:
+                reader.read(shard, index)
+            times[name].append((time.perf_counter() - start) / len(order) * 1e6)
+            reader.close()
+    print(
+        f"\nc. reads: {k} local shards of {per_shard:,} samples, each sample read once through "
+        f"the readers (no decode), median of {runs} alternating runs"
+    )
+    print(f"{'reads':<32} {'us/read':>8}")
+    for name, _, _ in cases:
+        print(f"{name:<32} {statistics.median(times[name]):>8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few seeds (CI)")
@@ -331,7 +372,12 @@ def main() -> None:
         metavar="DIR",
         help="a venv or site-packages folder holding mosaicml-streaming (repeatable)",
     )
-    parser.add_argument("--skip-throughput", action="store_true", help="quality table only")
+    parser.add_argument(
+        "--part",
+        action="append",
+        choices=["a", "b", "c"],
+        help="run only these parts (repeatable; default: all)",
+    )
     args = parser.parse_args()
     workers: tuple[int, ...]
     if args.quick:
@@ -358,10 +404,14 @@ def main() -> None:
             block = k * per_shard
             rows.append((f"Mosaic {name}, block {block:,}", mosaic_order(function, counts, block)))
     with tempfile.TemporaryDirectory() as folder:
-        check_webdataset_model(folder, buffer=6)
-        quality_rows(rows, counts, seeds)
-        if not args.skip_throughput:
+        parts = set(args.part or "abc")
+        if "a" in parts:
+            check_webdataset_model(folder, buffer=6)
+            quality_rows(rows, counts, seeds)
+        if "b" in parts:
             throughput_rows(folder, io_shards, io_per_shard, ks, workers, runs)
+        if "c" in parts:
+            read_rows(folder, ks[-1], io_per_shard, 1 if args.quick else 7)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 
