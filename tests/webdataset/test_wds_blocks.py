@@ -34,7 +34,7 @@ def test_a_fixed_seed_gives_this_exact_order(shards: str) -> None:
 GOLDEN = [[58, 37, 53, 49, 45, 30], [36, 42, 60, 56, 50, 31], [51, 48, 39, 35, 38, 41]]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     world_size=st.integers(1, 4),
     num_workers=st.integers(0, 3),
@@ -66,7 +66,7 @@ def test_every_epoch_reads_each_sample_exactly_once_for_any_ranks_and_workers(
     assert stream == [b[0] for b in simulate(single, 0, len(stream))]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32), blocks=st.integers(2, 8), epoch=st.integers(0, 4))
 def test_each_block_of_k_shards_of_the_epochs_order_is_read_whole_before_the_next(
     shards: str, seed: int, blocks: int, epoch: int
