@@ -34,38 +34,6 @@ def test_a_fixed_seed_gives_this_exact_order(shards: str) -> None:
 GOLDEN = [[58, 37, 53, 49, 45, 30], [36, 42, 60, 56, 50, 31], [51, 48, 39, 35, 38, 41]]
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    world_size=st.integers(1, 4),
-    num_workers=st.integers(0, 3),
-    batch_size=st.integers(1, 5),
-    seed=st.integers(0, 2**32),
-    blocks=st.sampled_from([2, 3, 7, 50]),
-    shuffle_shards=st.booleans(),
-)
-def test_every_epoch_reads_each_sample_exactly_once_for_any_ranks_and_workers(
-    shards: str,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    seed: int,
-    blocks: int,
-    shuffle_shards: bool,
-) -> None:
-    options = {"seed": seed, "shuffle_block_shards": blocks, "shuffle_shards": shuffle_shards}
-    ranks = [
-        make(shards, batch_size=batch_size, world_size=world_size, rank=r, **options)
-        for r in range(world_size)
-    ]
-    steps = -(-3 * TOTAL // (batch_size * world_size))
-    stream = global_stream(ranks, num_workers, steps)
-    assert len(stream) == steps * batch_size * world_size
-    for start in range(0, len(stream) - TOTAL + 1, TOTAL):
-        assert sorted(stream[start : start + TOTAL]) == list(range(TOTAL))
-    single = make(shards, batch_size=1, **options)
-    assert stream == [b[0] for b in simulate(single, 0, len(stream))]
-
-
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32), blocks=st.integers(2, 8), epoch=st.integers(0, 4))
 def test_each_block_of_k_shards_of_the_epochs_order_is_read_whole_before_the_next(
@@ -151,33 +119,6 @@ def test_resuming_at_every_position_gives_the_uninterrupted_batches(
         resumed.load_state_dict(states[start])
         got = [np.asarray(b).tolist() for _, b in zip(range(2), resumed, strict=False)]
         assert got == reference[start : start + 2]
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    segments=st.lists(
-        st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(0, 3), st.integers(0, 9)),
-        min_size=1,
-        max_size=4,
-    )  # world size, batch size, num_workers, steps
-)
-def test_any_sequence_of_batch_and_world_sizes_and_workers_continues_the_sample_stream(
-    shards: str, segments: list[tuple[int, int, int, int]]
-) -> None:
-    stream: list[int] = []
-    state: dict[str, Any] | None = None
-    for world, size, workers, steps in segments:
-        ranks = [
-            make(shards, batch_size=size, world_size=world, rank=r, shuffle_block_shards=4)
-            for r in range(world)
-        ]
-        for source in ranks:
-            if state is not None:
-                source.load_state_dict(state)
-        stream += global_stream(ranks, workers, steps)
-        state = {**ranks[0].state_dict(), "position": len(stream)}
-    reference = make(shards, batch_size=1, shuffle_block_shards=4)
-    assert stream == [b[0] for b in simulate(reference, 0, len(stream))]
 
 
 @few_workers

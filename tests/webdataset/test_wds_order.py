@@ -41,6 +41,7 @@ GOLDEN = [[44, 42, 41, 43, 45, 32], [30, 33, 31, 34, 37, 35]]
     seed=st.integers(0, 2**32),
     window=st.sampled_from([0, 1, 4, 32]),
     shuffle_shards=st.booleans(),
+    blocks=st.sampled_from([0, 2, 3, 7, 50]),  # shuffle_block_shards; then no window
 )
 def test_every_epoch_reads_each_sample_exactly_once_for_any_ranks_and_workers(
     shards: str,
@@ -50,8 +51,14 @@ def test_every_epoch_reads_each_sample_exactly_once_for_any_ranks_and_workers(
     seed: int,
     window: int,
     shuffle_shards: bool,
+    blocks: int,
 ) -> None:
-    options = {"seed": seed, "shuffle_window": window, "shuffle_shards": shuffle_shards}
+    options = {
+        "seed": seed,
+        "shuffle_window": 0 if blocks else window,
+        "shuffle_shards": shuffle_shards,
+        "shuffle_block_shards": blocks,
+    }
     ranks = [
         make(shards, batch_size=batch_size, world_size=world_size, rank=r, **options)
         for r in range(world_size)

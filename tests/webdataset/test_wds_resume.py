@@ -153,15 +153,19 @@ def test_resuming_opens_the_shard_of_the_position_and_reads_nothing_before_it(
         st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(0, 3), st.integers(0, 6)),
         min_size=1,
         max_size=4,
-    )  # world size, batch size, num_workers, steps
+    ),  # world size, batch size, num_workers, steps
+    blocks=st.sampled_from([0, 4]),  # shuffle_block_shards
 )
 def test_any_sequence_of_batch_and_world_sizes_continues_the_sample_stream(
-    shards: str, segments: list[tuple[int, int, int, int]]
+    shards: str, segments: list[tuple[int, int, int, int]], blocks: int
 ) -> None:
     stream: list[int] = []
     state: dict[str, Any] | None = None
     for world, size, workers, steps in segments:
-        ranks = [make(shards, batch_size=size, world_size=world, rank=r) for r in range(world)]
+        ranks = [
+            make(shards, batch_size=size, world_size=world, rank=r, shuffle_block_shards=blocks)
+            for r in range(world)
+        ]
         for source in ranks:
             if state is not None:
                 source.load_state_dict(state)  # any position, not only multiples of B * W
@@ -169,7 +173,7 @@ def test_any_sequence_of_batch_and_world_sizes_continues_the_sample_stream(
         if workers == 0:
             assert all(source.state_dict()["position"] == len(stream) for source in ranks)
         state = {**ranks[0].state_dict(), "position": len(stream)}  # workers advance no state
-    reference = [make(shards, batch_size=1)]
+    reference = [make(shards, batch_size=1, shuffle_block_shards=blocks)]
     assert stream == global_stream(reference, 0, len(stream))
 
 
