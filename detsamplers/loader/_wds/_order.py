@@ -49,7 +49,7 @@ class ShardOrder:
 
     Args:
         counts: Each shard's number of samples; their sum must be positive.
-        seed: Keys both shuffles.
+        seed: Keys the shuffles.
         shuffle_shards: Permute the shards each epoch.
         shuffle_window: Permute samples within windows of this many (0 or 1: no shuffle).
         shuffle_block_shards: Permute samples within blocks of this many consecutive
