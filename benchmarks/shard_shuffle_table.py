@@ -47,6 +47,10 @@ c. Reads alone (``k = 8`` shards of ``c`` samples, each sample read once, no dec
    order and at random within one shard through a ``ShardReader``, and at random among the
    ``k`` shards through the block shuffle's ``ShardReaders`` (``2 k`` open) and through one
    ``ShardReader`` that swaps its open shard at each jump.
+d. Over loopback HTTP (``benchmarks/_http_server.py`` in another process, logging each
+   range request; full: 8 shards of 500 samples, quick: 4 of 100), one epoch each of tar
+   order, the window shuffle and the block shuffle: samples/s, and the range requests and
+   shard bytes the server sent per sample.
 
 Figures are measured on a shared machine: the load average is printed at start and end.
 """
@@ -60,6 +64,7 @@ import importlib
 import importlib.metadata
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,12 +79,15 @@ import webdataset as wds
 from harness.machine import machine_info, machine_line
 from shuffle_quality import adjacent_correlation, bucketed_chi2, lag1_chi2
 from torch.utils.data import default_collate
+from webdataset_http_table import served
 from webdataset_table import BATCH, ours, rate, to_pair, write
 
+from detsamplers.loader._wds._fetch import RemoteOptions
 from detsamplers.loader._wds._index import index_shards
 from detsamplers.loader._wds._order import ShardOrder
 from detsamplers.loader._wds._reader import ShardReader
 from detsamplers.loader._wds._readers import ShardReaders
+from detsamplers.loader._wds._remote_index import write_index
 from detsamplers.loader._wds._urls import expand_urls
 
 I64 = npt.NDArray[np.int64]
@@ -362,6 +370,53 @@ def read_rows(folder: str, k: int, per_shard: int, runs: int) -> None:
         print(f"{name:<32} {statistics.median(times[name]):>8.1f}")
 
 
+def http_rows(folder: str, size: tuple[int, int], ks: tuple[int, ...]) -> None:
+    """One epoch over loopback HTTP: samples/s, range requests and bytes per sample."""
+    shards, per_shard = size
+    root = os.path.join(folder, "http")
+    os.makedirs(root)
+    local = write(root, shards, per_shard)
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "_http_server.py"), root],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        base = f"http://127.0.0.1:{server.stdout.readline().strip()}"
+        urls = f"{base}/{os.path.basename(local)}"
+        for url in expand_urls(urls):
+            write_index(url, RemoteOptions(), out=root)
+        total = shards * per_shard
+        options: list[tuple[str, dict[str, int]]] = [
+            ("ours, tar order", {}),
+            (f"ours, window {per_shard}", {"shuffle_window": per_shard}),
+        ]
+        options += [(f"ours, {k} shards", {"shuffle_block_shards": k}) for k in ks]
+        print(
+            f"\nd. over loopback HTTP: {shards} shards of {per_shard:,} samples, one epoch, "
+            f"batch {BATCH}, main process, one run each (tar order's bytes/sample is about "
+            "a sample's size)"
+        )
+        print(f"{'shuffle':<28} {'samples/s':>10} {'requests/sample':>16} {'bytes/sample':>13}")
+        for name, kwargs in options:
+            source = ours(urls, repeat=False, **kwargs)
+            served(base)
+            start = time.perf_counter()
+            seen = sum(len(batch[1]) for batch in source)
+            elapsed = time.perf_counter() - start
+            assert seen == total, (seen, total)
+            gets = [(a, b) for path, a, b in served(base) if path.endswith(".tar")]
+            sent = sum(b - a for a, b in gets)
+            print(
+                f"{name:<28} {total / elapsed:>10,.0f} {len(gets) / total:>16.3f} "
+                f"{sent / total:>13,.0f}"
+            )
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few seeds (CI)")
@@ -375,7 +430,7 @@ def main() -> None:
     parser.add_argument(
         "--part",
         action="append",
-        choices=["a", "b", "c"],
+        choices=["a", "b", "c", "d"],
         help="run only these parts (repeatable; default: all)",
     )
     args = parser.parse_args()
@@ -404,7 +459,7 @@ def main() -> None:
             block = k * per_shard
             rows.append((f"Mosaic {name}, block {block:,}", mosaic_order(function, counts, block)))
     with tempfile.TemporaryDirectory() as folder:
-        parts = set(args.part or "abc")
+        parts = set(args.part or "abcd")
         if "a" in parts:
             check_webdataset_model(folder, buffer=6)
             quality_rows(rows, counts, seeds)
@@ -412,6 +467,8 @@ def main() -> None:
             throughput_rows(folder, io_shards, io_per_shard, ks, workers, runs)
         if "c" in parts:
             read_rows(folder, ks[-1], io_per_shard, 1 if args.quick else 7)
+        if "d" in parts:
+            http_rows(folder, (4, 100) if args.quick else (8, 500), ks[:2])
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 
