@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,27 @@ def test_blocks_are_keyed_by_hashing_seed_epoch_and_block_not_adding_them() -> N
     assert sorted(out[80:].tolist()) == list(range(80, 120))  # the short last block
     block_starts = [out[i * 40 : i * 40 + 40] for i in range(2)]
     assert not (block_starts[0] < 40).all() and not (block_starts[0] >= 40).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=12).filter(any),
+    k=st.integers(2, 13),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**20),
+)
+def test_the_block_permutation_maps_each_block_onto_itself(
+    counts: list[int], k: int, seed: int, epoch: int
+) -> None:
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    offsets = np.arange(starts[-1], dtype=np.int64)
+    blocks = BlockShuffle(seed, k)
+    out = blocks.permute(epoch, starts, offsets)
+    bounds = blocks.bounds(starts).tolist()
+    for first, stop in pairwise(bounds):
+        assert sorted(out[first:stop].tolist()) == list(range(first, stop))
+    shuffled = np.random.default_rng(0).permutation(offsets)  # any order, any subset
+    assert (blocks.permute(epoch, starts, shuffled[:7]) == out[shuffled[:7]]).all()
 
 
 def test_empty_shards_inside_blocks_are_skipped() -> None:
