@@ -53,7 +53,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ``s3://...``), a brace pattern such as ``"data-{000000..000099}.tar"``, or a
             sequence of these. Remote shards are read by byte ranges (NOTE [ remote
             reads ]).
-        seed: Keys the shard and window shuffles and the per-batch RNG seeding.
+        seed: Keys the shard, window and block shuffles and the per-batch RNG seeding.
         batch_size: Samples per batch on each rank, a positive integer.
         world_size: Number of ranks (``torch.distributed`` world size).
         rank: This rank, in ``[0, world_size)``.
