@@ -10,7 +10,8 @@ so a batch holds neighbours from one or two shards. The block shuffle mixes shar
 round keys hash that with ``e`` (never ``seed + epoch``, NOTE [ seed mixing ]). Offset
 ``a_j + u`` of the epoch then reads the sample at offset ``a_j + sigma_{e,j}(u)`` of the
 shard order, so the stream still walks the shards block by block, and every batch drawn
-inside a block holds samples of all ``k`` of its shards in proportion to their sizes.
+inside a block draws from all ``k`` of its shards, each in proportion to its size (in
+expectation).
 
 It is a pure function of the position, like the rest of the order: each block is a
 bijection of its own offsets, so an epoch reads every sample once; seeking, resuming at
@@ -19,7 +20,8 @@ elastic law are unchanged. The cost is in reading: within a block, reads jump at
 among its ``k`` shards, so a reader keeps the block's shards open (``ShardReaders``, up to
 ``2 k`` per DataLoader worker, since a batch can straddle two blocks), every worker of
 every rank opens all ``k`` (positions are dealt to ranks in turn), and each read is a seek.
-Over remote shards each read is a jump, so a range request of its own.
+Over remote shards most reads fall outside the blocks a reader keeps, so each starts a range
+request (docs/webdataset.md has the figures).
 """
 
 from __future__ import annotations
