@@ -158,8 +158,9 @@ class Clock:
             self.epoch = int(saved["epoch_index"])
             self.epoch_start = int(saved["epoch_start_sample"])
             return
-        # A checkpoint from before schedules: one size G, epochs of ceil(N / G) batches.
+        # A checkpoint from before schedules: one size G, epochs of ceil(N / G) batches
+        # of the saved N (the dataset may have grown since, NOTE [ trial growth ]).
         size = int(saved["global_batch_size"])
-        per_epoch = max(1, -(-records // size))
+        per_epoch = max(1, -(-int(saved.get("dataset_length", records)) // size))
         self.epoch = self.batches // per_epoch
         self.epoch_start = self.samples - (self.batches % per_epoch) * size

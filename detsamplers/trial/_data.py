@@ -32,6 +32,25 @@ is refused.
 Any other loader raises :class:`~detsamplers.ReproducibilityError` unless the trial called
 ``context.experimental.disable_dataset_reproducibility_checks()``; it is then used as
 given, and the trial skips ``context.get_initial_batch()`` batches itself.
+
+NOTE [ trial growth ]
+A checkpoint records the dataset's growth history, ``dataset_growth = [[0, N0], [p1, N1],
+...]`` (the last length is ``dataset_length``). A resume that finds ``len(dataset)`` larger
+than the last length records a growth at the samples trained, ``[S, N']``, only if
+``Trainer.fit(..., dataset_growth=True)``; otherwise, and for a smaller dataset always,
+it is refused naming both lengths. With a history of more than one length the trainer
+builds the training chain over a :class:`~detsamplers.GrowingShuffleSampler` with the
+whole history (NOTE [ growth law ]) instead of the loader's plain shuffle, which it
+equals before the first growth. So the pass that grew reads every old record it had not
+read and every new record once, later passes are shuffles of ``N'``, the history is in
+the chain's fingerprint, and a later resume rebuilds the same stream from the checkpoint
+(the opt-in is needed only to record a new growth). The clock counts epochs of
+``len(dataset)`` samples from the epoch's saved first sample, so the epoch that grew holds
+``N'`` samples in all, as the pass that grew does. The loader's saved state and the
+global digest are checked against the configuration the checkpoint was saved with
+(:meth:`MapData.as_saved`). Growth needs ``DataLoader(dataset, shuffle=True)``: a
+``sampler``/``batch_sampler`` of the user's (a mixture among them) or a
+``WebDatasetSource`` is refused with ``dataset_growth=True``.
 """
 
 from __future__ import annotations
@@ -41,7 +60,10 @@ import hashlib
 import json
 from typing import Any
 
+import torch.utils.data as tud
+
 from .._errors import ReproducibilityError
+from .._grow import GrowingShuffleSampler
 from ..loader import DataLoader, WebDataLoader, WebDatasetSource
 from ..loader._dataloader import DEFAULT_SEED
 from ._context import TrialContext
@@ -52,6 +74,7 @@ __all__ = [
     "TrainingData",
     "checked_loader",
     "global_batch",
+    "grown_data",
     "inferred_global_batch",
     "records_per_epoch",
     "training_data",
@@ -149,10 +172,42 @@ class MapData:
     #: A resume may change the global batch size (NOTE [ sample positions ]).
     elastic_batch = True
 
-    def __init__(self, loader: DataLoader) -> None:
+    def __init__(self, loader: DataLoader, history: list[list[int]] | None = None) -> None:
         self.loader = loader
         self.seed = loader.seed
         self.records = records_per_epoch(loader)
+        #: The growth history ``[[0, N0], [p1, N1], ...]`` (NOTE [ trial growth ]).
+        self.history = [[0, self.records]] if history is None else history
+        self._saved: MapData | None = None
+
+    def grown(self, history: list[list[int]]) -> MapData:
+        """This data over a shuffle with the growth ``history`` (NOTE [ trial growth ]).
+
+        Examples:
+            >>> data = MapData(DataLoader(range(6), batch_size=2, shuffle=True, seed=3))
+            >>> grown = data.grown([[0, 4], [2, 6]])
+            >>> grown.records, type(grown.loader.sampler).__name__
+            (6, 'GrowingShuffleSampler')
+            >>> global_batch(grown.loader, 0, 1) == global_batch(
+            ...     MapData(DataLoader(range(4), batch_size=2, shuffle=True, seed=3)).loader, 0, 1)
+            True
+        """
+        if len(history) == 1:
+            return MapData(self.loader, history)
+        loader = copy.copy(self.loader)
+        growth = [(int(at), int(size)) for at, size in history[1:]]
+        loader.sampler = GrowingShuffleSampler(
+            tud.SequentialSampler(loader.dataset),
+            loader.seed,
+            initial_length=int(history[0][1]),
+            growth=growth,
+        )
+        loader.shuffle, loader._passes = False, None
+        return MapData(loader, history)
+
+    def as_saved(self) -> MapData:
+        """The data as the checkpoint resumed from had it: before a growth recorded now."""
+        return self if self._saved is None else self._saved
 
     def resized(self, batch_size: int | None) -> DataLoader:
         """The user's loader with another per-slot ``batch_size`` (NOTE [ batch size schedule ])."""
@@ -201,6 +256,8 @@ class ShardData:
 
     #: A resume may change the global batch size (NOTE [ shard stream split ]).
     elastic_batch = True
+    #: A shard stream does not grow (NOTE [ trial growth ]).
+    history: list[list[int]] | None = None
 
     def __init__(self, source: WebDatasetSource, loader: WebDataLoader | None = None) -> None:
         self.source = source
@@ -253,6 +310,10 @@ class ShardData:
                 f"checkpoint but {here!r} here); rebuild the source as it was saved"
             )
 
+    def as_saved(self) -> ShardData:
+        """The data as the checkpoint had it: the same (a shard stream does not grow)."""
+        return self
+
     def global_digest(self, samples: int, size: int) -> str:
         """A digest of the samples trained, free of world size and batch size.
 
@@ -304,6 +365,98 @@ def training_data(loader: Any, context: TrialContext) -> TrainingData | None:
             "repeat=False; the trainer counts batches and epochs in records, across passes"
         )
     return ShardData(source, user)
+
+
+def _growable(data: TrainingData | None, need: str = "dataset_growth=True needs") -> MapData:
+    """``data`` if growth may be recorded on it, else a ``ValueError`` naming why."""
+    fix = (
+        "return detsamplers.loader.DataLoader(dataset, batch_size=..., shuffle=True) from "
+        "build_training_data_loader, or drop dataset_growth"
+    )
+    if isinstance(data, ShardData):
+        raise ValueError(
+            f"{need} a map-style detsamplers.loader.DataLoader with "
+            "shuffle=True, but build_training_data_loader returned a WebDatasetSource: a "
+            "shard stream's order is fixed by its shard list, and growing it is not offered; "
+            "start a new run over the new shards, or drop dataset_growth"
+        )
+    if data is None:
+        raise ValueError(
+            f"{need} a detsamplers.loader.DataLoader, but the training "
+            "loader is used as given (dataset reproducibility checks are disabled); " + fix
+        )
+    loader = data.loader
+    if loader.batch_sampler is not None or loader.sampler is not None or not loader.shuffle:
+        what = (
+            "a batch_sampler"
+            if loader.batch_sampler is not None
+            else f"sampler={type(loader.sampler).__name__}"
+            if loader.sampler is not None
+            else "shuffle=False"
+        )
+        raise ValueError(
+            f"{need} the DataLoader from build_training_data_loader to "
+            f"shuffle itself (shuffle=True, no sampler or batch_sampler), but it has {what}: "
+            "the trainer replaces that shuffle by a GrowingShuffleSampler with the recorded "
+            "growth (a mixture's components grow with MixSampler, outside the trial); " + fix
+        )
+    return data
+
+
+def grown_data(
+    data: TrainingData | None,
+    saved: dict[str, Any] | None,
+    samples: int,
+    growth: bool,
+    path: str | None,
+) -> TrainingData | None:
+    """The training data with the checkpoint's growth history, plus any new growth.
+
+    NOTE [ trial growth ]: ``growth`` is ``fit``'s ``dataset_growth`` opt-in and
+    ``samples`` the samples the checkpoint at ``path`` trained.
+
+    Raises:
+        ValueError: ``growth`` over a loader that cannot grow, or a growth at sample 0.
+        ReproducibilityError: the dataset shrank, or grew without ``growth``, or the
+            checkpoint recorded growth but the loader does not shuffle itself.
+    """
+    if growth:
+        data = _growable(data)
+    if saved is None or not isinstance(data, MapData):
+        return data
+    history = saved.get("dataset_growth") or [[0, saved.get("dataset_length")]]
+    old, new = history[-1][1], data.records
+    if not isinstance(old, int):
+        return data  # a checkpoint without a dataset length: nothing to compare
+    if len(history) > 1:  # the chain must be rebuilt with the recorded growth
+        data = _growable(data, f"the dataset growth {history} recorded in {path} needs")
+    if new == old:
+        return data.grown(history)
+    if new < old:
+        raise ReproducibilityError(
+            f"cannot resume from {path}: dataset_length is {old} in the checkpoint but {new} "
+            "here, and a dataset may only grow during a run (dataset_growth=True records a "
+            f"growth, never a shrink); restore the {old} records, or start a fresh run in "
+            "another checkpoint_dir"
+        )
+    if not growth:
+        raise ReproducibilityError(
+            f"cannot resume from {path}: dataset_length is {old} in the checkpoint but {new} "
+            "here; resuming would train on other data than the uninterrupted run. Pass "
+            f"Trainer.fit(..., dataset_growth=True) to record a growth to {new} records at "
+            f"sample {samples} (the rest of the epoch reads every record not yet read once), "
+            f"or restore the {old} records"
+        )
+    if samples == 0:
+        raise ValueError(
+            f"dataset_growth=True records a growth at the samples trained, but the checkpoint "
+            f"{path} has trained 0 samples; start a fresh run over the {new} records instead"
+        )
+    grown = data.grown([*history, [samples, new]])
+    before = copy.copy(data.loader)
+    before.dataset, before._passes = tud.Subset(data.loader.dataset, range(old)), None
+    grown._saved = MapData(before).grown(history)
+    return grown
 
 
 def validation_loader(trial_loader: Any, context: TrialContext, full: bool) -> Any:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .._errors import ReproducibilityError
+from .._errors import ReproducibilityError, check_bool
 from . import (
     _aggregation,
     _checkpoint,
@@ -155,6 +155,7 @@ class Trainer:
         keep_best: int = 0,
         stop_signals: Iterable[int] = _preemption.DEFAULT_STOP_SIGNALS,
         stop_check_period: Length | None = None,
+        dataset_growth: bool = False,
     ) -> None:
         """Train until ``max_length`` in total, resuming from ``latest_checkpoint`` if given.
 
@@ -187,6 +188,12 @@ class Trainer:
             stop_signals: The signals that pause the run instead of killing it.
             stop_check_period: How often the ranks check for a stop; ``None`` spaces the
                 checks to cost under 1% of training time, at most a second apart.
+            dataset_growth: Let a resume whose dataset has more records than the
+                checkpoint's record a growth at the sample reached: the rest of the epoch
+                trains every record not yet trained and every new record once, and later
+                epochs are ``len(dataset)`` long (NOTE [ trial growth ]). Needs a
+                ``detsamplers.loader.DataLoader`` with ``shuffle=True``. A run that grew
+                resumes without it, from the history in its checkpoint.
 
         A resume may change the world size and, over a ``detsamplers.loader.DataLoader``
         or a ``WebDatasetSource``, the global batch size: training continues at the
@@ -199,18 +206,21 @@ class Trainer:
             ReproducibilityError: the training loader cannot resume reproducibly, or the
                 checkpoint was saved with another seed or dataset (or, over a loader the
                 trial skips itself, another global batch size), or a global batch size
-                schedule whose past differs from the one trained.
+                schedule whose past differs from the one trained; a dataset that shrank,
+                or grew without ``dataset_growth``.
             ValueError: a bad schedule (the message names the segment), or a size the
-                world size does not divide.
+                world size does not divide; ``dataset_growth`` over a loader that cannot
+                grow (a ``WebDatasetSource``, a user's sampler or batch sampler).
         """
         retention = _retention.Retention(
             checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best
         )
+        dataset_growth = check_bool("dataset_growth", dataset_growth)
         with _preemption.StopSignals(stop_signals) as signals:
             self._fit(
                 max_length, checkpoint_period, validation_period, checkpoint_dir,
                 latest_checkpoint, test_mode, reporting_period, step_zero_validation,
-                average_training_metrics, retention, signals, stop_check_period,
+                average_training_metrics, retention, signals, stop_check_period, dataset_growth,
             )  # fmt: skip
 
     def _fit(
@@ -227,6 +237,7 @@ class Trainer:
         retention: _retention.Retention,
         signals: _preemption.StopSignals,
         stop_check_period: Length | None,
+        dataset_growth: bool,
     ) -> None:
         context, dist, trial = self.context, self.context.distributed, self.trial
         self._signals = signals
@@ -280,6 +291,8 @@ class Trainer:
             _check_sizes(schedule, clock, size)
             context.get_per_slot_batch_size()  # the world size must divide the global batch
             data = _data.training_data(user_loader, context)
+            # NOTE [ trial growth ]: the saved history, and a growth recorded now if allowed.
+            data = _data.grown_data(data, saved, clock.samples, dataset_growth, latest_checkpoint)
             if data is None and schedule.sizes_from(clock.samples) != [clock.size]:
                 raise ValueError(
                     "global_batch_size should be one size when the trainer cannot rebuild the "
@@ -306,6 +319,7 @@ class Trainer:
                 "batch_size_schedule": schedule.describe(),
                 "seed": context.get_trial_seed(),
                 "dataset_length": epoch_records,
+                "dataset_growth": None if data is None else data.history,
                 "data_seed": data_seed,
                 "aggregation_frequency": context.aggregation_frequency,
             }
@@ -454,6 +468,8 @@ class Trainer:
             )
         elastic = data is not None and data.elastic_batch  # may the global batch change?
         free = {"batch_size_schedule", "global_batch_size"} if elastic else {"batch_size_schedule"}
+        if isinstance(data, _data.MapData):  # _data.grown_data checked them (NOTE [ trial growth ])
+            free |= {"dataset_length", "dataset_growth"}
         checked = {k: v for k, v in here.items() if k not in free}
         _checkpoint.check_resume(path, saved, checked)
         if "batch_segments" in saved:  # NOTE [ batch size schedule ]: the past is fixed
@@ -466,8 +482,8 @@ class Trainer:
         rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
         if data is not None and same_grid:  # checks this rank's stream digest
             data.load(train_data, rank_state["loader"])
-        elif data is not None:
-            digest = data.global_digest(clock.samples, size)
+        elif data is not None:  # as saved: before a growth recorded now (NOTE [ trial growth ])
+            digest = data.as_saved().global_digest(clock.samples, size)
             _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
         if saved.get("pending_gradients") and not same_world:
             raise ReproducibilityError(
@@ -632,6 +648,7 @@ class Trainer:
             "world_size": dist.get_size(),
             "seed": context.get_trial_seed(),
             "dataset_length": epoch_records,
+            "dataset_growth": None if data is None else data.history,
             "aggregation_frequency": context.aggregation_frequency,
             "pending_gradients": pending,
             "last_validation": last["validation"],

@@ -262,6 +262,17 @@ def test_a_training_source_that_does_not_repeat_is_refused(shards: str, tmp_path
         run(tmp_path, 1, urls=shards, repeat=False)
 
 
+def test_dataset_growth_over_a_source_is_refused(shards: str, tmp_path: Path) -> None:
+    with init(hparams={**HPARAMS, "urls": shards}, seed=1) as context:
+        trainer = Trainer(ShardTrial(context), context)
+        with pytest.raises(
+            ValueError,
+            match=r"^dataset_growth=True needs a map-style detsamplers.loader.DataLoader with "
+            r"shuffle=True, but build_training_data_loader returned a WebDatasetSource",
+        ):
+            trainer.fit(Batch(1), checkpoint_dir=str(tmp_path), dataset_growth=True)
+
+
 def test_iterating_a_web_data_loader_without_a_map_leaves_the_global_torch_rng_alone(
     shards: str,
 ) -> None:
