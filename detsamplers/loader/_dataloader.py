@@ -144,6 +144,11 @@ class DataLoader:
         persistent_workers: Keep workers alive between passes (needs ``num_workers > 0``).
         seed: Keys the shuffle and the per-batch RNG seeding; defaults to the generator's
             initial seed, else to ``DEFAULT_SEED`` (0). The trial loop passes the trial seed.
+        seeding: ``"batch"`` (default): the global RNGs are seeded once per batch from
+            ``(seed, batch position)``; ``"record"``: each record's ``__getitem__`` runs
+            under RNGs seeded from ``(seed, its sample position)``, so a record draws the
+            same values whatever the batch size and world size, at one seeding per record
+            (needs ``batch_size=``, not a ``batch_sampler``; NOTE [ per-batch seeding ]).
 
     Raises:
         TypeError: an argument has the wrong type, or ``dataset`` is an IterableDataset.
