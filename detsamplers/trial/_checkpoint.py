@@ -13,7 +13,8 @@ NOTE [ checkpoint layout ]
   data seed, the rank-0 chain fingerprint and digest, a digest of the samples trained
   free of world size and batch size, the batch-size schedule as given and as realized
   (``batch_segments``), the epoch of the next batch and its first sample
-  (NOTE [ batch size schedule ], NOTE [ epoch length ]), the hparams and the file list.
+  (NOTE [ batch size schedule ], NOTE [ epoch length ]), the dataset's growth history
+  (``dataset_growth``, NOTE [ trial growth ]), the hparams and the file list.
 
 A folder is written as ``.batch-000120.tmp`` (every rank writes and fsyncs its file, then
 a barrier), renamed into place by rank 0, and completed by writing ``metadata.json``

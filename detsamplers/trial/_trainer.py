@@ -11,7 +11,7 @@ checkpoint) → close (a last validation and checkpoint, callbacks' shutdown). S
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
 NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
-NOTE [ checkpoint retention ] and NOTE [ batch size schedule ].
+NOTE [ checkpoint retention ], NOTE [ batch size schedule ] and NOTE [ trial growth ].
 
 NOTE [ training workloads ]
 As in Determined's trial controller, the training metrics of a window of batches are
