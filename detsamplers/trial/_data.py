@@ -376,8 +376,9 @@ def _growable(data: TrainingData | None, need: str = "dataset_growth=True needs"
     if isinstance(data, ShardData):
         raise ValueError(
             f"{need} a map-style detsamplers.loader.DataLoader with "
-            "shuffle=True, but build_training_data_loader returned a WebDatasetSource: a "
-            "shard stream's order is fixed by its shard list, and growing it is not offered; "
+            f"shuffle=True, but build_training_data_loader returned a "
+            f"{type(data.source).__name__}: a shard stream's order is fixed by its shard "
+            "list, and growing it is not offered; "
             "start a new run over the new shards, or drop dataset_growth"
         )
     if data is None:
