@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import pairwise
 from fractions import Fraction
 from numbers import Real
 from typing import Any
@@ -262,6 +263,56 @@ class _Segment:
         table, rotation = self._arrangement(window)
         code = self._codes[table * (2 * size) + rotation + offset]
         return window, None, code, table, rotation
+
+    def _rows(self, windows: I64) -> tuple[I64, I64]:
+        """Each window's first entry in ``_codes`` and in ``_before`` (NOTE [ mixture law ])."""
+        keys = stream_keys(self.key, windows)
+        table = keys & np.uint64(self.arrangements - 1)
+        self._build(table.view(np.int64))
+        keys >>= np.uint64(32)  # the rotation: Lemire's reduction, as in _arrangement
+        keys *= np.uint64(self.window)
+        keys >>= np.uint64(32)
+        rotation, table = keys.view(np.int64), table.view(np.int64)
+        before = table * (self.window + 1)
+        before += rotation
+        before *= len(self.counts)
+        table *= 2 * self.window
+        table += rotation
+        return table, before
+
+    def locate_stride(self, first: int, stride: int, count: int) -> tuple[I64, I64]:
+        """:meth:`locate` of the local positions ``first + i * stride``, ``i < count``.
+
+        A rank's block: each window's arrangement is computed once, then two gathers per
+        position, with no temporaries beyond a few arrays of the block's length.
+        """
+        size = self.window
+        offset = np.arange(count, dtype=np.int64)
+        offset *= stride
+        offset += first
+        window = offset // size
+        scratch = window * size
+        offset -= scratch
+        low, high = int(window[0]), int(window[-1])
+        if high - low < count:
+            codes, befores = self._rows(np.arange(low, high + 1, dtype=np.int64))
+            np.subtract(window, low, out=scratch)
+            code = codes.take(scratch)
+            before = befores.take(scratch)
+        else:
+            code, before = self._rows(window)
+        code += offset
+        code = self._codes.take(code)
+        component = code & CODE_MASK
+        before += component
+        position = self._before.take(before)
+        np.right_shift(code, COUNT_SHIFT, out=scratch)
+        scratch &= COUNT_MASK
+        scratch *= window
+        code >>= RANK_SHIFT
+        code -= position
+        code += scratch
+        return component, code
 
     def run_components(self, first: int, count: int) -> npt.NDArray[np.integer[Any]]:
         """The component of each of the local positions ``[first, first + count)``."""
@@ -605,13 +656,31 @@ class MixSampler(Stage[int]):
             local = first - segment.start
             component = segment.run_components(local, n)
             return self._gather(component, segment.consumed(local))
+        if n > 2:
+            stride = int(positions[1]) - first
+            if (
+                stride > 0
+                and int(positions[-1]) - first == stride * (n - 1)
+                and (end is None or int(positions[-1]) < end)
+                and bool((np.diff(positions) == stride).all())
+            ):
+                # A rank's block (positions r, r + W, ...): components in ascending order.
+                found = segment.locate_stride(first - segment.start, stride, n)
+                return self._gather(*found, ascending=True)
         return self._gather(*self.locate(positions))
 
-    def _gather(self, component: npt.NDArray[np.integer[Any]], position: I64 | list[int]) -> I64:
+    def _gather(
+        self,
+        component: npt.NDArray[np.integer[Any]],
+        position: I64 | list[int],
+        *,
+        ascending: bool = False,
+    ) -> I64:
         """Each position's record: component ``k``'s chain at its position, offset.
 
         ``position`` is each position's component position, or (a run of consecutive
-        positions) each component's first position.
+        positions) each component's first position. ``ascending``: each component's
+        positions increase (positions given in stream order).
         """
         out = np.empty(len(component), dtype=np.int64)
         for k, node in enumerate(self._nodes):
@@ -622,8 +691,8 @@ class MixSampler(Stage[int]):
             if isinstance(position, list):
                 wanted = np.arange(position[k], position[k] + size, dtype=np.int64)
             else:
-                wanted = position if where is None else position[where]
-            found = self._records(k, node, wanted, isinstance(position, list))
+                wanted = position if where is None else position.take(where)
+            found = self._records(k, node, wanted, ascending or isinstance(position, list))
             if where is None:
                 out[:] = found
             else:
@@ -633,8 +702,9 @@ class MixSampler(Stage[int]):
     def _records(self, k: int, node: Node, wanted: I64, ascending: bool) -> I64:
         """Component ``k``'s records at its positions ``wanted``, offset into the concatenation.
 
-        A Feistel shuffle of ``range(n)`` whose positions lie in one pass goes straight to
-        its permutation at that pass (the same values, fewer array passes).
+        A Feistel shuffle of ``range(n)`` goes straight to its permutation at each pass
+        the positions reach (the same values, fewer array passes); ascending positions
+        are cut at the passes' ends.
         """
         if self._perms is not None:
             n = self._lengths[k]
@@ -643,13 +713,20 @@ class MixSampler(Stage[int]):
                 if ascending
                 else (int(wanted.min()), int(wanted.max()))
             )
-            epoch = low // n
-            if high // n == epoch:
+            epoch, last = low // n, high // n
+            if last == epoch:
                 found = self._perms[k].at_epoch(wanted - epoch * n, epoch)
                 found += self._offsets[k]
                 return found
-        out: I64 = node.records(wanted) + self._offsets[k]
-        return out
+            if ascending and last - epoch < 8:
+                ends = np.searchsorted(wanted, np.arange(epoch + 1, last + 1) * n)
+                out = np.empty_like(wanted)
+                for e, (a, b) in enumerate(pairwise([0, *ends.tolist(), len(wanted)]), epoch):
+                    out[a:b] = self._perms[k].at_epoch(wanted[a:b] - e * n, e)
+                out += self._offsets[k]
+                return out
+        found = node.records(wanted) + self._offsets[k]
+        return found
 
     def batches(self, positions: I64) -> list[list[int]]:
         raise NotImplementedError("a MixSampler yields records; batch it with a BatchSampler")

@@ -84,7 +84,18 @@ def stream_keys(base: int, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uin
         >>> len(set(keys.tolist())), keys.dtype
         (3, dtype('uint64'))
     """
-    return mix64(indices.astype(np.uint64) * _GOLDEN + _U64(base))
+    # mix64 of (counter * golden + base), in place on one array and one scratch (a rank's
+    # block hashes a window per position in the mixture: temporaries would double the cost).
+    z = indices.astype(np.uint64)
+    z *= _GOLDEN
+    z += _U64((base + 0x9E3779B97F4A7C15) & _MASK64)
+    scratch = np.right_shift(z, _U64(30))
+    z ^= scratch
+    z *= _M1
+    z ^= np.right_shift(z, _U64(27), out=scratch)
+    z *= _M2
+    z ^= np.right_shift(z, _U64(31), out=scratch)
+    return z
 
 
 def stream_key(base: int, index: int) -> int:

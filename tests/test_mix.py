@@ -123,6 +123,43 @@ def test_any_set_of_positions_maps_as_each_position_alone(seed: int, data: st.Da
     assert mix.records(run).tolist() == mix._gather(*mix.locate(run)).tolist()
 
 
+@settings(max_examples=40)
+@given(
+    seed=st.integers(0, 2**40),
+    first=st.integers(0, 10**13),
+    stride=st.integers(2, 300),
+    count=st.integers(3, 400),
+    data=st.data(),
+)
+def test_a_ranks_block_maps_as_each_position_alone(
+    seed: int, first: int, stride: int, count: int, data: st.DataObject
+) -> None:
+    # Positions first + i * stride: a rank's block under a shard (locate_stride), across
+    # windows, component passes and, with a curriculum, a segment's start.
+    plan = [(first + stride * count // 2, [0, 1, 3])] if data.draw(st.booleans()) else []
+    window = data.draw(st.one_of(st.none(), st.integers(20, 200)))
+    shuffled = data.draw(st.booleans())
+    lengths = data.draw(st.sampled_from([LENGTHS, [1000, 300, 200]]))
+    samplers = [
+        ds.ReproducibleShuffleSampler(range(n), seed + i) if shuffled else range(n)
+        for i, n in enumerate(lengths)
+    ]
+    mix = MixSampler(samplers, WEIGHTS, seed, window=window, curriculum=plan)
+    positions = first + stride * np.arange(count, dtype=np.int64)
+    got = mix.records(positions).tolist()
+    assert got == mix._gather(*mix.locate(positions)).tolist()
+    picked = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=10))
+    assert [got[i] for i in picked] == [int(mix.records(positions[i : i + 1])[0]) for i in picked]
+    segment = mix._segments[0]
+    if not plan:
+        component, position = segment.locate_stride(first, stride, count)
+        expected = mix.locate(positions)
+        assert (component.tolist(), position.tolist()) == (
+            expected[0].tolist(),
+            expected[1].tolist(),
+        )
+
+
 def test_positions_with_consecutive_ends_but_gaps_inside_are_not_a_run() -> None:
     mix = mixture(LENGTHS, WEIGHTS, 0)
     for positions in ([20, 0, 22], [5, 9, 6, 7, 8], [3, 3, 5]):
