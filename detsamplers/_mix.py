@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import pairwise
 from fractions import Fraction
+from itertools import pairwise
 from numbers import Real
 from typing import Any
 
@@ -201,10 +201,15 @@ class _Segment:
         """Build the arrangements among ``tables`` not built yet."""
         if self._all_built:
             return
-        if bool(self._built[tables].all()):
-            return
-        rows = np.unique(tables)
-        rows = rows[~self._built[rows]]
+        if len(tables) >= self.arrangements:
+            # A block over many windows: build every arrangement left at once, as a later
+            # block would (the same tables, one call instead of several).
+            rows = np.flatnonzero(~self._built)
+        else:
+            if bool(self._built[tables].all()):
+                return
+            rows = np.unique(tables)
+            rows = rows[~self._built[rows]]
         size, k = self.window, len(self.counts)
         cells = (rows[:, None] * size + self._columns).ravel()
         order = np.argsort(stream_keys(self._arrangements_key, cells).reshape(-1, size), axis=1)
@@ -272,13 +277,14 @@ class _Segment:
         keys >>= np.uint64(32)  # the rotation: Lemire's reduction, as in _arrangement
         keys *= np.uint64(self.window)
         keys >>= np.uint64(32)
-        rotation, table = keys.view(np.int64), table.view(np.int64)
-        before = table * (self.window + 1)
+        rotation: I64 = keys.view(np.int64)
+        code: I64 = table.view(np.int64)
+        before = code * (self.window + 1)
         before += rotation
         before *= len(self.counts)
-        table *= 2 * self.window
-        table += rotation
-        return table, before
+        code *= 2 * self.window
+        code += rotation
+        return code, before
 
     def locate_stride(self, first: int, stride: int, count: int) -> tuple[I64, I64]:
         """:meth:`locate` of the local positions ``first + i * stride``, ``i < count``.
@@ -725,8 +731,8 @@ class MixSampler(Stage[int]):
                     out[a:b] = self._perms[k].at_epoch(wanted[a:b] - e * n, e)
                 out += self._offsets[k]
                 return out
-        found = node.records(wanted) + self._offsets[k]
-        return found
+        mapped: I64 = node.records(wanted) + self._offsets[k]
+        return mapped
 
     def batches(self, positions: I64) -> list[list[int]]:
         raise NotImplementedError("a MixSampler yields records; batch it with a BatchSampler")

@@ -46,13 +46,15 @@ __all__ = ["ExactPermutation", "FeistelPermutation", "Permutation", "make_permut
 
 I64 = npt.NDArray[np.int64]
 U32 = npt.NDArray[np.uint32]
-#: Round keys: one scalar per round, or one array per round (a key per element).
-Keys = Sequence[U32 | np.uint32]
+#: Round keys: one 0-d array per round, or one array per round (a key per element).
+Keys = Sequence[U32]
 
-_M1 = np.uint32(0x85EBCA6B)
-_M2 = np.uint32(0xC2B2AE35)
+# Constants as 0-d arrays, not numpy scalars: a ufunc call on a small array with a 0-d
+# operand costs half as much (a block's network is about forty calls per component).
+_M1 = np.array(0x85EBCA6B, dtype=np.uint32)
+_M2 = np.array(0xC2B2AE35, dtype=np.uint32)
 _LOW32 = np.uint64(0xFFFFFFFF)
-_S15 = np.uint32(15)
+_S15 = np.array(15, dtype=np.uint32)
 
 #: Rounds of the Feistel network (each updates one half). Luby-Rackoff needs four rounds
 #: of random functions; four matched numpy's permutation on positional and lag-1
@@ -68,6 +70,8 @@ SMALL_DOMAIN = 2**16
 MIN_SIDE_BITS = 3
 #: The largest n: both halves, and their sum before reduction, fit in 32 bits.
 MAX_N = 2**62
+#: Cycle-walk up to this many elements of a block one by one in Python integers.
+SCALAR_WALK = 16
 
 
 class Permutation(Protocol):
@@ -103,7 +107,7 @@ class FeistelPermutation:
         # x = high * 2**k + low: low is a power-of-two half, high counts to b = ceil(n / 2**k).
         self._k = max(MIN_SIDE_BITS, (math.isqrt(n - 1) + 1 - 1).bit_length())
         self._b = max(2**MIN_SIDE_BITS, -(-n // 2**self._k))
-        self._divisor = np.uint32(-(-(2**32) // self._b))
+        self._divisor = np.array(-(-(2**32) // self._b), dtype=np.uint32)
         rounds = SMALL_DOMAIN_ROUNDS if self._b << self._k < SMALL_DOMAIN else ROUNDS
         self._round_seeds = np.array(
             [derive(key, "feistel-round", r) for r in range(rounds)], dtype=np.uint64
@@ -121,7 +125,7 @@ class FeistelPermutation:
         if low == high:
             if self._cached_epoch != first:
                 keys = self._keys_for(np.array([first], dtype=np.uint64))
-                self._cached_keys = [np.uint32(k) for k in keys[:, 0].tolist()]
+                self._cached_keys = [np.array(k, dtype=np.uint32) for k in keys[:, 0].tolist()]
                 self._cached_epoch = first
             return self._cached_keys
         if high - low < len(epoch):
@@ -144,11 +148,11 @@ class FeistelPermutation:
         return np.multiply(h, _M2, out=h)
 
     def _network(self, x: I64, keys: Keys) -> I64:
-        k, b = self._k, np.uint32(self._b)
+        k, b = self._k, np.array(self._b, dtype=np.uint32)
         low = (x & ((1 << k) - 1)).astype(np.uint32)
         high = (x >> k).astype(np.uint32)
         h, scratch = np.empty_like(low), np.empty_like(low)
-        top = np.uint32(32 - k)
+        top = np.array(32 - k, dtype=np.uint32)
         for i, key in enumerate(keys):
             if i % 2 == 0:
                 # low ^= the top k bits of hash(high): a bijection of the power-of-two half.
@@ -161,6 +165,25 @@ class FeistelPermutation:
                 np.minimum(high, np.subtract(high, b, out=scratch), out=high)
         out: I64 = (high.astype(np.int64) << k) | low
         return out
+
+    def _walk_one(self, x: int, keys: list[int]) -> int:
+        """:meth:`_network` on one value, repeated until it falls inside ``[0, n)``."""
+        k, b, divisor = self._k, self._b, int(self._divisor)
+        mask, top = (1 << k) - 1, 32 - k
+        m1, m2 = int(_M1), int(_M2)
+        while x >= self.n:
+            low, high = x & mask, x >> k
+            for i, key in enumerate(keys):
+                h = (((low if i % 2 else high) ^ key) * m1) & 0xFFFFFFFF
+                h = ((h ^ (h >> 15)) * m2) & 0xFFFFFFFF
+                if i % 2 == 0:
+                    low ^= h >> top
+                else:
+                    high += h // divisor
+                    if high >= b:
+                        high -= b
+            x = (high << k) | low
+        return x
 
     def at_epoch(self, index: I64, epoch: int) -> I64:
         """``self(index, epoch array)`` for elements that all share one ``epoch``."""
@@ -178,8 +201,16 @@ class FeistelPermutation:
         """The network, cycle-walking the elements that leave ``[0, n)``."""
         out = self._network(index, keys)
         outside = np.flatnonzero(out >= self.n)
+        if 0 < len(outside) <= SCALAR_WALK:
+            # A few elements (a fraction below 2 / sqrt(n) leave): walk them in Python
+            # integers, cheaper than another forty vector operations on a tiny array.
+            for i in outside.tolist():
+                out[i] = self._walk_one(
+                    int(out[i]), [int(k if k.ndim == 0 else k[i]) for k in keys]
+                )
+            return out
         while len(outside):
-            sub_keys = [k[outside] if isinstance(k, np.ndarray) else k for k in keys]
+            sub_keys = [k[outside] if k.ndim else k for k in keys]
             walked = self._network(out[outside], sub_keys)
             out[outside] = walked
             outside = outside[walked >= self.n]
