@@ -3,20 +3,24 @@
 How to run (from the repository root)::
 
     .venv/bin/python benchmarks/mix_table.py --quick    # < 1 min; `make bench-quick` runs it
-    .venv/bin/python benchmarks/mix_table.py --plot docs/mix.png    # the docs' figures
+    .venv/bin/python benchmarks/mix_table.py --plot docs/mix.png --json /tmp/mix.json
 
 The peers are optional (the ``compare`` extra installs them): grain's
 ``MapDataset.mix`` and HF datasets' ``interleave_datasets``; a peer that cannot be imported
-gets a "not installed" line. Speed is reported, never asserted.
+gets a "not installed" cell and a line saying what to install. Speed is reported, never
+asserted. Every table header gives the load average at its start and end (the harness in
+``benchmarks/harness/``): on a shared machine, read the ratios within one table.
 
 The mixture is three components with weights 0.6, 0.25, 0.15 and lengths 2e6, 6e5, 4e5,
 each shuffled with its own seed; quick mode takes components a tenth as long and fewer,
 shorter samples.
 
-a. Per-rank indices/s, batches of 32, rank 0 of W, build included, median of paired
-   runs (the cells of one W alternate, so load drifts hit all of them alike):
+a. Per-rank indices/s, batches of 32, rank 0 of W, build included: each cell is the median
+   of paired runs, the cells of one W alternating which goes first (``interleaved``), so
+   load drifts hit all of them alike; a run stops at its budget or at the time cap (*):
 
-   - "plain": ``make_batch_sampler(range(sum of lengths), "training", 0, W, 0, 32)``;
+   - "plain": ``make_batch_sampler(range(sum of lengths), "training", 0, W, 0, 32)``
+     (shuffle → repeat → shard → batch);
    - "mix": ``make_mixed_batch_sampler(ranges, weights, 0, W, 0, 32)``; target >= 0.7x plain;
    - "grain": ``MapDataset.mix([MapDataset.range(n).shuffle(seed=k)], weights)``, rank 0's
      slice ``[0::W]``, read with ``ds[i]`` (its random access, what a sampler does);
@@ -32,93 +36,91 @@ a. Per-rank indices/s, batches of 32, rank 0 of W, build included, median of pai
    the index mapping (O(length) memory and build time).
 b. Time to the first batch after a seek to mixture position 1e12 of three components of
    1e9 records each: ``make_mixed_batch_sampler(..., skip=1e12 / (32 W))``, build and
-   ``next(iter())`` timed separately, median of 5 fresh chains. Target < 5 ms. grain's
-   ``mix(...).repeat()[1e12]`` is timed alongside; HF cannot address a position beyond
-   its materialised mapping.
+   ``next(iter())`` timed separately (``time_first_batch``: median of 5 fresh chains after
+   an untimed one). Target < 5 ms. grain's ``mix(...).repeat()`` is timed alongside (build,
+   then its 32 items at 1e12); HF cannot address a position beyond its materialised mapping.
 c. Realised shares over 1e6 positions (quick: 2e4) against the weights: the largest
    deviation, in items, of a component's count in a window from ``P w_k``, for aligned
    windows of the mixture's ``P`` (20 here) and of 1000 positions, and for every sliding
    window of ``P`` positions; and the whole run's share. For grain and HF the same
-   windows are read from their streams.
+   windows are read from their streams. The plot (``--plot``) shows component 0's share per
+   100 positions over the first 20,000.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
+import itertools
 import os
-import platform
-import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
-import torch
-from _common import BATCH, cpu_model, fmt_ratio, fmt_time, load_average, usable_cpus
+from harness.cli import Run, main_guard, parser, run
+from harness.fmt import fmt_rate, fmt_time
+from harness.machine import version
+from harness.output import pyplot, save
+from harness.table import Cell, Table, not_installed, show, show_ratio, skipped
+from harness.timing import Batches, interleaved, measure_rate, median, time_first_batch
 
 import detsamplers as ds
 
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+BATCH = 32
 WEIGHTS = [0.6, 0.25, 0.15]
 SEEK_POSITION = 10**12
 TARGET_SECONDS = 5e-3
 TARGET_RATIO = 0.7
+#: Positions per block of the plot, and the positions it shows.
+PLOT_BLOCK, PLOT_POSITIONS = 100, 20_000
+#: The peers' pip distributions, whose versions head the tables.
+PEERS = ("grain", "datasets")
 
 
 @dataclass(frozen=True)
 class Settings:
-    mode: str
     lengths: tuple[int, ...]
     workers: tuple[int, ...]
     budget: int
     peer_budget: int
-    repeats: int
+    cap: float
+    rounds: int
     share_positions: int
 
 
 LENGTHS = (2_000_000, 600_000, 400_000)
 #: Quick mode only proves the script runs: components a tenth as long (HF's build, which
 #: materialises the whole interleaving, is most of its time) and fewer, shorter samples.
-QUICK = Settings("quick", tuple(n // 10 for n in LENGTHS), (1, 64), 2**18, 2**13, 3, 2 * 10**4)
-FULL = Settings("full", LENGTHS, (1, 8, 64), 2**21, 2**16, 7, 10**6)
+QUICK = Settings(tuple(n // 10 for n in LENGTHS), (1, 64), 2**18, 2**13, 1.5, 3, 2 * 10**4)
+FULL = Settings(LENGTHS, (1, 8, 64), 2**21, 2**16, 6.0, 7, 10**6)
 
 
 def optional(name: str) -> ModuleType | None:
+    """The module, or None (printing what to install) when it cannot be imported."""
     try:
-        module = importlib.import_module(name)
+        return importlib.import_module(name)
     except Exception:  # any import failure means "not installed" here
+        print(f"skipping {name}: not installed (pip install {name})", flush=True)
         return None
-    return module
 
 
-def consume(batches: Iterator[Any], budget: int) -> int:
-    done = 0
-    for batch in batches:
-        done += len(batch)
-        if done >= budget:
-            break
-    return done
+# -- the pipelines of table a ---------------------------------------------------------------
 
 
-# -- the cells of table a -----------------------------------------------------------------
+def plain(lengths: tuple[int, ...], world: int) -> Batches:
+    return ds.make_batch_sampler(range(sum(lengths)), "training", 0, world, 0, BATCH)
 
 
-def run_plain(lengths: tuple[int, ...], world: int, budget: int) -> int:
-    chain = ds.make_batch_sampler(range(sum(lengths)), "training", 0, world, 0, BATCH)
-    return consume(iter(chain), budget)
-
-
-def run_mix(lengths: tuple[int, ...], world: int, budget: int) -> int:
+def mix(lengths: tuple[int, ...], world: int) -> Batches:
     ranges = [range(n) for n in lengths]
-    chain = ds.make_mixed_batch_sampler(ranges, WEIGHTS, 0, world, 0, BATCH)
-    return consume(iter(chain), budget)
+    return ds.make_mixed_batch_sampler(ranges, WEIGHTS, 0, world, 0, BATCH)
 
 
 def grain_mixture(grain: ModuleType, lengths: tuple[int, ...]) -> Any:
@@ -126,11 +128,11 @@ def grain_mixture(grain: ModuleType, lengths: tuple[int, ...]) -> Any:
     return grain.MapDataset.mix(parts, WEIGHTS)
 
 
-def run_grain(grain: ModuleType, lengths: tuple[int, ...], world: int, budget: int) -> int:
+def grain_batches(grain: ModuleType, lengths: tuple[int, ...], world: int) -> Batches:
+    """Rank 0's slice of grain's mixture, read by random access, in batches."""
     mixture = grain_mixture(grain, lengths)[0::world]
-    count = min(budget, len(mixture))
-    _ = [mixture[i] for i in range(count)]
-    return count
+    for start in range(0, len(mixture), BATCH):
+        yield [mixture[i] for i in range(start, min(start + BATCH, len(mixture)))]
 
 
 def hf_mixture(hf: ModuleType, lengths: tuple[int, ...], tagged: bool = False) -> Any:
@@ -145,117 +147,142 @@ def hf_mixture(hf: ModuleType, lengths: tuple[int, ...], tagged: bool = False) -
     )
 
 
-def run_hf(mixture: Any, world: int, budget: int) -> int:
+def hf_batches(mixture: Any, world: int) -> Batches:
     shard = mixture.shard(num_shards=world, index=0, contiguous=False).with_format("numpy")
-    return consume((b["i"] for b in shard.iter(batch_size=BATCH)), budget)
+    return (batch["i"] for batch in shard.iter(batch_size=BATCH))
 
 
-def timed(run: Callable[[], int]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    done = run()
-    return done / (time.perf_counter() - start)
+def rate_op(make: Callable[[], Batches], budget: int, cap: float) -> Callable[[], Cell]:
+    """One timed run of ``make()`` (built inside the timed region) as a cell."""
+    return partial(measure_rate, make, budget, cap, 1)
 
 
-def _show(rate: dict[str, float], name: str) -> str:
-    return f"{rate[name] / 1e6:>8.3g} M" if name in rate else f"{'not installed':>10}"
-
-
-def _ratio(rate: dict[str, float], name: str) -> str:
-    return fmt_ratio(rate["mix"] / rate[name]) if name in rate else "-"
-
-
-def table_a(settings: Settings, grain: ModuleType | None, hf: ModuleType | None) -> list[str]:
-    lines = [
-        "a. Per-rank indices/s (rank 0 of W, batches of 32, build included)",
-        f"   {'W':>4}  {'plain':>10}  {'mix':>10}  {'mix/plain':>9}  "
-        f"{'grain':>10}  {'mix/grain':>9}  {'HF':>10}  {'mix/HF':>8}",
-    ]
+def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleType | None) -> None:
     hf_built, hf_seconds = None, 0.0
     if hf is not None:
         start = time.perf_counter()
         hf_built = hf_mixture(hf, settings.lengths)
         hf_seconds = time.perf_counter() - start
+    names = ["plain", "mix", "grain", "HF"]
+    headers = ["W", "plain", "mix", "mix/plain", "grain", "mix/grain", "HF", "mix/HF"]
+    rows, records = [], []
     for world in settings.workers:
-        cells: dict[str, Callable[[], int]] = {
-            "plain": partial(run_plain, settings.lengths, world, settings.budget),
-            "mix": partial(run_mix, settings.lengths, world, settings.budget),
+        budget, cap = settings.budget, settings.cap
+        ops: dict[str, Callable[[], Cell]] = {
+            "plain": rate_op(partial(plain, settings.lengths, world), budget, cap),
+            "mix": rate_op(partial(mix, settings.lengths, world), budget, cap),
         }
         if grain is not None:
-            cells["grain"] = partial(
-                run_grain, grain, settings.lengths, world, settings.peer_budget
-            )
+            make = partial(grain_batches, grain, settings.lengths, world)
+            ops["grain"] = rate_op(make, settings.peer_budget, settings.cap)
         if hf_built is not None:
-            cells["HF"] = partial(run_hf, hf_built, world, settings.peer_budget)
-        for run in cells.values():  # warm-up
-            run()
-        samples: dict[str, list[float]] = {name: [] for name in cells}
-        for _ in range(settings.repeats):
-            for name, run in cells.items():
-                samples[name].append(timed(run))
-        rate = {name: statistics.median(values) for name, values in samples.items()}
-
-        show = partial(_show, rate)
-        ratio = partial(_ratio, rate)
-        lines.append(
-            f"   {world:>4}  {show('plain'):>10}  {show('mix'):>10}  {ratio('plain'):>9}  "
-            f"{show('grain'):>10}  {ratio('grain'):>9}  {show('HF'):>10}  {ratio('HF'):>8}"
+            make = partial(hf_batches, hf_built, world)
+            ops["HF"] = rate_op(make, settings.peer_budget, settings.cap)
+        for op in ops.values():  # warm-up: imports, caches, lazily built tables
+            op()
+        runs = interleaved(ops, settings.rounds)
+        cells: dict[str, Cell] = {name: not_installed() for name in names}
+        for name, results in runs.items():
+            values = [c.value for c in results if c.value is not None]
+            capped = any(c.status == "capped" for c in results)
+            cells[name] = Cell("capped" if capped else "ok", median(values), values)
+        mine = cells["mix"]
+        rows.append(
+            [
+                str(world),
+                *(show(cells[n], fmt_rate) for n in ("plain", "mix")),
+                show_ratio(mine, cells["plain"]),
+                show(cells["grain"], fmt_rate),
+                show_ratio(mine, cells["grain"]),
+                show(cells["HF"], fmt_rate),
+                show_ratio(mine, cells["HF"]),
+            ]
         )
-    lines.append(
-        f"   target: mix/plain >= {TARGET_RATIO}; median of {settings.repeats} paired runs"
-    )
-    if hf_built is not None:
-        lines.append(
-            f"   HF's build (from_dict + interleave_datasets, {sum(settings.lengths):,} rows) "
-            f"took {fmt_time(hf_seconds)} once and is outside its cells"
-        )
-    return lines
-
-
-# -- table b: seek --------------------------------------------------------------------------
-
-
-def table_b(grain: ModuleType | None) -> list[str]:
-    lines = [
-        "b. Seek to mixture position 1e12 of three components of 1e9 records (median of 5)",
-        f"   {'W':>4}  {'build':>10}  {'first batch':>12}  {'total':>10}  target < 5 ms",
+        records.append({"world_size": world, "unit": "indices/s", "cells": cells})
+    notes = [
+        f"Indices/s on rank 0 of W, batches of {BATCH}, component lengths {settings.lengths}, "
+        f"weights {WEIGHTS}; median of {settings.rounds} runs, the cells of a W alternating "
+        f"which goes first; a run stops at {settings.budget:,} indices ({settings.peer_budget:,} "
+        f"for the peers) or {settings.cap:g} s (* = stopped by the cap). Target: mix/plain >= "
+        f"{TARGET_RATIO}.",
     ]
+    if hf_built is not None:
+        notes.append(
+            f"HF's build (from_dict + interleave_datasets, {sum(settings.lengths):,} rows) took "
+            f"{fmt_time(hf_seconds)} once and is outside its cells; the others build inside."
+        )
+    title = "Per-rank indices/s of a 3-way mixture (higher is better)"
+    out.emit(Table("mix-a", title, headers, rows, notes, records))
+
+
+# -- table b: seek ------------------------------------------------------------------------
+
+
+def table_b(out: Run, settings: Settings, grain: ModuleType | None) -> None:
     ranges = [range(10**9)] * 3
+    headers = ["pipeline", "W", "build", "first batch", "total", "< 5 ms"]
+    rows, records = [], []
     for world in (1, 8):
         skip = SEEK_POSITION // (BATCH * world)
-        builds, firsts = [], []
-        for _ in range(6):
-            gc.collect()
-            start = time.perf_counter()
-            chain = ds.make_mixed_batch_sampler(ranges, WEIGHTS, 0, world, 0, BATCH, skip)
-            built = time.perf_counter()
-            next(iter(chain))
-            done = time.perf_counter()
-            builds.append(built - start)
-            firsts.append(done - built)
-        build, first = statistics.median(builds[1:]), statistics.median(firsts[1:])
-        lines.append(
-            f"   {world:>4}  {fmt_time(build):>10}  {fmt_time(first):>12}  "
-            f"{fmt_time(build + first):>10}"
+
+        def build(world: int = world, skip: int = skip) -> Batches:
+            return ds.make_mixed_batch_sampler(ranges, WEIGHTS, 0, world, 0, BATCH, skip)
+
+        timing = time_first_batch(build, 5, settings.cap, size=BATCH)
+        ok = "yes" if timing.total < TARGET_SECONDS else "no"
+        rows.append(
+            [
+                "mix",
+                str(world),
+                fmt_time(timing.build),
+                fmt_time(timing.first),
+                fmt_time(timing.total),
+                ok,
+            ]
         )
+        records.append({"pipeline": "mix", "world_size": world, "cells": {"mix": timing.cell()}})
     if grain is None:
-        lines.append("   grain: not installed")
+        rows.append(["grain", "1", "not installed", "-", "-", "-"])
+        records.append({"pipeline": "grain", "world_size": 1, "cells": {"grain": not_installed()}})
     else:
-        times = []
-        for _ in range(6):
-            start = time.perf_counter()
+
+        def grain_seek() -> Batches:
             repeated = grain_mixture(grain, (10**9,) * 3).repeat()
-            _ = [repeated[SEEK_POSITION + i] for i in range(BATCH)]
-            times.append(time.perf_counter() - start)
-        lines.append(
-            f"   grain mix(...).repeat(), 32 items at 1e12, build included: "
-            f"{fmt_time(statistics.median(times[1:]))}"
+            positions = range(SEEK_POSITION, SEEK_POSITION + BATCH)
+            return ([repeated[p] for p in positions] for _ in range(1))
+
+        timing = time_first_batch(grain_seek, 5, settings.cap, size=BATCH)
+        rows.append(
+            [
+                "grain",
+                "1",
+                fmt_time(timing.build),
+                fmt_time(timing.first),
+                fmt_time(timing.total),
+                "yes" if timing.total < TARGET_SECONDS else "no",
+            ]
         )
-    lines.append("   HF interleave_datasets: no seek past its materialised index mapping")
-    return lines
+        records.append({"pipeline": "grain", "world_size": 1, "cells": {"grain": timing.cell()}})
+    rows.append(["HF", "1", "cannot seek", "-", "-", "-"])
+    records.append(
+        {
+            "pipeline": "HF",
+            "world_size": 1,
+            "cells": {"HF": skipped("cannot seek", reason="no position past its mapping")},
+        }
+    )
+    notes = [
+        "Seek to mixture position 1e12 of three components of 1e9 records: build the chain "
+        "(mix: make_mixed_batch_sampler with skip = 1e12 / (32 W)), then its first batch; "
+        "medians of 5 fresh builds after an untimed one. grain: MapDataset.mix(...).repeat() "
+        "built, then its 32 items at 1e12 read one by one. HF interleave_datasets cannot "
+        "address a position past its materialised index mapping.",
+    ]
+    title = "Time to the first batch after a seek to position 1e12 (lower is better)"
+    out.emit(Table("mix-b", title, headers, rows, notes, records))
 
 
-# -- table c: shares ------------------------------------------------------------------------
+# -- table c: shares ----------------------------------------------------------------------
 
 
 def deviations(component: np.ndarray, window: int, sliding: bool = False) -> float:
@@ -276,6 +303,7 @@ def deviations(component: np.ndarray, window: int, sliding: bool = False) -> flo
 def streams(
     settings: Settings, grain: ModuleType | None, hf: ModuleType | None
 ) -> dict[str, np.ndarray]:
+    """The component of each of the first positions of each mixture."""
     count = settings.share_positions
     mixture = ds.MixSampler.from_datasets([range(n) for n in settings.lengths], WEIGHTS, 0)
     out = {"mix": mixture.locate(np.arange(count, dtype=np.int64))[0]}
@@ -292,80 +320,87 @@ def streams(
     return out
 
 
-def table_c(sample: dict[str, np.ndarray], window: int) -> list[str]:
-    lines = [
-        f"c. Realised shares over {len(sample['mix']):,} positions against weights {WEIGHTS}",
-        f"   largest deviation in items from P w_k (P = {window} positions, the mixture's window)",
-        f"   {'':>6}  {'windows of P':>12}  {'of 1000':>8}  {'sliding P':>10}  shares",
-    ]
+def table_c(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleType | None) -> None:
+    sample = streams(settings, grain, hf)
+    window = ds.MixSampler([range(n) for n in settings.lengths], WEIGHTS, 0).window
+    headers = ["mixture", f"windows of {window}", "of 1000", f"sliding {window}", "shares"]
+    rows, records = [], []
     for name, component in sample.items():
-        shares = np.bincount(component, minlength=3) / len(component)
-        lines.append(
-            f"   {name:>6}  {deviations(component, window):>12.2f}  "
-            f"{deviations(component, 1000):>8.2f}  {deviations(component, window, True):>10.2f}  "
-            f"{', '.join(f'{s:.4f}' for s in shares)}"
+        shares = (np.bincount(component, minlength=3) / len(component)).tolist()
+        aligned, thousand = deviations(component, window), deviations(component, 1000)
+        sliding = deviations(component, window, True)
+        rows.append(
+            [
+                name,
+                f"{aligned:.2f}",
+                f"{thousand:.2f}",
+                f"{sliding:.2f}",
+                ", ".join(f"{s:.4f}" for s in shares),
+            ]
         )
-    return lines
+        usable = min(len(component), PLOT_POSITIONS) // PLOT_BLOCK * PLOT_BLOCK
+        blocks = (component[:usable] == 0).reshape(-1, PLOT_BLOCK).mean(axis=1)
+        records.append(
+            {
+                "mixture": name,
+                "positions": len(component),
+                "deviation_window": aligned,
+                "deviation_1000": thousand,
+                "deviation_sliding": sliding,
+                "shares": shares,
+                "share0_per_block": blocks.tolist(),
+            }
+        )
+    notes = [
+        f"The component of each of the first {settings.share_positions:,} positions; the "
+        f"largest deviation, in items, of a component's count in a window from its weight "
+        f"times the window ({WEIGHTS}), over aligned windows of the mixture's P = {window} and "
+        f"of 1000 positions and every sliding window of {window}; and the whole run's shares.",
+    ]
+    title = "Realised shares against the weights (deviation in items, lower is closer)"
+    out.emit(Table("mix-c", title, headers, rows, notes, records))
 
 
-def plot(path: str, sample: dict[str, np.ndarray]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot: matplotlib is not installed; no PNG written")
-        return
-    block = 100
-    figure, axes = plt.subplots(1, 1, figsize=(8, 3.6))
+def plot(path: Path, tables: list[Table], machine: str) -> None:
+    """Component 0's share per block of 100 positions, each mixture a line."""
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 1, figsize=(8, 3.8))
     axes.axhline(WEIGHTS[0], color="black", linewidth=0.8, linestyle="--", label="weight 0.6")
-    for name, component in sample.items():
-        usable = min(len(component), 20_000) // block * block
-        share = (component[:usable] == 0).reshape(-1, block).mean(axis=1)
-        wide = name == "mix"
+    shares = next(t for t in tables if t.key == "mix-c")
+    for record, color in zip(shares.records, itertools.cycle(f"C{i}" for i in range(10))):
+        wide = record["mixture"] == "mix"
+        values = record["share0_per_block"]
         axes.plot(
-            np.arange(len(share)) * block,
-            share,
-            label=name,
+            np.arange(len(values)) * PLOT_BLOCK,
+            values,
+            color=color,
+            label=record["mixture"],
             linewidth=2.5 if wide else 1,
             zorder=3 if wide else 2,
         )
     axes.set_xlabel("mixture position")
-    axes.set_ylabel(f"share of component 0 per {block} positions")
-    axes.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    axes.set_ylabel(f"share of component 0 per {PLOT_BLOCK} positions")
+    axes.legend(loc="lower right", fontsize=8)
+    save(figure, path, machine)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for CI")
-    parser.add_argument("--plot", help="save the shares plot to this PNG")
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> int:
+    args: argparse.Namespace = parser(
+        "MixSampler against the plain chain, grain's MapDataset.mix and HF interleave_datasets.",
+        "components a tenth as long, fewer and shorter runs (about a minute)",
+    ).parse_args(argv)
     settings = QUICK if args.quick else FULL
-    grain = optional("grain")
-    hf = optional("datasets")
-    print(
-        f"MixSampler tables ({settings.mode}); {platform.platform()}, {cpu_model()}, "
-        f"{usable_cpus()} CPUs, load {load_average()}; Python {sys.version.split()[0]}, "
-        f"torch {torch.__version__}, numpy {np.__version__}; "
-        f"grain {getattr(grain, '__version__', 'not installed') if grain else 'not installed'}, "
-        f"datasets {hf.__version__ if hf else 'not installed'}; lengths {settings.lengths}"
-    )
-    for line in table_a(settings, grain, hf):
-        print(line)
-    for line in table_b(grain):
-        print(line)
-    sample = streams(settings, grain, hf)
-    window = ds.MixSampler([range(n) for n in settings.lengths], WEIGHTS, 0).window
-    for line in table_c(sample, window):
-        print(line)
-    print(f"load average at the end: {load_average()}")
-    if args.plot:
-        plot(args.plot, sample)
+    grain, hf = optional("grain"), optional("datasets")
+    versions = {distribution: version(distribution) for distribution in PEERS}
+
+    def body(out: Run) -> None:
+        table_a(out, settings, grain, hf)
+        table_b(out, settings, grain)
+        table_c(out, settings, grain, hf)
+
+    config = {"quick": args.quick, "lengths": settings.lengths, "weights": WEIGHTS}
+    return run(args, versions, body, plot, config)
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)
