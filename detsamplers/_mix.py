@@ -51,7 +51,7 @@ import torch.utils.data as tud
 from ._errors import ReproducibilityError, check_int
 from ._permute import FeistelPermutation
 from ._seeds import derive, stream_key, stream_keys
-from ._source import IndexSource, Node, as_node, chain_of
+from ._source import ForeignSource, IndexSource, Node, as_node, chain_of
 from ._stage import Stage, _Cursor
 from ._state import fingerprint
 
@@ -427,17 +427,37 @@ def _check_component(index: int, sampler: Any) -> Node:
             "mixture, e.g. BatchSampler(DistributedSampler(MixSampler(...), W, r), B, False)"
         )
     if not node.indexable:
+        kind = type(links[-1]._obj if isinstance(links[-1], ForeignSource) else sampler)
+        if issubclass(kind, tud.Dataset) and not issubclass(kind, tud.Sampler):
+            raise ValueError(
+                f"MixSampler cannot mix {name}, a dataset ({kind.__name__}) rather than a "
+                "sampler of its indices: pass range(len(dataset)) or "
+                "SequentialSampler(dataset), shuffled with ReproducibleShuffleSampler if "
+                "wanted, or build the mixture with MixSampler.from_datasets(datasets, "
+                "weights, seed)"
+            )
         raise ValueError(
-            f"MixSampler cannot mix {name} ({type(sampler).__name__}), which cannot seek: "
-            "every component must be addressable (SequentialSampler, range, or a "
-            "ReproducibleShuffleSampler over one) so that the mixture seeks in O(1)"
+            f"MixSampler cannot mix {name} ({kind.__name__}), which cannot seek: the "
+            "mixture computes any component position directly, which a sampler that only "
+            "iterates cannot give; use range(len(dataset)) or SequentialSampler(dataset), "
+            "shuffled with ReproducibleShuffleSampler(..., seed) (a RepeatSampler around "
+            "it is accepted)"
         )
     source = links[-1]
-    if not (isinstance(source, IndexSource) and source.config().keys() == {"source", "length"}):
+    if not (isinstance(source, IndexSource) and source._identity):
+        values = source._values if isinstance(source, IndexSource) else None
+        if isinstance(values, range):
+            found = repr(values)
+        elif values is not None:
+            found = f"a sequence of {len(values)} values"
+        else:
+            found = f"those of a {type(source).__name__}"
         raise ValueError(
-            f"MixSampler cannot mix {name}, whose source is not range(len(dataset)) or "
-            "SequentialSampler(dataset): component k's indices are offset by the lengths of "
-            "the components before it, as in ConcatDataset(datasets)"
+            f"MixSampler cannot mix {name}, whose indices are {found}, not range(len(dataset)) "
+            "or SequentialSampler(dataset): component k's indices are offset by the lengths "
+            "of the components before it, as in ConcatDataset(datasets), so a component "
+            "covers its whole dataset; to mix part of a dataset, mix range(len(part)) with "
+            "part = torch.utils.data.Subset(dataset, indices)"
         )
     if node.clock is not None:
         node.clock.frozen_by = "MixSampler"

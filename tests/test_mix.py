@@ -440,9 +440,25 @@ def test_an_empty_component_needs_weight_zero() -> None:
         (ds.DistributedSampler(ds.RepeatSampler(range(4)), 2, 0), "which is sharded"),
         (ds.SkipSampler(ds.RepeatSampler(range(4)), 1), "contains a skip"),
         (tud.BatchSampler(range(4), 2, False), "which yields batches"),
-        (tud.RandomSampler(range(4)), r"\(RandomSampler\), which cannot seek"),
+        (tud.RandomSampler(range(4)), r"\(RandomSampler\), which cannot seek: the mixture"),
+        (ds.RepeatSampler(tud.RandomSampler(range(4))), r"\(RandomSampler\), which cannot seek"),
         (MixSampler([range(2)], [1], 0), "already a mixture"),
-        (np.array([3, 1, 2]), r"is not range\(len\(dataset\)\)"),
+        (
+            np.array([3, 1, 2]),
+            r"whose indices are a sequence of 3 values, not range\(len\(dataset\)\) or "
+            r"SequentialSampler\(dataset\).*mix range\(len\(part\)\) with part = "
+            r"torch\.utils\.data\.Subset\(dataset, indices\)",
+        ),
+        (
+            ds.ReproducibleShuffleSampler(range(2, 9), 0),
+            r"whose indices are range\(2, 9\), not range\(len\(dataset\)\)",
+        ),
+        (
+            tud.TensorDataset(torch.arange(4)),
+            r"samplers\[1\], a dataset \(TensorDataset\) rather than a sampler of its "
+            r"indices: pass range\(len\(dataset\)\) or SequentialSampler\(dataset\)",
+        ),
+        (tud.Subset(range(9), [1, 2]), r"a dataset \(Subset\).*MixSampler\.from_datasets"),
     ],
 )
 def test_misordered_chains_are_refused_at_construction(component: Any, message: str) -> None:
@@ -454,6 +470,21 @@ def test_misordered_chains_are_refused_at_construction(component: Any, message: 
 def test_nothing_may_repeat_or_shuffle_a_mixture(stage: Any) -> None:
     with pytest.raises(ValueError, match="contains a MixSampler: a mixture is already endless"):
         stage(MixSampler([range(3)], [1], 0))
+
+
+def test_any_addressable_chain_over_a_whole_dataset_is_a_component() -> None:
+    dataset = tud.TensorDataset(torch.arange(6))
+    components = [
+        tud.SequentialSampler(dataset),
+        ds.ReproducibleShuffleSampler(tud.SequentialSampler(dataset), 1),
+        ds.RepeatSampler(ds.ReproducibleShuffleSampler(range(6), 2, permutation="exact")),
+        range(0, 6, 1),
+    ]
+    for component in components:
+        mix = MixSampler([component, range(3)], [2, 1], 0)
+        assert mix.lengths == [6, 3]
+        first = take(mix, 18)
+        assert sorted(i for i in first if i < 6) == sorted(list(range(6)) * 2)
 
 
 def test_a_repeated_component_is_accepted_and_its_set_epoch_is_frozen() -> None:
