@@ -189,6 +189,8 @@ class FeistelPermutation:
         """``self(index, epoch array)`` for elements that all share one ``epoch``."""
         if self.n == 1 or len(index) == 0:
             return np.zeros_like(index)
+        if epoch == self._cached_epoch:  # a mixture calls once per component and block
+            return self._walk(index, self._cached_keys)
         return self._walk(index, self._round_keys(np.array([epoch], dtype=np.int64)))
 
     def __call__(self, index: I64, epoch: I64) -> I64:
