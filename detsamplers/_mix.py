@@ -652,6 +652,11 @@ class MixSampler(Stage[int]):
             >>> sorted(zip(component.tolist(), position.tolist()))
             [(0, 0), (0, 1), (1, 0), (1, 1)]
         """
+        found = self._progression(positions)
+        if found is not None:  # a rank's block, or a run
+            segment, stride = found
+            first = int(positions[0]) - segment.start
+            return segment.locate_stride(first, stride, len(positions))
         if len(self._segments) == 1:
             return self._segments[0].locate(positions)
         which = np.searchsorted(np.asarray(self._starts), positions, side="right") - 1
@@ -662,6 +667,22 @@ class MixSampler(Stage[int]):
             segment = self._segments[s]
             component[mask], position[mask] = segment.locate(positions[mask] - segment.start)
         return component, position
+
+    def _progression(self, positions: I64) -> tuple[_Segment, int] | None:
+        """The segment and stride of positions ``first + i * stride`` inside one segment."""
+        n = len(positions)
+        if n < 3:
+            return None
+        first, last = int(positions[0]), int(positions[-1])
+        stride = int(positions[1]) - first
+        if first < 0 or stride < 1 or last - first != stride * (n - 1):
+            return None
+        s = bisect_right(self._starts, first) - 1
+        if s + 1 < len(self._starts) and last >= self._starts[s + 1]:
+            return None
+        if not bool((np.diff(positions) == stride).all()):
+            return None
+        return self._segments[s], stride
 
     def records(self, positions: I64) -> I64:
         n = len(positions)
@@ -682,17 +703,12 @@ class MixSampler(Stage[int]):
             local = first - segment.start
             component = segment.run_components(local, n)
             return self._gather(component, segment.consumed(local))
-        if n > 2:
-            stride = int(positions[1]) - first
-            if (
-                stride > 0
-                and int(positions[-1]) - first == stride * (n - 1)
-                and (end is None or int(positions[-1]) < end)
-                and bool((np.diff(positions) == stride).all())
-            ):
-                # A rank's block (positions r, r + W, ...): components in ascending order.
-                found = segment.locate_stride(first - segment.start, stride, n)
-                return self._gather(*found, ascending=True)
+        progression = self._progression(positions)
+        if progression is not None:
+            # A rank's block (positions r, r + W, ...): components in ascending order.
+            segment, stride = progression
+            found = segment.locate_stride(first - segment.start, stride, n)
+            return self._gather(*found, ascending=True)
         return self._gather(*self.locate(positions))
 
     def _gather(

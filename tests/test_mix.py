@@ -153,7 +153,7 @@ def test_a_ranks_block_maps_as_each_position_alone(
     segment = mix._segments[0]
     if not plan:
         component, position = segment.locate_stride(first, stride, count)
-        expected = mix.locate(positions)
+        expected = segment.locate(positions)  # the general path
         assert (component.tolist(), position.tolist()) == (
             expected[0].tolist(),
             expected[1].tolist(),
