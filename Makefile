@@ -8,7 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install check test bench bench-quick docs clean demo
+MOSAIC_VENV := .venv-mosaic
+MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
+
+.PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +24,17 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 install: $(STAMP)
+
+# Mosaic streaming in a venv of its own (it cannot share .venv with datasets 5): the `mosaic`
+# extra, then mosaicml-streaming without its dependencies (torchvision, cloud SDKs).
+# benchmarks/peers_table.py runs Mosaic's rows there when it exists (about 5 min to build).
+$(MOSAIC_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(MOSAIC_VENV)
+	$(MOSAIC_VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[mosaic]'
+	$(MOSAIC_VENV)/bin/python -m pip install --quiet --no-deps 'mosaicml-streaming==0.13.0'
+	touch $(MOSAIC_STAMP)
+
+mosaic: $(MOSAIC_STAMP)
 
 # Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches;
 # then SIGTERM one rank of a run and relaunch it with latest_checkpoint="auto".
@@ -68,9 +82,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/resume_table.py
 	$(PY) benchmarks/grow_table.py
 
+# The peers' questions with Mosaic streaming's rows (builds .venv-mosaic first).
+bench-mosaic: $(STAMP) $(MOSAIC_STAMP)
+	$(PY) benchmarks/peers_table.py --plot-dir docs
+
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) $(MOSAIC_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from harness.ranks import on_ranks
 
 #: What a check reports: True, False, or why it could not run ("no (raises ...)" counts as no).
 Outcome = bool | str
@@ -74,3 +77,39 @@ def show(result: Outcome) -> str:
     if result is False:
         return "no"
     return result
+
+
+def world_change(
+    module: str, kwargs: dict[str, Any], worlds: tuple[int, int], steps: int, at: int, batch: int
+) -> Outcome:
+    """Save on ``worlds[0]`` ranks after ``at`` global steps, resume on ``worlds[1]`` ranks.
+
+    ``module.rank_run(world, rank, batch, steps, save_at, state, **kwargs)`` runs on each
+    rank of a torchrun (``harness.ranks``): ``batch`` is the rank's share of the global
+    batch; it returns ``{"batches": [...], "state": ...}``, the state saved after
+    ``save_at`` steps (rank 0's is the one resumed from, as a checkpoint holds one). Yes
+    when the global steps after the resume equal those of the uninterrupted run on
+    ``worlds[0]`` ranks; a rank that raises gives "no (raises X)" and prints the message.
+    """
+    first, then = worlds
+
+    def launch(world: int, **more: Any) -> list[Any] | str:
+        try:
+            runs = on_ranks(world, module, "rank_run", {**kwargs, **more, "batch": batch // world})
+        except RuntimeError as exc:
+            print(f"{module}, {first} -> {then} ranks: {exc}", flush=True)
+            return "no (hangs or dies)" if "no end" in str(exc) else "no (a rank died)"
+        for run in runs:
+            if "error" in run:
+                print(f"{module}, {first} -> {then} ranks: {run['error']}", flush=True)
+                return f"no (raises {run['error'].split(':')[0]})"
+        return runs
+
+    ahead = launch(first, steps=steps, save_at=at, state=None)
+    if isinstance(ahead, str):
+        return ahead
+    reference = merge_ranks([run["batches"] for run in ahead])[at:]
+    resumed = launch(then, steps=steps - at, save_at=None, state=ahead[0]["state"])
+    if isinstance(resumed, str):
+        return resumed
+    return same_stream(reference, merge_ranks([run["batches"] for run in resumed]), ordered=False)

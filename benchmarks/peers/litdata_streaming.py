@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from harness.capability import Outcome, outcome, same_stream, take
+from harness.capability import Outcome, outcome, same_stream, take, world_change
 from harness.samples import PNG
 
 from peers import Peer, ShardFormat
@@ -36,10 +36,10 @@ def write(folder: str, total: int, per_shard: int) -> str:
     return out
 
 
-def loader(folder: str, workers: int, batch: int) -> Any:
+def loader(folder: str, workers: int, batch: int, **options: Any) -> Any:
     """``StreamingDataLoader(StreamingDataset(folder, shuffle=True, seed=0), batch_size)``."""
     litdata = _litdata()
-    dataset = litdata.StreamingDataset(folder, shuffle=True, seed=0)
+    dataset = litdata.StreamingDataset(folder, shuffle=True, seed=0, **options)
     return litdata.StreamingDataLoader(dataset, batch_size=batch, num_workers=workers)
 
 
@@ -91,19 +91,50 @@ def _stream(folder: str, workers: int, state: dict[str, Any]) -> list[list[int]]
     return take(_endless(fresh), CAP_STEPS - CAP_AT)
 
 
+def rank_run(
+    world: int,
+    rank: int,
+    batch: int,
+    steps: int,
+    save_at: int | None,
+    state: dict[str, Any] | None,
+    folder: str,
+) -> dict[str, Any]:
+    """One rank of a torchrun (litdata reads the world from torch.distributed).
+
+    ``steps`` batches of ``batch`` from a fresh loader (``state`` loaded first if given),
+    and the loader's ``state_dict()`` after ``save_at`` of them. ``drop_last=True`` on any
+    world size: litdata forces it on several ranks, and refuses a state saved with another.
+    """
+    fresh = loader(folder, 0, batch, drop_last=True)
+    if state is not None:
+        fresh.load_state_dict(state)
+    batches: list[list[int]] = []
+    saved = None
+    for labels in _endless(fresh):
+        batches.append(labels)
+        if len(batches) == save_at:
+            saved = fresh.state_dict()
+        if len(batches) == steps:
+            break
+    return {"batches": batches, "state": saved}
+
+
 def capability(quick: bool) -> dict[str, Outcome]:
-    """StreamingDataLoader's state after CAP_AT steps, loaded into a fresh loader."""
+    """StreamingDataLoader's state after CAP_AT steps, loaded into a fresh loader; on other
+    world sizes through torchrun (``rank_run``)."""
     with tempfile.TemporaryDirectory() as parent:
         folder = write(parent, CAP_N, CAP_N // 4)
         reference = take(_endless(loader(folder, 0, CAP_BATCH)), CAP_STEPS)[CAP_AT:]
         ahead = loader(folder, 0, CAP_BATCH)
         take(_endless(ahead), CAP_AT)
         state = ahead.state_dict()
+        steps = (CAP_STEPS, CAP_AT, CAP_BATCH)
         return {
             "same config": outcome(lambda: same_stream(reference, _stream(folder, 0, state))),
             "other num_workers": outcome(lambda: same_stream(reference, _stream(folder, 2, state))),
-            # litdata reads the world size from torch.distributed: a multi-process run.
-            "other world size": "not checked (needs torch.distributed)",
+            "other world size": world_change(__name__, {"folder": folder}, (1, 2), *steps),
+            "world size 2 to 1": world_change(__name__, {"folder": folder}, (2, 1), *steps),
         }
 
 
