@@ -5,7 +5,7 @@ How to run (from the repository root)::
     .venv/bin/python benchmarks/peers_table.py --quick     # every question, small; `make test`
     .venv/bin/python benchmarks/peers_table.py --plot-dir docs --json-dir /tmp
     .venv/bin/python benchmarks/peers_table.py --question 4          # one question only
-    .venv-mosaic/bin/python benchmarks/peers_table.py                # with Mosaic (see below)
+    make bench-mosaic    # build .venv-mosaic, then every question with Mosaic's rows too
 
 Each question runs in a process of its own, every peer that can answer it side by side in
 that process, alternating which goes first; a peer whose package is missing gets a
@@ -25,8 +25,10 @@ average at its start and end: the machine is shared, read ratios and orders of m
 
 The peers are adapters in ``benchmarks/peers/``, one module each. mosaicml-streaming and
 datasets cannot be installed together (huggingface_hub), so the `compare` extra has
-datasets and the `compare-mosaic` extra has Mosaic: ``make bench-peers`` runs the questions
-in ``.venv`` and again in ``.venv-mosaic``.
+datasets and Mosaic has a venv of its own, ``.venv-mosaic`` (``make mosaic``; ``make
+bench-mosaic`` builds it and runs this script). When it exists, each question runs Mosaic's
+peers there, in a process of their own after the others, and puts their figures in the same
+table; when it does not, Mosaic's cells say so and the rest runs as before.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 
 from harness.cli import Run, parser, run
 from peers import all_peers, versions
+from questions.common import measure_only
 
 QUESTIONS = {
     1: "questions.q1_index",
@@ -63,11 +66,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     cli.add_argument(
         "--suffix", default="", help="appended to the plot and JSON names (e.g. -mosaic)"
     )
+    cli.add_argument(
+        "--peer", action="append", default=[], help=argparse.SUPPRESS
+    )  # with --results: what questions.common.gather asks of a peer's own venv
+    cli.add_argument("--results", type=Path, help=argparse.SUPPRESS)
     return cli.parse_args(argv)
 
 
 def one(args: argparse.Namespace) -> int:
     module = importlib.import_module(QUESTIONS[args.question])
+    if args.results:
+        measure_only(args.question, module.measure, args.peer, args.results, args.quick)
+        return 0
 
     def body(out: Run) -> None:
         module.run(out, args.quick)

@@ -49,7 +49,9 @@ def on_ranks(
                 command, capture_output=True, text=True, timeout=timeout, env=env, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"{world} ranks of {module}.{function}: no end in {timeout:g} s") from exc
+            raise RuntimeError(
+                f"{world} ranks of {module}.{function}: no end in {timeout:g} s"
+            ) from exc
         results = []
         for rank in range(world):
             path = Path(out, f"rank-{rank}.json")

@@ -90,6 +90,22 @@ def render(table: Table, machine: str) -> str:
     return "\n".join(out)
 
 
+def from_jsonable(value: Any) -> Any:
+    """The inverse of ``jsonable``: every dict with exactly ``Cell``'s fields is a ``Cell``.
+
+    Examples:
+        >>> from_jsonable({"a": [jsonable(Cell("ok", 1.5))]})
+        {'a': [Cell(status='ok', value=1.5, samples=[], note='', extra={})]}
+    """
+    if isinstance(value, dict):
+        if set(value) == set(Cell.__dataclass_fields__):
+            return Cell(**value)
+        return {k: from_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_jsonable(v) for v in value]
+    return value
+
+
 def jsonable(value: Any) -> Any:
     """``value`` with every ``Cell`` turned into a dict, for ``json.dumps``."""
     if isinstance(value, Cell):

@@ -12,8 +12,13 @@ import importlib
 import importlib.metadata
 import importlib.util
 import pkgutil
+import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+#: The repository root (``venv`` paths are relative to it).
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Batches of indices (question 1) or of sample ids (questions 2, 4 and 5).
 Batches = Iterable[Sequence[int]]
@@ -48,6 +53,8 @@ class Peer:
         name: The column label.
         distribution: The pip distribution it needs (``""``: none beyond ours).
         module: The import name checked before running (``""``: none).
+        venv: A venv (relative to the repository root) whose Python runs this peer when
+            ``module`` is not importable here (``""``: none); ``elsewhere()`` finds it.
         how: One line on the configuration, printed under the tables.
         index_batches: Question 1: ``(n, world, rank, batch)`` to an endless iterable of
             batches of indices of rank ``rank`` of ``world``, built when called.
@@ -64,6 +71,7 @@ class Peer:
     name: str
     distribution: str = ""
     module: str = ""
+    venv: str = ""
     how: str = ""
     index_batches: Callable[[int, int, int, int], Batches] | None = None
     resume: Callable[[int, int, int], Callable[[], Sequence[int]]] | None = None
@@ -72,9 +80,18 @@ class Peer:
     shards: ShardFormat | None = None
     capability: Callable[[bool], dict[str, bool | str]] | None = None
 
+    def elsewhere(self) -> str | None:
+        """The Python of ``venv`` if this peer must run there (not importable here)."""
+        if not self.venv or not self.module or importlib.util.find_spec(self.module):
+            return None
+        python = ROOT / self.venv / "bin" / "python"
+        return str(python) if python.exists() else None
+
     def missing(self) -> str | None:
         """Why this peer cannot run here ("not installed: pip install ..."), or None."""
         if self.module and importlib.util.find_spec(self.module) is None:
+            if self.venv:
+                return f"not installed here, and no {self.venv} (make mosaic)"
             return f"not installed (pip install {self.distribution})"
         return None
 
@@ -82,6 +99,11 @@ class Peer:
         """The installed version of its distribution ("" for ours)."""
         if not self.distribution:
             return ""
+        python = self.elsewhere()
+        if python:
+            code = f"import importlib.metadata as m; print(m.version({self.distribution!r}))"
+            done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+            return done.stdout.strip() or "not installed"
         try:
             return importlib.metadata.version(self.distribution)
         except importlib.metadata.PackageNotFoundError:

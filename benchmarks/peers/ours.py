@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -13,6 +16,9 @@ from harness.samples import PNG
 
 import detsamplers as ds
 from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader._wds._fetch import RemoteOptions
+from detsamplers.loader._wds._remote_index import write_index
+from detsamplers.loader._wds._urls import expand_urls
 from peers import Peer, ShardFormat
 
 
@@ -54,6 +60,31 @@ def write_tar(folder: str, total: int, per_shard: int) -> str:
             sink.write({"__key__": f"{i:08d}", "png": PNG, "cls": i})
     shards = -(-total // per_shard)
     return os.path.join(folder, f"wds-{{000000..{shards - 1:06d}}}.tar")
+
+
+SERVER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_http_server.py"
+)
+
+
+def write_http(folder: str, total: int, per_shard: int) -> str:
+    """``write_tar`` into a folder served over loopback HTTP; the ``http://`` pattern.
+
+    The server (``benchmarks/_http_server.py``, aiohttp, Range requests) runs in a process
+    of its own until this one exits; the index files are written over HTTP next to the
+    shards (``write_index``, what ``python -m detsamplers index URL`` does).
+    """
+    served = os.path.join(folder, "http")
+    os.mkdir(served)
+    pattern = write_tar(served, total, per_shard)
+    server = subprocess.Popen([sys.executable, SERVER, served], stdout=subprocess.PIPE, text=True)
+    atexit.register(server.terminate)
+    assert server.stdout is not None
+    base = f"http://127.0.0.1:{server.stdout.readline().strip()}"
+    urls = f"{base}/{os.path.basename(pattern)}"
+    for url in expand_urls(urls):
+        write_index(url, RemoteOptions(), out=served)
+    return urls
 
 
 def _pair(sample: dict[str, Any]) -> tuple[bytes, int]:
@@ -112,6 +143,9 @@ def capability(quick: bool) -> dict[str, Outcome]:
         "other world size": outcome(
             lambda: same_stream(reference, _chain_stream(2, 0, CAP_AT), ordered=False)
         ),
+        "world size 2 to 1": outcome(
+            lambda: same_stream(_chain_stream(2, 0, 0)[CAP_AT:], _chain_stream(1, 0, CAP_AT))
+        ),
     }
 
 
@@ -141,6 +175,13 @@ def shard_capability(quick: bool) -> dict[str, Outcome]:
             "other world size": outcome(
                 lambda: same_stream(reference, _source_stream(urls, 2, 0, at), ordered=False)
             ),
+            "world size 2 to 1": outcome(
+                lambda: same_stream(
+                    _source_stream(urls, 2, 0, 0)[CAP_AT:],
+                    _source_stream(urls, 1, 0, at),
+                    ordered=False,
+                )
+            ),
         }
 
 
@@ -162,5 +203,11 @@ PEERS = [
         how="WebDatasetSource(tar shards, seed=0, shuffle_window=8), for_rank(W, r), "
         "WebDataLoader with workers; resume: load_state_dict",
         capability=shard_capability,
+    ),
+    Peer(
+        name="detsamplers over HTTP",
+        how="the same WebDatasetSource over http://127.0.0.1 (an aiohttp server in another "
+        "process; Range requests, index files written over HTTP next to the shards)",
+        shards=ShardFormat(write_http, shard_epoch, shard_resume),
     ),
 ]

@@ -10,32 +10,44 @@ from harness.fmt import fmt_bytes, fmt_n, fmt_ratio, fmt_time
 from harness.output import plot_bars, pyplot, save
 from harness.table import Cell, Table, show
 from harness.timing import rss_peak, traced_peak
+from peers import Peer
 
-from questions.common import missing_cell, runnable
+from questions.common import gather, missing_cell
 
 KEY = "p3"
 TITLE = "Memory of a shuffle of N records: build it, take its first index (lower is better)"
 
 
-def run(out: Run, quick: bool) -> None:
-    n = 10**6 if quick else 10**8
-    ready, missing = runnable("shuffle_first")
-    for peer in ready:  # imports and caches first
+def size(quick: bool) -> int:
+    """The N of the shuffle."""
+    return 10**6 if quick else 10**8
+
+
+def measure(peers: list[Peer], quick: bool) -> dict[str, list[Cell]]:
+    """``{peer: [RSS peak growth, tracemalloc peak, seconds]}``, one peer after the other."""
+    n = size(quick)
+    for peer in peers:  # imports and caches first
         assert peer.shuffle_first is not None
         peer.shuffle_first(1000)
-    headers = ["peer", "N", "RSS peak growth", "tracemalloc peak", "time", "ds/peer (RSS)"]
-    cells: dict[str, tuple[Cell, Cell, Cell]] = {}
-    for peer in ready:
+    cells: dict[str, list[Cell]] = {}
+    for peer in peers:
         assert peer.shuffle_first is not None
         op = partial(peer.shuffle_first, n)
         rss, seconds = rss_peak(op)  # first: tracemalloc's tables stay mapped
         peak, _ = traced_peak(op)
-        cells[peer.name] = (
+        cells[peer.name] = [
             Cell("ok", rss) if rss is not None else Cell("skipped", note="n/a"),
             Cell("ok", peak),
             Cell("ok", seconds),
-        )
-    ours = cells.get("detsamplers", (Cell("skipped"),))[0]
+        ]
+    return cells
+
+
+def run(out: Run, quick: bool) -> None:
+    n = size(quick)
+    ready, cells, missing = gather("shuffle_first", 3, measure, quick)
+    headers = ["peer", "N", "RSS peak growth", "tracemalloc peak", "time", "ds/peer (RSS)"]
+    ours = cells.get("detsamplers", [Cell("skipped")])[0]
     rows: list[list[str]] = []
     records = []
     for peer in ready + missing:
@@ -73,8 +85,11 @@ def run(out: Run, quick: bool) -> None:
         "allocations), and the untraced run's time.",
         "The shuffles: detsamplers ReproducibleShuffleSampler(SequentialSampler(range(N)), 0); "
         "grain MapDataset.range(N).shuffle(seed=0)[0]; grain IndexSampler(N, NoSharding(), "
-        "shuffle=True, num_epochs=None, seed=0)[0]. Mosaic's get_shuffle algorithms are not "
-        "measured: mosaicml-streaming does not import next to this torch (docs/benchmarks.md).",
+        "shuffle=True, num_epochs=None, seed=0)[0]; Mosaic ALGO: streaming.base.shuffle."
+        "get_shuffle(ALGO, N / 1e5 shards of 1e5 samples, canonical nodes, seed 0, epoch 0, "
+        "block)[0] with StreamingDataset's one-node defaults (64 canonical nodes for py1s and "
+        "py2s, else 1; block max(4e6 / nodes, 2^18)); it returns the epoch's whole sample "
+        "order. Mosaic's run in .venv-mosaic, in a process of their own.",
         "ds/peer below 1 = detsamplers uses less memory.",
     ]
     out.emit(Table(KEY, TITLE, headers, rows, notes, records))

@@ -13,9 +13,9 @@ from harness.fmt import fmt_rate, fmt_time
 from harness.output import plot_bars, pyplot, save
 from harness.table import Cell, Table, show
 from harness.timing import interleaved, median
-from peers import ShardFormat
+from peers import Peer, ShardFormat
 
-from questions.common import how_notes, missing_cell, runnable
+from questions.common import gather, how_notes, missing_cell
 
 KEY = "p4"
 TITLE = "Local shards: samples/s over an epoch and resume mid-epoch 3 (batch 64)"
@@ -43,18 +43,20 @@ def _resume_time(resume: Callable[[], list[int]]) -> float:
     return elapsed
 
 
-def run(out: Run, quick: bool) -> None:
-    shard_count, per_shard, rounds = (8, 500, 1) if quick else (50, 2000, 3)
+def sizes(quick: bool) -> tuple[int, int, int]:
+    """Shards, samples per shard, timed rounds."""
+    return (8, 500, 1) if quick else (50, 2000, 3)
+
+
+def measure(peers: list[Peer], quick: bool) -> dict[str, dict[str, Cell]]:
+    """``{peer: {column: Cell}}``, the peers alternating which goes first."""
+    shard_count, per_shard, rounds = sizes(quick)
     total = shard_count * per_shard
     position = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, a batch boundary
-    ready, missing = runnable("shards")
-    headers = ["peer", "write", "first open", *(f"{w} workers" for w in WORKERS), "resume"]
-    rows: list[list[str]] = []
-    records = []
     with tempfile.TemporaryDirectory() as folder:
         written: dict[str, str] = {}
         cells: dict[str, dict[str, Cell]] = {}
-        for peer in ready:
+        for peer in peers:
             assert peer.shards is not None
             start = time.perf_counter()
             written[peer.name] = peer.shards.write(folder, total, per_shard)
@@ -65,19 +67,30 @@ def run(out: Run, quick: bool) -> None:
             cells[peer.name] = {"write": Cell("ok", wrote), "first open": Cell("ok", opened)}
         for workers in WORKERS:
             ops: dict[str, Callable[[], float]] = {}
-            for peer in ready:
+            for peer in peers:
                 assert peer.shards is not None
                 rate = partial(_epoch_rate, peer.shards, written[peer.name], workers, total)
                 ops[peer.name] = rate
             for name, rates in interleaved(ops, rounds).items():
                 cells[name][f"{workers} workers"] = Cell("ok", median(rates), rates)
         resumes: dict[str, Callable[[], float]] = {}
-        for peer in ready:
+        for peer in peers:
             assert peer.shards is not None
             resume = peer.shards.resume(written[peer.name], BATCH, position)
             resumes[peer.name] = partial(_resume_time, resume)
         for name, times in interleaved(resumes, max(3, rounds)).items():
             cells[name]["resume"] = Cell("ok", median(times), times)
+    return cells
+
+
+def run(out: Run, quick: bool) -> None:
+    shard_count, per_shard, rounds = sizes(quick)
+    total = shard_count * per_shard
+    position = 2 * total + total // 2 // BATCH * BATCH
+    ready, cells, missing = gather("shards", 4, measure, quick)
+    headers = ["peer", "write", "first open", *(f"{w} workers" for w in WORKERS), "resume"]
+    rows: list[list[str]] = []
+    records = []
     for peer in ready + missing:
         row = cells.get(peer.name, {h: missing_cell(peer) for h in headers[1:]})
         rows.append(

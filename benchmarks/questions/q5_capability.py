@@ -16,31 +16,49 @@ from harness.capability import Outcome, show
 from harness.cli import Run
 from harness.output import pyplot, save
 from harness.table import Table
+from peers import Peer
 
-from questions.common import how_notes, runnable
+from questions.common import gather, how_notes, missing_cell
 
 KEY = "p5"
 TITLE = "Resume on another configuration: is the remaining stream exact? (capability)"
-CHANGES = ("same config", "other num_workers", "other world size")
+CHANGES = ("same config", "other num_workers", "other world size", "world size 2 to 1")
+
+
+def measure(peers: list[Peer], quick: bool) -> dict[str, dict[str, Outcome]]:
+    """``{peer: {change: outcome}}``; a change a peer does not report is "not checked"."""
+    results: dict[str, dict[str, Outcome]] = {}
+    for peer in peers:
+        assert peer.capability is not None
+        found = peer.capability(quick)
+        results[peer.name] = {c: found.get(c, "not checked") for c in CHANGES}
+    return results
 
 
 def run(out: Run, quick: bool) -> None:
-    ready, missing = runnable("capability")
+    ready, results, missing = gather("capability", 5, measure, quick)
     rows: list[list[str]] = []
     records = []
     for peer in ready:
-        assert peer.capability is not None
-        result = peer.capability(quick)
+        result = results[peer.name]
         rows.append([peer.name, *(show(result[c]) for c in CHANGES)])
         records.append({"peer": peer.name, "cells": {}, "result": dict(result)})
     for peer in missing:
-        rows.append([peer.name, *(peer.missing() or "not installed" for _ in CHANGES)])
+        cell = missing_cell(peer)
+        rows.append([peer.name, *(cell.note or cell.status for _ in CHANGES)])
         records.append({"peer": peer.name, "cells": {}, "result": {}})
     notes = [
         "160 records, global batch 16, 25 steps; state saved after step 13 (mid-epoch 2) "
         "through the peer's own API, resumed on the configuration of the column: no workers "
-        "and one rank of 16 (same config), 2 DataLoader workers, or 2 ranks of 8. yes = the "
-        "remaining steps equal the uninterrupted run's; no (raises X) = the peer refused.",
+        "and one rank of 16 (same config), 2 DataLoader workers, 2 ranks of 8 (other world "
+        "size), or saved on 2 ranks of 8 and resumed on one of 16 (world size 2 to 1). yes = "
+        "the remaining steps equal the uninterrupted run's (on the world size that saved); "
+        "no (raises X) = the peer refused.",
+        "litdata and Mosaic read the world size from torch.distributed or torchrun's "
+        "environment: their world-size columns run each rank as a process of "
+        "torch.distributed.run (gloo, 127.0.0.1), rank 0's state resumed on every rank "
+        "(--quick: not checked). The others take the rank as an argument and run in this "
+        "process.",
         *how_notes(ready),
     ]
     out.emit(Table(KEY, TITLE, ["peer", *CHANGES], rows, notes, records))
