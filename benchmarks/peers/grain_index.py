@@ -159,7 +159,17 @@ def map_capability(quick: bool) -> dict[str, Outcome]:
         "other world size": outcome(
             lambda: same_stream(rest, _map_stream(2, 0, state), ordered=False)
         ),
+        "world size 2 to 1": outcome(_map_two_to_one),
     }
+
+
+def _map_two_to_one() -> bool:
+    """Rank 0's iterator state after CAP_AT steps on 2 ranks, resumed on one."""
+    iterator = iter(map_dataset(CAP_N, 2, 0, CAP_BATCH // 2).to_iter_dataset())
+    take(iterator, CAP_AT)
+    state = iterator.get_state()
+    rest = _map_stream(2, 0, None)[CAP_AT:]
+    return same_stream(rest, _map_stream(1, 0, state), ordered=False)
 
 
 def _loader(world: int, rank: int, workers: int) -> Any:
@@ -194,7 +204,17 @@ def loader_capability(quick: bool) -> dict[str, Outcome]:
         "other world size": outcome(
             lambda: same_stream(rest, _loader_stream(2, 0, state), ordered=False)
         ),
+        "world size 2 to 1": outcome(_loader_two_to_one),
     }
+
+
+def _loader_two_to_one() -> bool:
+    """Rank 0's iterator state after CAP_AT steps on 2 ranks, resumed on one."""
+    per_rank = [take(iter(_loader(2, rank, 0)), CAP_STEPS) for rank in range(2)]
+    rest = merge_ranks(per_rank)[CAP_AT:]
+    iterator = iter(_loader(2, 0, 0))
+    take(iterator, CAP_AT)
+    return same_stream(rest, _loader_stream(1, 0, iterator.get_state()), ordered=False)
 
 
 PEERS = [

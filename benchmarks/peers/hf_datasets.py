@@ -99,7 +99,17 @@ def capability(quick: bool) -> dict[str, Outcome]:
         "other world size": outcome(
             lambda: same_stream(reference, _stream(2, 0, state), ordered=False)
         ),
+        "world size 2 to 1": outcome(_two_to_one),
     }
+
+
+def _two_to_one() -> bool:
+    """Rank 0's loader state after CAP_AT steps on 2 ranks, resumed on one."""
+    per_rank = [take(_labels(_loader(2, rank, 0)), CAP_STEPS) for rank in range(2)]
+    rest = merge_ranks(per_rank)[CAP_AT:]
+    ahead = _loader(2, 0, 0)
+    take(_labels(ahead), CAP_AT)
+    return same_stream(rest, _stream(1, 0, ahead.state_dict()), ordered=False)
 
 
 PEERS = [
