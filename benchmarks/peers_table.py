@@ -15,13 +15,16 @@ average at its start and end: the machine is shared, read ratios and orders of m
 1. (``questions/q1_index.py``) Index throughput per rank, N = 1e6, batch 32, W in
    {1, 8, 64, 1024}: indices only, no data.
 2. (``q2_resume.py``) Time to the first batch after resuming mid-epoch 3 through each
-   peer's own state API, N = 1e6 and 1e8 (where the state can be reached).
-3. (``q3_memory.py``) The memory of a shuffle of N = 1e8 records.
+   peer's own state API, N = 1e6 and 1e8 (where the state can be reached); Mosaic's over
+   MDS shards (links to one real shard).
+3. (``q3_memory.py``) The memory of a shuffle of N = 1e8 records (Mosaic: each of its
+   ``get_shuffle`` algorithms).
 4. (``q4_shards.py``) Local shard streaming: 100k tiny samples written as webdataset tar
-   (ours), MDS (Mosaic) and litdata's optimized format; samples/s over an epoch with 0 and
-   2 workers, batch 64, and the time to resume mid-epoch 3.
-5. (``q5_capability.py``) Does a resume on another num_workers, or another world size,
-   reproduce the exact remaining stream? Checked by running, yes or no.
+   (ours, also read over loopback HTTP), MDS (Mosaic) and litdata's optimized format;
+   samples/s over an epoch with 0 and 2 workers, batch 64, and the time to resume mid-epoch 3.
+5. (``q5_capability.py``) Does a resume on another num_workers, or another world size (1 to
+   2 ranks and 2 to 1), reproduce the exact remaining stream? Checked by running, yes or no;
+   litdata and Mosaic on real ranks (torch.distributed.run).
 
 The peers are adapters in ``benchmarks/peers/``, one module each. mosaicml-streaming and
 datasets cannot be installed together (huggingface_hub), so the `compare` extra has

@@ -91,7 +91,7 @@ class Peer:
         """Why this peer cannot run here ("not installed: pip install ..."), or None."""
         if self.module and importlib.util.find_spec(self.module) is None:
             if self.venv:
-                return f"not installed here, and no {self.venv} (make mosaic)"
+                return f"not installed (no {self.venv}: make mosaic)"
             return f"not installed (pip install {self.distribution})"
         return None
 

@@ -134,6 +134,21 @@ def _chain_stream(world: int, workers: int, skip: int) -> list[list[int]]:
     return merge_ranks(per_rank)
 
 
+def rank_run(
+    world: int, rank: int, batch: int, steps: int, save_at: int | None, state: Any
+) -> dict[str, Any]:
+    """One rank of a torchrun (``harness.capability.world_change``): the chain over
+    ``range(CAP_N)`` on rank ``rank`` of ``world``, resumed from ``state`` (``{"skip": k}``,
+    the global step), and the state after ``save_at`` steps."""
+    skip = int(state["skip"]) if state else 0
+    chain = ds.make_batch_sampler(
+        range(CAP_N), "training", shuffle_seed=0, num_workers=world, rank=rank,
+        batch_size=batch, skip=skip,
+    )  # fmt: skip
+    saved = None if save_at is None else {"skip": skip + save_at}
+    return {"batches": take(chain, steps), "state": saved}
+
+
 def capability(quick: bool) -> dict[str, Outcome]:
     """The chain under torch's DataLoader, resumed with ``skip`` (its state, one integer)."""
     reference = _chain_stream(1, 0, 0)[CAP_AT:]

@@ -143,3 +143,35 @@ def test_the_hf_adapter_yields_each_record_once_per_epoch() -> None:
     batches = iter(hf_datasets.index_batches(64, 1, 0, 8))
     epoch = [int(i) for _ in range(8) for i in next(batches)]
     assert sorted(epoch) == list(range(64))
+
+
+def test_cells_survive_the_json_round_trip_of_a_peer_run_in_its_own_venv() -> None:
+    figures = {"peer": {"1000": Cell("ok", 1.5, [1.5, 2.0]), "x": [Cell("skipped", note="n")]}}
+    back = table.from_jsonable(json.loads(json.dumps(table.jsonable(figures))))
+    assert back == figures
+    assert table.from_jsonable({"status": "ok"}) == {"status": "ok"}  # not every field: a dict
+
+
+def test_a_peer_in_a_venv_runs_there_only_when_the_venv_exists(tmp_path: Path) -> None:
+    import peers
+
+    absent = peers.Peer("p", "no-such-dist", "no_such_module_16c", venv="no-such-venv")
+    assert absent.elsewhere() is None
+    assert absent.missing() == "not installed (no no-such-venv: make mosaic)"
+    present = peers.Peer("p", "no-such-dist", "no_such_module_16c", venv=".venv")
+    python = peers.ROOT / ".venv" / "bin" / "python"
+    assert present.elsewhere() == (str(python) if python.exists() else None)
+    here = peers.Peer("p", "pytest", "pytest", venv="no-such-venv")
+    assert here.elsewhere() is None and here.missing() is None
+
+
+def test_the_mosaic_adapter_imports_without_mosaic() -> None:
+    names = {p.name for p in all_peers()}
+    assert {"Mosaic streaming", "Mosaic py1e", "Mosaic naive"} <= names
+
+
+@pytest.mark.distributed
+def test_a_resume_on_another_world_size_runs_on_real_ranks() -> None:
+    # Our chain saved on 2 ranks after 13 global steps resumes on 1 with the same rest.
+    outcome = capability.world_change("peers.ours", {}, (2, 1), 25, 13, 16)
+    assert outcome is True
