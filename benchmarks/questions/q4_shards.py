@@ -113,6 +113,12 @@ def run(out: Run, quick: bool) -> None:
         f"{position:,} (mid-epoch 3) and take the first batch, no workers; median of "
         f"{max(3, rounds)}.",
         *how_notes(ready),
+        "detsamplers over HTTP: write includes starting the server and writing the index "
+        "files over HTTP. Mosaic streaming runs in .venv-mosaic, in a process of its own "
+        "after the others; its saved state is the dataset's state_dict at that position "
+        "(see question 2), not reached by iterating. litdata 0.2.76 and Mosaic 0.13.0 have "
+        "no http(s):// remote (litdata: s3, gs, azure, hf, r2, local:; Mosaic: s3, gs, oci, "
+        "azure, sftp, hf, dbfs, alipan), so neither is read over HTTP here.",
     ]
     out.emit(Table(KEY, TITLE, headers, rows, notes, records))
 
