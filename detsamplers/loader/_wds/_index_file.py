@@ -78,12 +78,30 @@ class PackedMembers(Sequence[list[Any]]):
         (2, [['cls', 3072, 1]], [['cls', 512, 1], ['png', 1536, 70]])
     """
 
-    __slots__ = ("offsets", "sizes", "starts", "suffixes")
+    __slots__ = ("_ordered", "offsets", "sizes", "starts", "suffixes")
 
     def __init__(
         self, suffixes: list[str], offsets: list[int], sizes: list[int], starts: list[int]
     ) -> None:
         self.suffixes, self.offsets, self.sizes, self.starts = suffixes, offsets, sizes, starts
+        self._ordered: bool | None = None
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the members lie in the file in their order, without overlapping.
+
+        A tar's members do; the reader then reads runs of samples at once (NOTE [ runs
+        of samples ]). Checked once, in a few numpy calls.
+        """
+        if self._ordered is None:
+            offsets = np.asarray(self.offsets, dtype=np.int64)
+            sizes = np.asarray(self.sizes, dtype=np.int64)
+            self._ordered = bool(
+                np.all(sizes >= 0)
+                and np.all(offsets[:1] >= 0)
+                and np.all(offsets[1:] >= offsets[:-1] + sizes[:-1])
+            )
+        return self._ordered
 
     def __len__(self) -> int:
         return len(self.starts) - 1

@@ -14,6 +14,10 @@ from ._urls import is_remote
 __all__ = ["ShardReader"]
 
 _READ_BUFFER = 1 << 16
+#: A run of samples read in one go spans at most this many bytes (NOTE [ runs of samples ]).
+RUN_BYTES = 8 << 20
+#: Bytes of unwanted samples a run reads through rather than seeking past them.
+RUN_GAP = 64 << 10
 
 
 class ShardReader:
@@ -55,11 +59,7 @@ class ShardReader:
     def read(self, shard: int, index: int) -> dict[str, Any]:
         """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
         info = self.shards[shard]
-        if shard != self.current:
-            self.close()
-            self.current = shard
-            self.keys, self.members = resolved(info.keys), resolved(info.members)
-            self.packed = self.members if isinstance(self.members, PackedMembers) else None
+        self._select(shard)
         sample: dict[str, Any] = {"__key__": self.keys[index], "__url__": info.url}
         if self.packed is not None and not self.remote[shard]:
             return self._read_packed(sample, self.packed, index, shard)
@@ -81,6 +81,101 @@ class ShardReader:
                 sample[suffix] = data[offset - start : offset - start + size]
         sample["__local_path__"] = self.local[shard]
         return sample
+
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples ``(shards[i], indexes[i])``, in that order, as :meth:`read` gives them.
+
+        NOTE [ runs of samples ]
+        A batch mostly asks for neighbouring samples of one shard (consecutive ones with
+        one rank and no window shuffle, every ``W``-th with ``W`` ranks, a window's worth
+        shuffled). For a local shard the requests are sorted by offset and cut into runs:
+        a run reads one byte range, at most ``RUN_BYTES`` long, holding samples no more
+        than ``RUN_GAP`` bytes apart, and each member is a slice of it. Remote shards and
+        shards with members out of tar order are read sample by sample.
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> from detsamplers.loader._wds._index import index_shards
+            >>> from detsamplers.loader._wds._urls import expand_urls
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     for i in range(4):
+            ...         w.write({"__key__": f"k{i}", "cls": str(i).encode()})
+            >>> reader = ShardReader(index_shards(expand_urls(os.path.join(folder, "s-0.tar"))))
+            >>> [s["cls"] for s in reader.read_many([0, 0, 0], [3, 1, 2])]
+            [b'3', b'1', b'2']
+            >>> reader.close()
+        """
+        out: list[dict[str, Any]] = [{}] * len(indexes)
+        first = 0
+        while first < len(shards):  # each stretch of one shard
+            shard = shards[first]
+            stop = first + 1
+            while stop < len(shards) and shards[stop] == shard:
+                stop += 1
+            self._select(shard)
+            packed = self.packed
+            if packed is not None and packed.ordered and not self.remote[shard]:
+                self._read_runs(shard, packed, indexes, first, stop, out)
+            else:
+                for i in range(first, stop):
+                    out[i] = self.read(shard, indexes[i])
+            first = stop
+        return out
+
+    def _select(self, shard: int) -> None:
+        """Make ``shard`` the open one."""
+        if shard != self.current:
+            self.close()
+            self.current = shard
+            info = self.shards[shard]
+            self.keys, self.members = resolved(info.keys), resolved(info.members)
+            self.packed = self.members if isinstance(self.members, PackedMembers) else None
+
+    def _read_runs(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        first: int,
+        stop: int,
+        out: list[dict[str, Any]],
+    ) -> None:
+        """Fill ``out[first:stop]`` from runs of one local shard (NOTE [ runs of samples ])."""
+        starts, offsets, sizes, suffixes = packed.starts, packed.offsets, packed.sizes, packed.suffixes
+        keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
+        count = len(keys)
+        for i in range(first, stop):
+            if not 0 <= indexes[i] < count:
+                raise IndexError(f"sample {indexes[i]} of {count} in shard {url!r}")
+        order = sorted(range(first, stop), key=indexes.__getitem__)
+        position, total = 0, len(order)
+        while position < total:
+            # One run: samples whose members lie close together (members are in tar order).
+            begin = end = -1
+            last = position
+            while last < total:
+                index = indexes[order[last]]
+                low, high = starts[index], starts[index + 1]
+                if high > low:
+                    head, tail = offsets[low], offsets[high - 1] + sizes[high - 1]
+                    if begin < 0:
+                        begin, end = head, tail
+                    elif head - end > RUN_GAP or tail - begin > RUN_BYTES:
+                        break
+                    elif tail > end:
+                        end = tail
+                last += 1
+            data = self._span(shard, begin, end) if begin >= 0 else b""
+            for i in order[position:last]:
+                index = indexes[i]
+                sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+                for j in range(starts[index], starts[index + 1]):
+                    at = offsets[j] - begin
+                    sample[suffixes[j]] = data[at : at + sizes[j]]
+                sample["__local_path__"] = local
+                out[i] = sample
+            position = last
 
     def _open(self, shard: int) -> BinaryIO:
         if self.handle is None:

@@ -373,9 +373,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         reader = reader or self._reader()
         try:
             shards, samples = self._order.locate(self._positions(batch))
-            items = [
-                reader.read(s, k) for s, k in zip(shards.tolist(), samples.tolist(), strict=True)
-            ]
+            items = reader.read_many(shards.tolist(), samples.tolist())
         finally:
             if own:
                 reader.close()
