@@ -133,18 +133,26 @@ def test_resuming_opens_the_shard_of_the_position_and_reads_nothing_before_it(
 ) -> None:
     position = 2 * TOTAL + 40  # mid epoch 2, inside a shard
     reads: list[tuple[int, int]] = []
-    original = _shard_reader.ShardReader.read
+    spans: list[tuple[int, int]] = []
+    original, span = _shard_reader.ShardReader.read_many, _shard_reader.ShardReader._span
 
-    def spy(self: Any, shard: int, index: int) -> dict[str, Any]:
-        reads.append((shard, index))
-        return original(self, shard, index)
+    def spy(self: Any, shards: list[int], indexes: list[int]) -> list[dict[str, Any]]:
+        reads.extend(zip(shards, indexes, strict=True))
+        return original(self, shards, indexes)
 
-    monkeypatch.setattr(_shard_reader.ShardReader, "read", spy)
+    def spy_span(self: Any, shard: int, start: int, end: int) -> bytes:
+        spans.append((start, end))
+        return span(self, shard, start, end)
+
+    monkeypatch.setattr(_shard_reader.ShardReader, "read_many", spy)
+    monkeypatch.setattr(_shard_reader.ShardReader, "_span", spy_span)
     source = make(shards, batch_size=1, shuffle_window=4)
     source.load_state_dict({**source.state_dict(), "position": position})
     next(iter(source))
     shard, index = source._order.locate(np.array([position]))
     assert reads == [(int(shard[0]), int(index[0]))]
+    members = source.shards[int(shard[0])].members[int(index[0])]
+    assert spans == [(members[0][1], members[-1][1] + members[-1][2])]  # that sample's bytes
 
 
 @settings(max_examples=25)

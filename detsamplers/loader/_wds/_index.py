@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._fetch import RemoteOptions
-from ._index_file import LazyIndex, encode_index, read_header
+from ._index_file import LazyIndex, PackedMembers, encode_index, read_header
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "ShardInfo", "index_shards", "scan_shard"]
@@ -67,6 +67,8 @@ _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
 #: One member of a sample: [suffix, byte offset of its data, size in bytes]. Lists, as JSON
 #: loads them: converting 100k samples' members to tuples would triple the load time.
 Member = list[Any]
+#: A tar's members as flat lists: names, data offsets, sizes, and whether each is a file.
+Listing = tuple[list[str], list[int], list[int], list[bool]]
 
 
 @dataclass(frozen=True)
@@ -149,10 +151,166 @@ def _pax_records(data: bytes) -> dict[str, Any] | None:
     return out
 
 
-def _read_headers(buffer: Any, size: int) -> tuple[list[tuple[str, int, int, bool]], int] | None:
+_USTAR = np.frombuffer(b"ustar\0", dtype=np.uint8)
+#: pax records that change nothing the listing uses (webdataset writes one, ``mtime``).
+_PAX_TIMES = [np.frombuffer(word, dtype=np.uint8) for word in (b"mtime=", b"atime=", b"ctime=")]
+_POWERS = 10 ** np.arange(1, 19, dtype=np.int64)
+
+
+def _octal(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """Each row's octal number, read as ``int(field.split(b"\0", 1)[0] or b"0", 8)``.
+
+    Only rows of octal digits then spaces (then a NUL and anything) are read here, which
+    is what tar writers write; ``None`` if any row is otherwise.
+    """
+    width = fields.shape[1]
+    digit = (fields >= 48) & (fields <= 55)
+    leading = np.where(digit.all(axis=1), width, (~digit).argmax(axis=1))
+    common = int(leading[0])
+    if common >= 1 and np.all(leading == common):  # as tarfile writes: one width of digits
+        stops = fields[:, common] if common < width else np.zeros(len(fields), np.uint8)
+        if np.all((stops == 0) | ((stops == 32) & _spaces_then_nul(fields[:, common:]))):
+            weights = 8 ** np.arange(common - 1, -1, -1, dtype=np.int64)
+            return (fields[:, :common].astype(np.int64) - 48) @ weights  # type: ignore[no-any-return]
+    columns = np.arange(width)
+    nul = fields == 0
+    cut = np.where(nul.any(axis=1), nul.argmax(axis=1), width)
+    before = columns[None, :] < cut[:, None]
+    rest = before & (columns[None, :] >= leading[:, None])
+    if not np.all((leading >= 1) & (leading <= cut)) or np.any(rest & (fields != 32)):
+        return None
+    value = np.zeros(len(fields), dtype=np.int64)
+    for column in range(width):
+        inside = column < leading
+        value = np.where(inside, value * 8 + (fields[:, column].astype(np.int64) - 48), value)
+    return value
+
+
+def _spaces_then_nul(tails: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Whether each row is spaces up to its first NUL (or its end)."""
+    nul = tails == 0
+    cut = np.where(nul.any(axis=1), nul.argmax(axis=1), tails.shape[1])
+    before = np.arange(tails.shape[1])[None, :] < cut[:, None]
+    return np.all(~before | (tails == 32), axis=1)  # type: ignore[no-any-return]
+
+
+def _cut_names(fields: np.ndarray[Any, Any]) -> list[bytes] | None:
+    """Each row up to its first NUL, if only NULs follow it (else ``None``)."""
+    width = fields.shape[1]
+    names: list[bytes] = np.ascontiguousarray(fields).view(f"S{width}").ravel().tolist()
+    # numpy strips trailing NULs only: no NUL inside a name iff the lengths add up.
+    if sum(map(len, names)) != np.count_nonzero(fields):
+        return None
+    return names
+
+
+def _simple_pax(array: np.ndarray[Any, Any], starts: np.ndarray[Any, Any], sizes: Any) -> Any:
+    """Which pax headers hold exactly one ``mtime``/``atime``/``ctime`` record.
+
+    Such a header changes neither the name nor the size of the member it precedes.
+    ``starts`` are the data offsets of the headers and ``sizes`` their data sizes.
+    """
+    digits = np.searchsorted(_POWERS, sizes, side="right") + 1
+    ok = (sizes > 0) & (digits <= 6) & (starts + sizes <= len(array))
+    span = np.arange(16)
+    window = array[np.minimum(starts[:, None] + span[None, :], len(array) - 1)]
+    for place in range(6):  # the record's length, in decimal, is the data size
+        power = 10 ** np.maximum(digits - 1 - place, 0)
+        want = (sizes // power) % 10 + 48
+        ok &= (place >= digits) | (window[:, place] == want)
+    at = np.minimum(digits, 9)
+    ok &= window[np.arange(len(starts)), at] == 32
+    time = np.zeros(len(starts), dtype=bool)
+    for word in _PAX_TIMES:
+        columns = at[:, None] + 1 + np.arange(len(word))[None, :]
+        time |= np.all(window[np.arange(len(starts))[:, None], columns] == word, axis=1)
+    return ok & time & (digits + 7 <= sizes)  # the keyword lies inside the data
+
+
+def _walk_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
+    """:func:`_read_headers` for the common tar, with numpy over all headers at once.
+
+    Each member's header position depends on the previous sizes, so the walk guesses the
+    headers (the blocks with ustar's magic at their offset 257), reads all their numbers
+    in a few array operations, and then checks that the guess is the chain of headers
+    ``_read_headers`` would walk: the first at 0, each next one right after the previous
+    member's data, and an end-of-archive block (or the end of the file) after the last.
+    Anything else (a magic-less v7 header, a magic inside member data, GNU long names,
+    pax records other than a time, unusual numbers) returns ``None`` and the caller walks
+    the headers one by one, so the result is always that of :func:`_read_headers`.
+    """
+    blocks_count = size // _BLOCK
+    if blocks_count == 0:
+        return None
+    array = np.frombuffer(buffer, dtype=np.uint8, count=blocks_count * _BLOCK)
+    blocks = array.reshape(blocks_count, _BLOCK)
+    magic = blocks[:, 257] == _USTAR[0]
+    for place in range(1, len(_USTAR)):
+        magic &= blocks[:, 257 + place] == _USTAR[place]
+    found = np.flatnonzero(magic)
+    if len(found) == 0 or found[0] != 0:
+        return None
+    headers = blocks[found]
+    lengths, sums = _octal(headers[:, 124:136]), _octal(headers[:, 148:156])
+    if lengths is None or sums is None:
+        return None
+    computed = headers.sum(axis=1, dtype=np.uint32).astype(np.int64) + 256
+    computed -= headers[:, 148:156].sum(axis=1, dtype=np.int64)
+    if not np.array_equal(computed, sums):
+        return None
+    kinds = headers[:, 156]
+    pax = kinds == 120
+    regular = (kinds == 48) | (kinds == 0) | (kinds == 55)
+    empty = (kinds >= 49) & (kinds <= 54)
+    if not np.all(pax | regular | empty):
+        return None  # GNU long names, sparse files, global pax headers: walk one by one
+    name_fields = headers[:, :100]
+    last = np.maximum((name_fields != 0).sum(axis=1) - 1, 0)  # checked by _cut_names below
+    folders = (kinds == 53) | ((kinds == 0) & (name_fields[np.arange(len(kinds)), last] == 47))
+    regular &= ~folders
+    empty |= folders
+    positions = found.astype(np.int64) * _BLOCK
+    steps = np.where(empty, 0, -(-lengths // _BLOCK) * _BLOCK)
+    ends = positions + _BLOCK + steps
+    if not np.array_equal(ends[:-1], positions[1:]):
+        return None  # not the chain of headers: a guess was wrong
+    end = int(ends[-1])
+    if end + _BLOCK <= size and array[end : end + _BLOCK].any():
+        return None  # the walk would read a header here
+    if pax[-1] or np.any(pax[1:] & pax[:-1]):
+        return None
+    members = ~pax
+    if not members.any():
+        return None
+    if pax.any():
+        simple = _simple_pax(array, positions[pax] + _BLOCK, lengths[pax])
+        if not np.all(simple):
+            return None  # a path or size record, or anything else: walk one by one
+    raw = _cut_names(name_fields[members])
+    prefix_fields = headers[members, 345:500]
+    prefixes = _cut_names(prefix_fields) if prefix_fields.any() else []
+    if raw is None or prefixes is None:
+        return None
+    names = b"\0".join(raw).decode("utf-8", "surrogateescape").split("\0")
+    for i in np.flatnonzero(folders[members]).tolist():
+        names[i] = names[i].rstrip("/")
+    for i, prefix in enumerate(prefixes):
+        if prefix:
+            names[i] = prefix.decode("utf-8", "surrogateescape") + "/" + names[i]
+    listing = (
+        names,
+        (positions[members] + _BLOCK).tolist(),
+        lengths[members].tolist(),
+        regular[members].tolist(),
+    )
+    return listing, end
+
+
+def _read_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
     """The members of a plain ustar/v7 tar in ``buffer``, read from their 512-byte headers.
 
-    Each is ``(name, data offset, size, regular)``, with the end of the last member, as
+    Returns the :data:`Listing` (names, data offsets, sizes, regular or not) and the end
+    of the last member, as
     :mod:`tarfile` lists them (names decoded and prefixed the same way) but without making
     a ``TarInfo`` per member, so the scan costs about one pass over the headers. Returns
     ``None`` for anything this walk does not handle exactly as tarfile does (pax or GNU
@@ -221,12 +379,21 @@ def _read_headers(buffer: Any, size: int) -> tuple[list[tuple[str, int, int, boo
         computed = blocks.sum(axis=1, dtype=np.int64) + 256
         if not np.array_equal(computed, np.asarray(sums[first : first + _CHECKSUM_SPAN])):
             return None  # a bad (or signed-char) checksum: tarfile decides
-    return members, position
+    return _listing(members), position
+
+
+def _listing(members: list[tuple[str, int, int, bool]]) -> Listing:
+    return (
+        [m[0] for m in members],
+        [m[1] for m in members],
+        [m[2] for m in members],
+        [m[3] for m in members],
+    )
 
 
 def scan_shard(
     path: str, remote: tuple[Any, int] | None = None
-) -> tuple[tuple[str, ...], list[list[Member]]]:
+) -> tuple[tuple[str, ...], PackedMembers]:
     """List a shard and group its members into samples (NOTE [ shard index ]).
 
     Args:
@@ -234,7 +401,8 @@ def scan_shard(
         remote: A remote shard as a seekable file and its size (``None``: open ``path``).
 
     Returns:
-        ``(keys, members)``: each sample's key, and its members as [suffix, offset, size].
+        ``(keys, members)``: each sample's key, and its members as [suffix, offset, size]
+        (a :class:`PackedMembers`: flat lists, no list per member).
 
     Raises:
         FileNotFoundError: the shard does not exist.
@@ -247,20 +415,21 @@ def scan_shard(
         if remote is None and size >= _BLOCK:
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 try:
-                    listed = _read_headers(mapped, min(size, len(mapped)))
+                    length = min(size, len(mapped))
+                    listed = _walk_headers(mapped, length) or _read_headers(mapped, length)
                 except IndexError:  # the file shrank meanwhile: tarfile reports it
                     listed = None
         if listed is None:
             listed = _tarfile_members(path, handle, size)
-        infos, end = listed
-        keys, samples = _group(path, infos, size)
+        listing, end = listed
+        keys, samples = _group(path, listing, size)
         _check_tail(path, handle, end, size)
     return keys, samples
 
 
 def _tarfile_members(
     path: str, handle: Any, size: int
-) -> tuple[list[tuple[str, int, int, bool]], int]:
+) -> tuple[Listing, int]:
     """The members of the tar in ``handle`` listed by :mod:`tarfile` (as :func:`_read_headers`)."""
     try:
         tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
@@ -278,37 +447,79 @@ def _tarfile_members(
         except tarfile.TarError as exn:
             raise _corrupt(path, str(exn)) from None
         end = tar.offset
-    return [(i.name, i.offset_data, i.size, i.isreg()) for i in infos], end
+    return _listing([(i.name, i.offset_data, i.size, i.isreg()) for i in infos]), end
 
 
-def _group(
-    path: str, infos: list[tuple[str, int, int, bool]], size: int
-) -> tuple[tuple[str, ...], list[list[Member]]]:
+# _BASE_PLUS_EXT over names joined by newlines (none of them holding one): every line
+# matches, the key and suffix groups empty where webdataset's pattern does not match.
+_LINE_KEYS = re.compile(r"^(?:((?:.*/|)[^.\n]+)[.][^/\n]*|.*)$", re.MULTILINE)
+_LINE_SUFFIXES = re.compile(r"^(?:(?:.*/|)[^.\n]+[.]([^/\n]*)|.*)$", re.MULTILINE)
+
+
+def _split_names(names: list[str]) -> tuple[list[str], list[str]] | None:
+    """Each name's key and lower-cased suffix (``""``, ``""`` if webdataset ignores it).
+
+    Two regular-expression passes over all the names at once (their one group each
+    makes ``findall`` return strings, not a tuple per name); ``None`` when a name holds
+    a newline or starts with ``__`` (the caller then matches names one by one).
+    """
+    text = "\n".join(names)
+    if not names or "\n__" in "\n" + text or text.count("\n") != len(names) - 1:
+        return None
+    keys: list[str] = _LINE_KEYS.findall(text)
+    suffixes: list[str] = _LINE_SUFFIXES.findall(text)
+    if text.isascii():
+        split = "\n".join(suffixes).lower().split("\n")
+    else:
+        split = [suffix.lower() for suffix in suffixes]
+    if len(keys) != len(names) or len(split) != len(names):
+        return None
+    return keys, split
+
+
+def _group(path: str, listing: Listing, size: int) -> tuple[tuple[str, ...], PackedMembers]:
     """Group members into samples as webdataset does (NOTE [ shard index ])."""
-    keys: list[str] = []
-    samples: list[list[Member]] = []
-    match_name, skip_meta = _BASE_PLUS_EXT.match, _SKIP_META.match
-    for name, offset, length, regular in infos:
+    names, offsets, lengths, regular = listing
+    for name, offset, length in zip(names, offsets, lengths, strict=True):
         if offset + length > size:
             raise _corrupt(path, f"member {name!r} runs past the end of the file")
-        if not regular or skip_meta(name):
+    kept = [i for i, flag in enumerate(regular) if flag]
+    kept_names = [names[i] for i in kept]
+    split = _split_names(kept_names)
+    if split is None:
+        match_name, skip_meta = _BASE_PLUS_EXT.match, _SKIP_META.match
+        split = [], []
+        for name in kept_names:
+            match = None
+            if not skip_meta(name) and not (
+                "/" not in name and name.startswith("__") and name.endswith("__")
+            ):
+                match = match_name(name)
+            split[0].append(match.group(1) if match else "")
+            split[1].append(match.group(2).lower() if match else "")
+    keys: list[str] = []
+    starts: list[int] = []
+    suffixes: list[str] = []
+    member_offsets: list[int] = []
+    sizes: list[int] = []
+    last = ""
+    for i, key, suffix in zip(kept, split[0], split[1], strict=True):
+        if not key:
             continue
-        if "/" not in name and name.startswith("__") and name.endswith("__"):
-            continue
-        match = match_name(name)
-        if match is None:
-            continue
-        key, suffix = match.group(1), match.group(2).lower()
-        if not keys or keys[-1] != key:
+        if key != last:
             keys.append(key)
-            samples.append([])
-        elif any(m[0] == suffix for m in samples[-1]):
+            starts.append(len(suffixes))
+            last = key
+        elif suffix in suffixes[starts[-1] :]:
             raise ValueError(
-                f"shard {path!r} has a duplicate file name {name!r} in sample {key!r}, "
+                f"shard {path!r} has a duplicate file name {names[i]!r} in sample {key!r}, "
                 "which webdataset refuses too; give each member of a sample its own suffix"
             )
-        samples[-1].append([suffix, offset, length])
-    return tuple(keys), samples
+        suffixes.append(suffix)
+        member_offsets.append(offsets[i])
+        sizes.append(lengths[i])
+    starts.append(len(suffixes))
+    return tuple(keys), PackedMembers(suffixes, member_offsets, sizes, starts)
 
 
 def default_index_dir() -> str:

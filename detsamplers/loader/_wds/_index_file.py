@@ -130,7 +130,7 @@ class PackedMembers(Sequence[list[Any]]):
 
 
 def _joined(strings: list[str]) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    data = b"".join(s.encode(errors="surrogateescape") + b"\0" for s in strings)
+    data = ("\0".join(strings) + "\0").encode(errors="surrogateescape") if strings else b""
     return np.frombuffer(data, dtype=np.uint8)
 
 
@@ -155,7 +155,13 @@ def encode_index(
         >>> decode_index(data, "a.tar")
         (('k0', 'k1'), [[['cls', 512, 1]], [['cls', 1536, 1]]], 3072, None)
     """
-    flat = [m for sample in members for m in sample]
+    if isinstance(members, PackedMembers):  # a scan's flat lists: no list per member
+        suffixes, offsets, sizes = members.suffixes, members.offsets, members.sizes
+        starts: Any = members.starts
+    else:
+        flat = [m for sample in members for m in sample]
+        suffixes, offsets, sizes = [m[0] for m in flat], [m[1] for m in flat], [m[2] for m in flat]
+        starts = np.cumsum([0] + [len(s) for s in members], dtype=np.int64)
     header: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "size": size}
     header.update(etag=etag, samples=len(keys))
     if mtime_ns is not None:
@@ -165,10 +171,10 @@ def encode_index(
         buffer,
         header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
         keys=_joined(list(keys)),
-        suffixes=_joined([m[0] for m in flat]),
-        starts=np.cumsum([0] + [len(s) for s in members], dtype=np.int64),
-        offsets=np.array([m[1] for m in flat], dtype=np.int64),
-        sizes=np.array([m[2] for m in flat], dtype=np.int64),
+        suffixes=_joined(suffixes),
+        starts=np.asarray(starts, dtype=np.int64),
+        offsets=np.array(offsets, dtype=np.int64),
+        sizes=np.array(sizes, dtype=np.int64),
     )
     return buffer.getvalue()
 
