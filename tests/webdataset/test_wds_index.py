@@ -18,6 +18,7 @@ from wds_helpers import COUNTS, make, png_bytes, write_shards
 from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
 from detsamplers.loader._wds._index import index_shards, scan_shard
+from detsamplers.loader._wds import _reader as _shard_reader
 from detsamplers.loader._wds._reader import ShardReader
 from detsamplers.loader._wds._urls import expand_urls
 
@@ -313,6 +314,103 @@ def test_the_header_walk_lists_shards_exactly_as_tarfile_does(
                     info.size = i + 1
                     tar.addfile(info, io.BytesIO(b"x" * (i + 1)))
     with open(path, "rb") as handle:
-        walked = _shard_index._read_headers(handle.read(), path.stat().st_size)
-    assert walked is not None  # the fast walk handled it, without tarfile
+        data = handle.read()
+    walked = _shard_index._read_headers(data, len(data))
+    assert walked is not None  # the header walk handled it, without tarfile
+    vectorised = _shard_index._walk_headers(data, len(data))
+    if kind in ("webdataset", "tricky", "prefix"):  # pax path records: header by header
+        assert vectorised == walked
+    else:
+        assert vectorised is None
     assert scan_shard(str(path)) == listed_by_tarfile(path, monkeypatch)
+
+
+def walks(data: bytes) -> tuple[object, object]:
+    return _shard_index._walk_headers(data, len(data)), _shard_index._read_headers(data, len(data))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(
+            st.from_regex(r"[a-zA-Z_/.é]{1,12}", fullmatch=True),
+            st.binary(max_size=1100),
+            st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE]),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT]),
+    mtime=st.sampled_from([0, 1_700_000_000, 1_700_000_000.25]),
+    flip=st.integers(0, 1 << 16),
+)
+def test_the_numpy_walk_lists_any_tar_as_the_header_walk_does_or_declines(
+    members: list[tuple[str, bytes, bytes]], fmt: int, mtime: float, flip: int
+) -> None:
+    stream = io.BytesIO()
+    with tarfile.open(fileobj=stream, mode="w", format=fmt) as tar:
+        for name, data, kind in members:
+            info = tarfile.TarInfo(name)
+            info.type, info.mtime = kind, mtime
+            info.size = len(data) if kind == tarfile.REGTYPE else 0
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    data = stream.getvalue()
+    vectorised, walked = walks(data)
+    assert vectorised is None or vectorised == walked
+    damaged = bytearray(data)  # one flipped byte: a checksum, a size, a name, a magic
+    damaged[flip % len(damaged)] ^= 0x41
+    vectorised, walked = walks(bytes(damaged))
+    assert vectorised is None or vectorised == walked
+
+
+def test_a_tar_inside_a_shard_does_not_fool_the_numpy_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w") as tar:
+        info = tarfile.TarInfo("x.cls")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"1"))
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w") as tar:
+        for key, payload in (("a", inner.getvalue()), ("b", b"2")):
+            info = tarfile.TarInfo(f"{key}.tar")  # member data holding ustar headers
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    data = path.read_bytes()
+    assert _shard_index._walk_headers(data, len(data)) is None  # the guess fails its check
+    assert scan_shard(str(path)) == listed_by_tarfile(path, monkeypatch)
+    assert scan_shard(str(path))[0] == ("a", "b")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    requests=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40)), min_size=1, max_size=30),
+    gap=st.sampled_from([0, 600, 1 << 16]),
+    run=st.sampled_from([1, 3000, 8 << 20]),
+)
+def test_reading_many_samples_gives_what_reading_each_gives(
+    tmp_path_factory: pytest.TempPathFactory,
+    requests: list[tuple[int, int]],
+    gap: int,
+    run: int,
+) -> None:
+    if "many" not in SHARD_BYTES:
+        folder = tmp_path_factory.mktemp("many")
+        SHARD_BYTES["many"] = write_shards(folder, [5, 41, 17]).encode()
+    shards = index_shards(expand_urls(SHARD_BYTES["many"].decode()))
+    requests = [(s, i % len(shards[s])) for s, i in requests]
+    one, many = ShardReader(shards), ShardReader(shards)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(_shard_reader, "RUN_GAP", gap)
+        patched.setattr(_shard_reader, "RUN_BYTES", run)
+        got = many.read_many([s for s, _ in requests], [i for _, i in requests])
+    assert got == [one.read(s, i) for s, i in requests]
+    one.close()
+    many.close()
+
+
+def test_reading_many_samples_refuses_an_index_out_of_range(tmp_path: Path) -> None:
+    shards = index_shards(expand_urls(write_shards(tmp_path, [3])))
+    with pytest.raises(IndexError, match="sample 3 of 3"):
+        ShardReader(shards).read_many([0], [3])

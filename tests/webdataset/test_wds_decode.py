@@ -1,0 +1,206 @@
+"""The planned decoder against webdataset's own ``autodecode.Decoder`` (NOTE [ decode plans ])."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from webdataset import autodecode
+from wds_helpers import png_bytes
+
+from detsamplers.loader._wds._decode import PlannedDecoder, make_decoder
+
+
+def npy(array: np.ndarray[Any, Any]) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
+def npz() -> bytes:
+    stream = io.BytesIO()
+    np.savez(stream, a=np.arange(3), b=np.eye(2))
+    return stream.getvalue()
+
+
+def pth() -> bytes:
+    stream = io.BytesIO()
+    torch.save(torch.arange(4), stream)
+    return stream.getvalue()
+
+
+def tenbin() -> bytes:
+    from webdataset import tenbin as tb
+
+    return bytes(tb.encode_buffer([np.arange(5, dtype=np.int32)]))
+
+
+#: A valid payload for every suffix webdataset's basichandlers know (a missing library,
+#: msgpack or cbor, makes both decoders fail the same way).
+PAYLOADS: dict[str, bytes] = {
+    "txt": "héllo".encode(),
+    "text": b"plain",
+    "transcript": b"words",
+    "cls": b"42",
+    "cls2": b" 7\n",
+    "index": b"3",
+    "inx": b"-1",
+    "id": b"12",
+    "json": b'{"a": [1, 2.5, null]}',
+    "jsn": b"[true]",
+    "pkl": pickle.dumps({"x": 1}),
+    "pickle": pickle.dumps([1, 2]),
+    "pyd": pickle.dumps("s"),
+    "pth": pth(),
+    "ten": tenbin(),
+    "tb": tenbin(),
+    "mp": b"\x91\x01",
+    "msg": b"\x91\x01",
+    "npy": npy(np.arange(6).reshape(2, 3)),
+    "npz": npz(),
+    "cbor": b"\x81\x01",
+    "png": png_bytes(9),
+    "seg.png": png_bytes(200),
+    "JPG": png_bytes(3),  # an image suffix in capitals; PIL reads the PNG inside
+    "bin": b"\x00\x01",
+    "unknown.ext": b"raw",
+    "json.gz": gzip.compress(b'{"z": 1}'),
+    "cls.gz": gzip.compress(b"5"),
+}
+assert set(autodecode.decoders) <= set(PAYLOADS)  # every suffix webdataset knows
+
+
+def same(left: Any, right: Any) -> bool:
+    """Equality that also compares arrays, tensors and PIL images by content and type."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        return left.keys() == right.keys() and all(same(left[k], right[k]) for k in left)
+    if isinstance(left, (list, tuple)):
+        return len(left) == len(right) and all(map(same, left, right))
+    if isinstance(left, np.ndarray):
+        return left.dtype == right.dtype and np.array_equal(left, right)
+    if isinstance(left, torch.Tensor):
+        return left.dtype == right.dtype and torch.equal(left, right)
+    if hasattr(left, "tobytes") and hasattr(left, "mode"):  # a PIL image
+        return bool(left.mode == right.mode and left.tobytes() == right.tobytes())
+    return bool(left == right)
+
+
+def outcome(decoder: Any, sample: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        return "ok", decoder(sample)
+    except Exception as exn:
+        cause = exn.__cause__
+        where = (getattr(exn, "key", None), getattr(exn, "url", None), getattr(exn, "k", None))
+        message = re.sub(r" at 0x[0-9a-f]+", "", str(cause))  # an object's address
+        return type(exn).__name__, (exn.args, where, type(cause).__name__, message)
+
+
+def assert_same_as_webdataset(args: Any, sample: dict[str, Any]) -> None:
+    ours = make_decoder(args)
+    handlers = [args] if isinstance(args, str) or callable(args) else list(args)
+    theirs = autodecode.Decoder([autodecode.ImageHandler(a) if isinstance(a, str) else a for a in handlers])
+    for _ in range(2):  # the second time through the plans made the first time
+        got, want = outcome(ours, dict(sample)), outcome(theirs, dict(sample))
+        assert got[0] == want[0], (got, want)
+        if got[0] == "ok":
+            assert same(got[1], want[1])
+        else:
+            assert got[1][1:] == want[1][1:]
+
+
+def meta(suffixes: dict[str, bytes]) -> dict[str, Any]:
+    return {"__key__": "k", "__url__": "/d/s.tar", **suffixes, "__local_path__": "/d/s.tar"}
+
+
+@pytest.mark.parametrize(
+    "args", [(), "rgb8", "l", "torchrgb", "pil", ["pill", "rgba8"], "torchl8", "rgba"]
+)
+@pytest.mark.parametrize("suffix", sorted(PAYLOADS))
+def test_each_suffix_decodes_as_webdataset_decodes_it(args: Any, suffix: str) -> None:
+    assert_same_as_webdataset(args, meta({suffix: PAYLOADS[suffix]}))
+
+
+def upper_txt(key: str, data: bytes) -> Any:
+    return data.decode().upper() if key.endswith(".txt") else None
+
+
+def gz_too(key: str, data: bytes) -> Any:
+    return len(data) if key.endswith(".gz") else None
+
+
+@pytest.mark.parametrize("args", [upper_txt, [upper_txt, "rgb8"], ["l8", gz_too], gz_too])
+def test_a_custom_handler_sees_the_fields_it_would_see_in_webdataset(args: Any) -> None:
+    sample = meta({s: PAYLOADS[s] for s in ("txt", "cls", "png", "json.gz", "bin")})
+    assert_same_as_webdataset(args, sample)
+
+
+@pytest.mark.parametrize("bad", [{"cls": b"x"}, {"json": b"{"}, {"png": b"not a png"}])
+def test_a_field_that_fails_raises_webdatasets_decoding_error(bad: dict[str, bytes]) -> None:
+    assert_same_as_webdataset("rgb8", meta({"txt": b"fine", **bad}))
+    with pytest.raises(autodecode.DecodingError):
+        make_decoder("rgb8")(meta(bad))  # type: ignore[misc]
+
+
+def test_a_sample_that_is_not_bytes_is_left_to_webdataset() -> None:
+    sample = {"__key__": b"k", "cls": b"1"}
+    assert_same_as_webdataset((), sample)
+    assert_same_as_webdataset((), {"__key__": "k", "cls": 1})
+
+
+def test_a_given_decoder_keeps_its_only_and_pre_post_handlers() -> None:
+    given_decoder = autodecode.Decoder([], only=["cls"], post=[autodecode.basichandlers])
+    planned = make_decoder(given_decoder)
+    sample = meta({"cls": b"1", "txt": b"t"})
+    assert isinstance(planned, PlannedDecoder)
+    assert planned(dict(sample)) == given_decoder(dict(sample))
+    assert planned(dict(sample))["txt"] == b"t"
+
+
+def test_a_decoder_subclass_is_used_as_it_is() -> None:
+    class Mine(autodecode.Decoder):  # type: ignore[misc]
+        pass
+
+    mine = Mine([])
+    assert make_decoder(mine) is mine
+
+
+def test_the_planned_decoder_pickles_to_workers_and_keeps_decoding() -> None:
+    decoder = make_decoder("rgb8")
+    sample = meta({"cls": b"4", "png": PAYLOADS["png"]})
+    assert decoder is not None
+    decoder(dict(sample))
+    copy = pickle.loads(pickle.dumps(decoder))
+    assert same(copy(dict(sample)), decoder(dict(sample)))
+
+
+@settings(max_examples=60)
+@given(
+    fields=st.dictionaries(
+        st.sampled_from(sorted(PAYLOADS)) | st.from_regex(r"[a-z]{1,3}(\.[a-z]{1,3})?", fullmatch=True),
+        st.binary(max_size=8),
+        max_size=4,
+    ),
+    args=st.sampled_from([(), "rgb8", "torchl"]),
+    valid=st.booleans(),
+)
+def test_any_sample_decodes_exactly_as_webdataset_decodes_it(
+    fields: dict[str, bytes], args: Any, valid: bool
+) -> None:
+    if valid:
+        fields = {k: PAYLOADS.get(k, v) for k, v in fields.items()}
+    assert_same_as_webdataset(args, meta(fields))
+
+
+def test_the_planned_decoder_answers_a_json_field_with_the_parsed_value() -> None:
+    assert make_decoder(())(meta({"json": b'{"a": 1}'}))["json"] == json.loads(b'{"a": 1}')  # type: ignore[misc]
