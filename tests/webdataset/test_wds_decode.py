@@ -14,8 +14,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from webdataset import autodecode
 from wds_helpers import png_bytes
+from webdataset import autodecode
 
 from detsamplers.loader._wds._decode import PlannedDecoder, make_decoder
 
@@ -109,7 +109,8 @@ def outcome(decoder: Any, sample: dict[str, Any]) -> tuple[str, Any]:
 def assert_same_as_webdataset(args: Any, sample: dict[str, Any]) -> None:
     ours = make_decoder(args)
     handlers = [args] if isinstance(args, str) or callable(args) else list(args)
-    theirs = autodecode.Decoder([autodecode.ImageHandler(a) if isinstance(a, str) else a for a in handlers])
+    images = [autodecode.ImageHandler(a) if isinstance(a, str) else a for a in handlers]
+    theirs = autodecode.Decoder(images)
     for _ in range(2):  # the second time through the plans made the first time
         got, want = outcome(ours, dict(sample)), outcome(theirs, dict(sample))
         assert got[0] == want[0], (got, want)
@@ -187,7 +188,8 @@ def test_the_planned_decoder_pickles_to_workers_and_keeps_decoding() -> None:
 @settings(max_examples=60)
 @given(
     fields=st.dictionaries(
-        st.sampled_from(sorted(PAYLOADS)) | st.from_regex(r"[a-z]{1,3}(\.[a-z]{1,3})?", fullmatch=True),
+        st.sampled_from(sorted(PAYLOADS))
+        | st.from_regex(r"[a-z]{1,3}(\.[a-z]{1,3})?", fullmatch=True),
         st.binary(max_size=8),
         max_size=4,
     ),

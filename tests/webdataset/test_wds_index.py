@@ -17,8 +17,8 @@ from wds_helpers import COUNTS, make, png_bytes, write_shards
 
 from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
-from detsamplers.loader._wds._index import index_shards, scan_shard
 from detsamplers.loader._wds import _reader as _shard_reader
+from detsamplers.loader._wds._index import index_shards, scan_shard
 from detsamplers.loader._wds._reader import ShardReader
 from detsamplers.loader._wds._urls import expand_urls
 

@@ -43,7 +43,7 @@ _META = object()  # a ``__*__`` field
 
 
 class PlannedDecoder:
-    """webdataset's ``Decoder``, deciding each suffix's decoding once (NOTE [ decode plans ]).
+    r"""webdataset's ``Decoder``, deciding each suffix's decoding once (NOTE [ decode plans ]).
 
     Args:
         decoder: The ``webdataset.autodecode.Decoder`` whose results this reproduces.
@@ -51,8 +51,8 @@ class PlannedDecoder:
     Examples:
         >>> from webdataset import autodecode
         >>> decode = PlannedDecoder(autodecode.Decoder([]))
-        >>> sample = decode({"__key__": "k", "cls": b"3", "txt": b"hi", "bin": b"\\x00"})
-        >>> sample == {"__key__": "k", "cls": 3, "txt": "hi", "bin": b"\\x00"}
+        >>> sample = decode({"__key__": "k", "cls": b"3", "txt": b"hi", "bin": b"\x00"})
+        >>> sample == {"__key__": "k", "cls": 3, "txt": "hi", "bin": b"\x00"}
         True
     """
 

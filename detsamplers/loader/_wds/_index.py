@@ -158,7 +158,7 @@ _POWERS = 10 ** np.arange(1, 19, dtype=np.int64)
 
 
 def _octal(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
-    """Each row's octal number, read as ``int(field.split(b"\0", 1)[0] or b"0", 8)``.
+    r"""Each row's octal number, read as ``int(field.split(b"\0", 1)[0] or b"0", 8)``.
 
     Only rows of octal digits then spaces (then a NUL and anything) are read here, which
     is what tar writers write; ``None`` if any row is otherwise.
@@ -171,7 +171,7 @@ def _octal(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         stops = fields[:, common] if common < width else np.zeros(len(fields), np.uint8)
         if np.all((stops == 0) | ((stops == 32) & _spaces_then_nul(fields[:, common:]))):
             weights = 8 ** np.arange(common - 1, -1, -1, dtype=np.int64)
-            return (fields[:, :common].astype(np.int64) - 48) @ weights  # type: ignore[no-any-return]
+            return (fields[:, :common].astype(np.int64) - 48) @ weights
     columns = np.arange(width)
     nul = fields == 0
     cut = np.where(nul.any(axis=1), nul.argmax(axis=1), width)
@@ -427,9 +427,7 @@ def scan_shard(
     return keys, samples
 
 
-def _tarfile_members(
-    path: str, handle: Any, size: int
-) -> tuple[Listing, int]:
+def _tarfile_members(path: str, handle: Any, size: int) -> tuple[Listing, int]:
     """The members of the tar in ``handle`` listed by :mod:`tarfile` (as :func:`_read_headers`)."""
     try:
         tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below

@@ -317,7 +317,7 @@ class LazyIndex:
                 # scan the local shard instead, as a corrupt index file is never trusted.
                 from ._index import scan_shard
 
-                keys, members = scan_shard(self.url)  # type: ignore[assignment]
+                keys, members = scan_shard(self.url)
             if len(keys) != self.count:
                 raise ValueError(
                     f"the index file of shard {self.url!r} lists {len(keys)} samples but its "

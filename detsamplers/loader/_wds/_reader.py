@@ -142,7 +142,8 @@ class ShardReader:
         out: list[dict[str, Any]],
     ) -> None:
         """Fill ``out[first:stop]`` from runs of one local shard (NOTE [ runs of samples ])."""
-        starts, offsets, sizes, suffixes = packed.starts, packed.offsets, packed.sizes, packed.suffixes
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        suffixes = packed.suffixes
         keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
         count = len(keys)
         for i in range(first, stop):
