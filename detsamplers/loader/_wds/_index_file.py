@@ -30,11 +30,11 @@ the shard.
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import re
 import struct
 import zipfile
+import zlib
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -187,19 +187,23 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
             the shard ``url``).
     """
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            header = json.loads(arrays["header"].tobytes())
-            if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format {header.get('format')!r} {header.get('version')!r}")
-            keys = tuple(_split(arrays["keys"]))
-            suffixes = _split(arrays["suffixes"])
-            starts = arrays["starts"].tolist()
-            offsets = arrays["offsets"].tolist()
-            sizes = arrays["sizes"].tolist()
+        arrays = _stored_arrays(data)
+        if arrays is None:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in _ARRAYS}
+        header = json.loads(arrays["header"].tobytes())
+        if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
+            raise ValueError(f"format {header.get('format')!r} {header.get('version')!r}")
+        keys = tuple(_split(arrays["keys"]))
+        suffixes = _split(arrays["suffixes"])
+        starts_array = arrays["starts"]
+        starts = starts_array.tolist()
+        offsets = arrays["offsets"].tolist()
+        sizes = arrays["sizes"].tolist()
         counts = {len(suffixes), len(offsets), len(sizes), starts[-1] if starts else -1}
         if len(starts) != len(keys) + 1 or len(counts) != 1 or starts[0] != 0:
             raise ValueError("the sample starts do not match the keys and members")
-        if any(b < a for a, b in itertools.pairwise(starts)):
+        if np.any(np.diff(starts_array) < 0):
             raise ValueError("the sample starts decrease")
         members = PackedMembers(suffixes, offsets, sizes, starts)
         return keys, members, int(header["size"]), header.get("etag")
@@ -212,6 +216,58 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
 
 
 _ZIP_ENTRY = struct.Struct("<4s22xHH")
+_ZIP_LOCAL = struct.Struct("<4sHHH4xIIIHH")  # signature, version, flags, method, crc, sizes
+_ZIP64_SIZES = struct.Struct("<HHQQ")
+_NPY_HEADER = re.compile(
+    rb"\{'descr': '(\|u1|<i8)', 'fortran_order': False, 'shape': \((\d+),\), \} *\n"
+)
+_ARRAYS = ("header", "keys", "suffixes", "starts", "offsets", "sizes")
+
+
+def _stored_arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]] | None:
+    """The arrays of an index file as ``encode_index`` writes it, read without ``zipfile``.
+
+    That is: stored (uncompressed) entries with their sizes in the local headers (or their
+    zip64 extra field), each a one-dimensional ``.npy`` 1.0 array of ``uint8`` or
+    little-endian ``int64``, CRC-32 checked. ``None`` for anything else, which
+    :func:`numpy.load` then reads (and reports if damaged).
+    """
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    position = 0
+    while data.startswith(b"PK\x03\x04", position) and len(data) >= position + _ZIP_LOCAL.size:
+        _, _, flags, method, crc, stored, _, name_size, extra_size = _ZIP_LOCAL.unpack_from(
+            data, position
+        )
+        if flags & 0x08 or method != 0:
+            return None  # sizes after the data, or compressed
+        name_start = position + _ZIP_LOCAL.size
+        name = data[name_start : name_start + name_size].decode("ascii", "replace")
+        start = name_start + name_size + extra_size
+        if stored == 0xFFFFFFFF:
+            extra = data[name_start + name_size : start]
+            if len(extra) < _ZIP64_SIZES.size or extra[:2] != b"\x01\x00":
+                return None
+            stored = _ZIP64_SIZES.unpack_from(extra)[3]
+        body = data[start : start + stored]
+        if len(body) != stored or zlib.crc32(body) != crc or not name.endswith(".npy"):
+            return None
+        if body[:8] != b"\x93NUMPY\x01\x00":
+            return None
+        length = int.from_bytes(body[8:10], "little")
+        match = _NPY_HEADER.fullmatch(body, 10, 10 + length)
+        if match is None:
+            return None
+        dtype = np.uint8 if match.group(1) == b"|u1" else np.dtype("<i8")
+        count = int(match.group(2))
+        if len(body) != 10 + length + count * np.dtype(dtype).itemsize:
+            return None
+        arrays[name[:-4]] = np.frombuffer(body, dtype=dtype, count=count, offset=10 + length)
+        position = start + stored
+    if set(arrays) != set(_ARRAYS):
+        return None
+    return arrays
+
+
 _NPY_UINT8 = re.compile(rb"\{'descr': '\|u1', 'fortran_order': False, 'shape': \((\d+),\), \} *\n")
 
 

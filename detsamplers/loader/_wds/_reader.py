@@ -149,6 +149,9 @@ class ShardReader:
         for i in range(first, stop):
             if not 0 <= indexes[i] < count:
                 raise IndexError(f"sample {indexes[i]} of {count} in shard {url!r}")
+        neighbours = max(indexes[first:stop]) - min(indexes[first:stop]) == stop - first - 1
+        if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
+            return
         order = sorted(range(first, stop), key=indexes.__getitem__)
         position, total = 0, len(order)
         while position < total:
@@ -177,6 +180,43 @@ class ShardReader:
                 sample["__local_path__"] = local
                 out[i] = sample
             position = last
+
+    def _consecutive(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        first: int,
+        stop: int,
+        out: list[dict[str, Any]],
+    ) -> bool:
+        """:meth:`_read_runs` when ``indexes[first:stop]`` are distinct neighbours: one read.
+
+        ``False`` (nothing done) when they span more than ``RUN_BYTES`` or repeat.
+        """
+        low = min(indexes[first:stop])
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        head, tail = starts[low], starts[low + stop - first]
+        if head == tail or len(set(indexes[first:stop])) != stop - first:
+            return False
+        begin, end = offsets[head], offsets[tail - 1] + sizes[tail - 1]
+        if end - begin > RUN_BYTES:
+            return False
+        data = self._span(shard, begin, end)
+        blobs = [
+            data[at - begin : at - begin + size]
+            for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
+        ]
+        suffixes, keys = packed.suffixes, self.keys
+        url, local = self.shards[shard].url, self.local[shard]
+        for i in range(first, stop):
+            index = indexes[i]
+            sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+            for j in range(starts[index], starts[index + 1]):
+                sample[suffixes[j]] = blobs[j - head]
+            sample["__local_path__"] = local
+            out[i] = sample
+        return True
 
     def _open(self, shard: int) -> BinaryIO:
         if self.handle is None:

@@ -339,6 +339,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     def _apply(self, samples: list[dict[str, Any]], key: int) -> list[Any]:
         seed_globals(key)
+        decoder, fn = self.decoder, self.map
+        if decoder is not None and fn is not None:  # sample by sample, as _stage does
+            return [fn(decoder(s)) for s in samples]
         return [self._stage(s) for s in samples]
 
     def _seeded(self, sample: dict[str, Any], key: int) -> Any:
