@@ -12,7 +12,8 @@ shards, 100,000 samples of a tiny PNG plus a label), then measures:
 2. the time to resume in the middle of epoch 3 (global position ``2.5 N``): ours builds a
    source, loads the state and yields the first batch; the alternative replays the
    plain pipeline up to that point, which is what resuming webdataset takes;
-3. the one-off index scan, and loading the cached index.
+3. the one-off index scan, and loading the cached index; then, on shards already in
+   memory, the rate of the tar header walk alone and with the grouping into samples.
 """
 
 from __future__ import annotations
@@ -84,6 +85,31 @@ def rate(make: Any, workers: int, total: int, runs: int) -> float:
     return statistics.median(rates)
 
 
+def header_walk(folder: str, total: int) -> tuple[float, float]:
+    """Samples/s of the tar header walk alone, and of the walk plus grouping (CPU time).
+
+    Each shard is read into memory first, so that only parsing is timed, not the disk.
+    """
+    from detsamplers.loader._wds import _index
+
+    shards = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".tar"):
+            with open(os.path.join(folder, name), "rb") as handle:
+                shards.append(handle.read())
+    start = time.process_time()
+    listings = [_index._walk_headers(data, len(data)) for data in shards]
+    walked = time.process_time() - start
+    if any(listing is None for listing in listings):
+        raise RuntimeError("the numpy header walk declined a shard webdataset wrote")
+    start = time.process_time()
+    for data, listing in zip(shards, listings, strict=True):
+        assert listing is not None
+        _index._group("bench", listing[0], len(data))
+    grouped = time.process_time() - start
+    return total / walked, total / (walked + grouped)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
@@ -102,6 +128,11 @@ def main() -> None:
         cached = time.perf_counter() - start
         print(f"{shards} shards, {total:,} samples (written in {written:.1f} s), batch {BATCH}")
         print(f"index: scan {scanned:.2f} s once, then {cached * 1000:.0f} ms from the cache")
+        walked, grouped = header_walk(folder, total)
+        print(
+            f"index of one pass over the shards in memory: header walk {walked:,.0f} samples/s, "
+            f"walk and grouping into samples {grouped:,.0f} samples/s (CPU time)"
+        )
         print(f"{'num_workers':>11}  {'webdataset (samples/s)':>22}  {'detsamplers':>11}  ratio")
         for workers in (0, 2):
             base = rate(lambda: plain(urls), workers, total, runs)

@@ -9,6 +9,13 @@ first dot of the basename and the suffix the rest (lower-cased), and *consecutiv
 with the same key form one sample. A name without a dot is ignored and a repeated suffix
 within a sample is an error, as in webdataset.
 
+The scan reads all the 512-byte headers of a tar at once with numpy when it can
+(:func:`_walk_headers`: guess the headers by ustar's magic, read their numbers as arrays,
+check that the guess is exactly the chain of headers), else walks them one by one
+(:func:`_read_headers`), else lets :mod:`tarfile` list the shard; the three agree wherever
+the faster one answers, which the tests check. Members are grouped into flat lists (a
+:class:`PackedMembers`), never a Python list per member.
+
 A shard must be an uncompressed tar that ends with tar's end-of-archive zero block. The
 scan checks every member's data lies inside the file and that only zero bytes follow the
 last member, because :mod:`tarfile` silently stops listing at a truncated or corrupt
@@ -151,10 +158,10 @@ def _pax_records(data: bytes) -> dict[str, Any] | None:
     return out
 
 
-_USTAR = np.frombuffer(b"ustar\0", dtype=np.uint8)
+#: ustar's magic and version at offset 257, as tarfile writes them for ustar and pax.
+_USTAR_00 = np.frombuffer(b"ustar\x0000", dtype="<u8")[0]
 #: pax records that change nothing the listing uses (webdataset writes one, ``mtime``).
 _PAX_TIMES = [np.frombuffer(word, dtype=np.uint8) for word in (b"mtime=", b"atime=", b"ctime=")]
-_POWERS = 10 ** np.arange(1, 19, dtype=np.int64)
 
 
 def _octal(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
@@ -164,6 +171,12 @@ def _octal(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
     is what tar writers write; ``None`` if any row is otherwise.
     """
     width = fields.shape[1]
+    for common in (width - 1, width - 2):  # as tarfile writes: digits, NUL (and a space)
+        digits = fields[:, :common] - np.uint8(48)  # wraps below "0"
+        if np.all(fields[:, common] == 0) and np.all(digits <= 7):
+            weights = 8 ** np.arange(common - 1, -1, -1, dtype=np.int64)
+            value: np.ndarray[Any, Any] = digits.astype(np.int64) @ weights
+            return value
     digit = (fields >= 48) & (fields <= 55)
     leading = np.where(digit.all(axis=1), width, (~digit).argmax(axis=1))
     common = int(leading[0])
@@ -204,27 +217,29 @@ def _cut_names(fields: np.ndarray[Any, Any]) -> list[bytes] | None:
     return names
 
 
-def _simple_pax(array: np.ndarray[Any, Any], starts: np.ndarray[Any, Any], sizes: Any) -> Any:
-    """Which pax headers hold exactly one ``mtime``/``atime``/``ctime`` record.
+def _simple_pax(blocks: np.ndarray[Any, Any], rows: Any, sizes: Any) -> bool:
+    """Whether each pax header holds exactly one ``mtime``/``atime``/``ctime`` record.
 
     Such a header changes neither the name nor the size of the member it precedes.
-    ``starts`` are the data offsets of the headers and ``sizes`` their data sizes.
+    ``rows`` are the blocks the headers' data start at, ``sizes`` their data sizes;
+    records of two or three length digits are read here (``False``: any other).
     """
-    digits = np.searchsorted(_POWERS, sizes, side="right") + 1
-    ok = (sizes > 0) & (digits <= 6) & (starts + sizes <= len(array))
-    span = np.arange(16)
-    window = array[np.minimum(starts[:, None] + span[None, :], len(array) - 1)]
-    for place in range(6):  # the record's length, in decimal, is the data size
-        power = 10 ** np.maximum(digits - 1 - place, 0)
-        want = (sizes // power) % 10 + 48
-        ok &= (place >= digits) | (window[:, place] == want)
-    at = np.minimum(digits, 9)
-    ok &= window[np.arange(len(starts)), at] == 32
-    time = np.zeros(len(starts), dtype=bool)
-    for word in _PAX_TIMES:
-        columns = at[:, None] + 1 + np.arange(len(word))[None, :]
-        time |= np.all(window[np.arange(len(starts))[:, None], columns] == word, axis=1)
-    return ok & time & (digits + 7 <= sizes)  # the keyword lies inside the data
+    window = blocks[rows, :12]
+    for digits in (2, 3):
+        width = sizes >= 10 ** (digits - 1)
+        width &= sizes < 10**digits
+        if not width.any():
+            continue
+        part, size = window[width], sizes[width]
+        ok = part[:, digits] == 32  # "<length> <keyword>=": the length is the data size
+        for place in range(digits):
+            ok &= part[:, place] == (size // 10 ** (digits - 1 - place)) % 10 + 48
+        times = np.zeros(len(part), dtype=bool)
+        for word in _PAX_TIMES:
+            times |= np.all(part[:, digits + 1 : digits + 7] == word, axis=1)
+        if not np.all(ok & times):
+            return False
+    return bool(np.all((sizes >= 10) & (sizes < 1000)))
 
 
 def _walk_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
@@ -244,10 +259,8 @@ def _walk_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
         return None
     array = np.frombuffer(buffer, dtype=np.uint8, count=blocks_count * _BLOCK)
     blocks = array.reshape(blocks_count, _BLOCK)
-    magic = blocks[:, 257] == _USTAR[0]
-    for place in range(1, len(_USTAR)):
-        magic &= blocks[:, 257 + place] == _USTAR[place]
-    found = np.flatnonzero(magic)
+    magic = np.ascontiguousarray(blocks[:, 257:265]).view("<u8").ravel()
+    found = np.flatnonzero(magic == _USTAR_00)
     if len(found) == 0 or found[0] != 0:
         return None
     headers = blocks[found]
@@ -265,8 +278,10 @@ def _walk_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
     if not np.all(pax | regular | empty):
         return None  # GNU long names, sparse files, global pax headers: walk one by one
     name_fields = headers[:, :100]
-    last = np.maximum((name_fields != 0).sum(axis=1) - 1, 0)  # checked by _cut_names below
-    folders = (kinds == 53) | ((kinds == 0) & (name_fields[np.arange(len(kinds)), last] == 47))
+    folders = kinds == 53
+    for row in np.flatnonzero(kinds == 0).tolist():  # v7 folder: a trailing slash
+        name = bytes(name_fields[row]).split(b"\0", 1)[0]
+        folders[row] = name.endswith(b"/")
     regular &= ~folders
     empty |= folders
     positions = found.astype(np.int64) * _BLOCK
@@ -282,10 +297,8 @@ def _walk_headers(buffer: Any, size: int) -> tuple[Listing, int] | None:
     members = ~pax
     if not members.any():
         return None
-    if pax.any():
-        simple = _simple_pax(array, positions[pax] + _BLOCK, lengths[pax])
-        if not np.all(simple):
-            return None  # a path or size record, or anything else: walk one by one
+    if pax.any() and not _simple_pax(blocks, found[pax] + 1, lengths[pax]):
+        return None  # a path or size record, or anything else: walk one by one
     raw = _cut_names(name_fields[members])
     prefix_fields = headers[members, 345:500]
     prefixes = _cut_names(prefix_fields) if prefix_fields.any() else []
