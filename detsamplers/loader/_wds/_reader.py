@@ -25,10 +25,10 @@ class ShardReader:
 
     One reader per process or worker. A sample is the dict webdataset yields: ``__key__``,
     ``__url__``, one raw ``bytes`` entry per suffix, and for a local shard
-    ``__local_path__`` (webdataset gives remote samples none). A local shard is a file:
-    each member is one seek and one read at the offsets of the index (NOTE [ shard
-    index ]), mostly served by the buffer since reads within a shard are mostly
-    sequential. A remote shard is read in blocks of ``read_ahead`` bytes that start at the
+    ``__local_path__`` (webdataset gives remote samples none). A local shard is a file
+    read at the offsets of the index (NOTE [ shard index ]): :meth:`read` reads one
+    sample's byte range, :meth:`read_many` a batch's neighbouring samples at once (NOTE
+    [ runs of samples ]). A remote shard is read in blocks of ``read_ahead`` bytes that start at the
     first sample read (NOTE [ remote reads ]): a sample is one slice of a kept block.
 
     Examples:
