@@ -56,6 +56,20 @@ class _MixReader(ShardReader):
         k = self.owner[shard]
         return self.parts[k].read(shard - self.offsets[k], index)
 
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """:meth:`ShardReader.read_many`, each set's samples read by that set's reader."""
+        out: list[dict[str, Any]] = [{}] * len(shards)
+        by_set: dict[int, list[int]] = {}
+        for i, shard in enumerate(shards):
+            by_set.setdefault(self.owner[shard], []).append(i)
+        for k, items in by_set.items():
+            got = self.parts[k].read_many(
+                [shards[i] - self.offsets[k] for i in items], [indexes[i] for i in items]
+            )
+            for i, sample in zip(items, got, strict=True):
+                out[i] = sample
+        return out
+
     def close(self) -> None:
         for part in self.parts:
             part.close()
