@@ -20,6 +20,7 @@ from detsamplers.loader._wds import _index as _shard_index
 from detsamplers.loader._wds import _reader as _shard_reader
 from detsamplers.loader._wds._index import index_shards, scan_shard
 from detsamplers.loader._wds._reader import ShardReader
+from detsamplers.loader._wds._readers import ShardReaders
 from detsamplers.loader._wds._urls import expand_urls
 
 SHARD_BYTES: dict[str, bytes] = {}
@@ -405,9 +406,12 @@ def test_reading_many_samples_gives_what_reading_each_gives(
         patched.setattr(_shard_reader, "RUN_GAP", gap)
         patched.setattr(_shard_reader, "RUN_BYTES", run)
         got = many.read_many([s for s, _ in requests], [i for _, i in requests])
-    assert got == [one.read(s, i) for s, i in requests]
+        pooled = ShardReaders(shards, capacity=2)  # the block shuffle's readers
+        from_pool = pooled.read_many([s for s, _ in requests], [i for _, i in requests])
+    assert got == from_pool == [one.read(s, i) for s, i in requests]
     one.close()
     many.close()
+    pooled.close()
 
 
 def test_reading_many_samples_refuses_an_index_out_of_range(tmp_path: Path) -> None:

@@ -51,6 +51,25 @@ class ShardReaders:
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
         """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
+        return self._reader(shard).read(shard, index)
+
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples ``(shards[i], indexes[i])``, in that order, as :meth:`read` gives them.
+
+        Each shard's samples go to its reader's :meth:`ShardReader.read_many` together.
+        """
+        out: list[dict[str, Any]] = [{}] * len(shards)
+        by_shard: dict[int, list[int]] = {}
+        for i, shard in enumerate(shards):
+            by_shard.setdefault(shard, []).append(i)
+        for shard, items in by_shard.items():
+            got = self._reader(shard).read_many([shard] * len(items), [indexes[i] for i in items])
+            for i, sample in zip(items, got, strict=True):
+                out[i] = sample
+        return out
+
+    def _reader(self, shard: int) -> ShardReader:
+        """The reader holding ``shard``, opening it in the least recently used one if needed."""
         reader = self._open.get(shard)
         if reader is None:
             if len(self._open) >= self.capacity:
@@ -63,7 +82,7 @@ class ShardReaders:
             self._open[shard] = reader
         else:
             self._open.move_to_end(shard)
-        return reader.read(shard, index)
+        return reader
 
     def close(self) -> None:
         """Close every open shard; the readers are kept for reuse."""
