@@ -18,10 +18,11 @@ Examples:
 
 from ._check import check_reproducible
 from ._dataloader import DataLoader
-from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
+from ._wds import ShardWriter, WebDataLoader, WebDatasetMix, WebDatasetSource
 
 __all__ = [
     "DataLoader",
+    "ShardWriter",
     "WebDataLoader",
     "WebDatasetMix",
     "WebDatasetSource",

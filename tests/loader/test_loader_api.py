@@ -27,6 +27,7 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
         == sorted(names)
         == [
             "DataLoader",
+            "ShardWriter",
             "WebDataLoader",
             "WebDatasetMix",
             "WebDatasetSource",

@@ -10,11 +10,14 @@ order ]), ``_split`` deals them to ranks and workers (NOTE [ shard stream split 
 decode stage, ``_state`` checks a saved state; ``_source`` is :class:`WebDatasetSource`
 and ``_loader`` is :class:`WebDataLoader`; ``_mix_order`` maps positions of a mixture of
 shard sets to samples (NOTE [ shard stream mixture ]) and ``_mix`` is
-:class:`WebDatasetMix`. The public names are re-exported from :mod:`detsamplers.loader`.
+:class:`WebDatasetMix`; ``_writer`` is :class:`ShardWriter`, which writes shards with their
+index files (NOTE [ writing shards with their index ]). The public names are re-exported
+from :mod:`detsamplers.loader`.
 """
 
 from ._loader import WebDataLoader
 from ._mix import WebDatasetMix
 from ._source import WebDatasetSource
+from ._writer import ShardWriter
 
-__all__ = ["WebDataLoader", "WebDatasetMix", "WebDatasetSource"]
+__all__ = ["ShardWriter", "WebDataLoader", "WebDatasetMix", "WebDatasetSource"]

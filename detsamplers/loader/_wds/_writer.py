@@ -1,0 +1,154 @@
+"""A shard writer that writes each shard's index file as it writes the tar.
+
+NOTE [ writing shards with their index ]
+:class:`ShardWriter` is webdataset's own ``ShardWriter`` (same arguments, same tar bytes)
+with one addition: while a shard is written, each member's name, data offset and size
+are recorded as :mod:`tarfile` adds it (the data of a member of ``size`` bytes ends, padded
+to 512-byte blocks, where the archive's offset stands after ``addfile``), and when the
+shard is closed they are grouped into samples by the scan's own grouping (NOTE [ shard
+index ]) and written atomically to ``<shard>.index.npz`` (NOTE [ index file format ]),
+keyed by the closed shard's size and modification time, before webdataset's ``post``
+callback runs. :class:`WebDatasetSource` then opens the shard without reading it. Nothing
+is read back: the cost is one list append per member.
+
+A member name holding a NUL byte is cut there when the tar is read back, so the names
+recorded would not be the names read: then (only) the finished shard is scanned once to
+build its index. The writer writes local, uncompressed tars only, which is what the
+source reads: a remote or piped pattern, a custom ``opener`` and compression are refused.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import webdataset as wds
+
+from ._index import INDEX_SUFFIX, _group, scan_shard
+from ._index_file import encode_index
+from ._urls import is_remote, local_path
+
+__all__ = ["ShardWriter"]
+
+_BLOCK = 512
+
+
+class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyped
+    """webdataset's ``ShardWriter`` that also writes each shard's ``.index.npz``.
+
+    The arguments and the tar files are webdataset's (``pattern % shard_number`` names each
+    shard; ``write(sample)`` takes a dict with ``__key__`` and one entry per member). Each
+    shard ``data-000000.tar`` gets ``data-000000.tar.index.npz`` next to it when it is
+    closed, so :class:`WebDatasetSource` and :class:`WebDataLoader` open it without a scan.
+
+    Args:
+        pattern: A local path pattern, e.g. ``"out/data-%06d.tar"``.
+        maxcount: At most this many samples per shard.
+        maxsize: Start a new shard once a shard holds this many bytes of member data.
+        post: Called with each shard's path once it and its index file are written.
+        start_shard: The number of the first shard.
+        verbose: Print a line as each shard is started (webdataset's default: 1).
+        **kw: webdataset's ``TarWriter`` options (``encoder``, ``mtime``, ``format``,
+            ``user``, ``group``, ``mode``, ``keep_meta``); ``compress`` must be unset or
+            ``False``.
+
+    Raises:
+        ValueError: ``pattern`` names a remote, piped or compressed shard, or ``compress``
+            asks for compression (the source seeks into shards, so it needs plain tars).
+        TypeError: ``opener`` is given (the index is written next to a local file).
+
+    Examples:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with ShardWriter(os.path.join(folder, "d-%02d.tar"), maxcount=2, verbose=0) as sink:
+        ...     for i in range(3):
+        ...         sink.write({"__key__": f"s{i}", "cls": i})
+        >>> sorted(os.listdir(folder))
+        ['d-00.tar', 'd-00.tar.index.npz', 'd-01.tar', 'd-01.tar.index.npz']
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        maxcount: int = 100000,
+        maxsize: float = 3e9,
+        post: Any = None,
+        start_shard: int = 0,
+        verbose: int = 1,
+        **kw: Any,
+    ) -> None:
+        if "opener" in kw:
+            raise TypeError(
+                "ShardWriter does not take opener: it writes each shard's index file next to "
+                "a local file; write to a local pattern and copy the shards and their "
+                ".index.npz files afterwards (or use webdataset.ShardWriter without an index)"
+            )
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"pattern must be a str such as 'out/data-%06d.tar', not {type(pattern).__name__}"
+            )
+        compress = kw.get("compress")
+        if compress not in (None, False) or pattern.endswith(("gz", "bz2", "xz")):
+            raise ValueError(
+                f"ShardWriter writes uncompressed tars (got pattern={pattern!r}, "
+                f"compress={compress!r}): the source seeks into shards, which a compressed "
+                "tar cannot give; drop compress and use a pattern ending in .tar"
+            )
+        if pattern.startswith("pipe:") or is_remote(pattern):
+            raise ValueError(
+                f"ShardWriter writes local shards only (got pattern={pattern!r}); write to a "
+                "local folder and upload the shards with their .index.npz files"
+            )
+        if post is not None and not callable(post):
+            raise TypeError(f"post must be a callable or None, not {post!r}")
+        self._user_post = post
+        self._members: list[tuple[str, int, int]] = []
+        super().__init__(pattern, maxcount, maxsize, self._finished, start_shard, verbose, **kw)
+
+    def next_stream(self) -> None:
+        """Close the current shard (writing its index) and start the next one."""
+        super().next_stream()
+        self._members = members = []
+        tar = self.tarstream.tarstream
+        addfile = tar.addfile
+
+        def recording_addfile(tarinfo: Any, fileobj: Any = None) -> None:
+            addfile(tarinfo, fileobj)
+            padded = -(-tarinfo.size // _BLOCK) * _BLOCK if fileobj is not None else 0
+            members.append((tarinfo.name, tar.offset - padded, tarinfo.size))
+
+        tar.addfile = recording_addfile
+
+    def _finished(self, fname: str) -> None:
+        """Write the index file of the shard just closed, then call the user's ``post``."""
+        write_index(local_path(fname), self._members)
+        if self._user_post is not None:
+            self._user_post(fname)
+
+
+def write_index(path: str, members: list[tuple[str, int, int]]) -> None:
+    """Write ``path + INDEX_SUFFIX`` for the closed shard ``path`` from its recorded members.
+
+    ``members`` are ``(name, data offset, size)`` of its regular files in tar order.
+    """
+    stat = os.stat(path)
+    if any("\0" in name for name, _, _ in members):
+        keys, samples = scan_shard(path)  # names are cut at NUL when read back
+    else:
+        listing = (
+            [m[0] for m in members],
+            [m[1] for m in members],
+            [m[2] for m in members],
+            [True] * len(members),
+        )
+        keys, samples = _group(path, listing, stat.st_size)
+    data = encode_index(keys, samples, stat.st_size, None, stat.st_mtime_ns)
+    file = path + INDEX_SUFFIX
+    temporary = f"{file}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, file)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
