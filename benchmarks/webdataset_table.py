@@ -13,7 +13,11 @@ shards, 100,000 samples of a tiny PNG plus a label), then measures:
    source, loads the state and yields the first batch; the alternative replays the
    plain pipeline up to that point, which is what resuming webdataset takes;
 3. the one-off index scan, and loading the cached index; then, on shards already in
-   memory, the rate of the tar header walk alone and with the grouping into samples.
+   memory, the rate of the tar header walk alone and with the grouping into samples;
+4. writing the same samples with ``webdataset.ShardWriter`` and with our
+   ``detsamplers.loader.ShardWriter`` (which also writes each shard's index file), in
+   alternating rounds, and the first open of a source over each result: after
+   webdataset's writer it scans every shard, after ours it scans none (counted).
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from typing import Any
 
 import torch.utils.data as tud
 import webdataset as wds
+from harness.machine import load_average
 from harness.samples import PNG
 from torch.utils.data import default_collate
 
-from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader import ShardWriter, WebDataLoader, WebDatasetSource
 
 BATCH = 64
 
@@ -40,9 +45,9 @@ def to_pair(sample: dict[str, Any]) -> tuple[bytes, int]:
     return sample["png"], int(sample["cls"])
 
 
-def write(folder: str, shards: int, per_shard: int) -> str:
+def write(folder: str, shards: int, per_shard: int, writer: Any = wds.ShardWriter) -> str:
     pattern = os.path.join(folder, "bench-%06d.tar")
-    with wds.ShardWriter(pattern, maxcount=per_shard, verbose=0) as sink:
+    with writer(pattern, maxcount=per_shard, verbose=0) as sink:
         for i in range(shards * per_shard):
             sink.write({"__key__": f"{i:08d}", "png": PNG, "cls": i})
     return os.path.join(folder, f"bench-{{000000..{shards - 1:06d}}}.tar")
@@ -110,12 +115,57 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
     return total / walked, total / (walked + grouped)
 
 
+def writers(shards: int, per_shard: int, runs: int) -> None:
+    """Write with webdataset's ShardWriter and ours in alternating rounds; open each result."""
+    from detsamplers.loader._wds import _index
+
+    scan = _index.scan_shard
+    scans = [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        scans[0] += 1
+        return scan(*args, **kwargs)
+
+    times: dict[str, list[tuple[float, float, int]]] = {"webdataset": [], "ours": []}
+    _index.scan_shard = counted
+    try:
+        for round_ in range(max(runs, 2)):
+            names = ["webdataset", "ours"] if round_ % 2 == 0 else ["ours", "webdataset"]
+            for name in names:
+                writer = wds.ShardWriter if name == "webdataset" else ShardWriter
+                with tempfile.TemporaryDirectory() as folder:
+                    start = time.perf_counter()
+                    urls = write(folder, shards, per_shard, writer)
+                    written = time.perf_counter() - start
+                    scans[0] = 0
+                    start = time.perf_counter()
+                    ours(urls)
+                    opened = time.perf_counter() - start
+                    times[name].append((written, opened, scans[0]))
+    finally:
+        _index.scan_shard = scan
+    total = shards * per_shard
+    print(f"writing {total:,} samples, then the first open of a source (load {load_average()}):")
+    print(f"{'writer':>26}  {'write (s)':>9}  {'samples/s':>9}  {'first open':>10}  shards scanned")
+    for name, label in (("webdataset", "webdataset.ShardWriter"), ("ours", "ShardWriter + index")):
+        write_s = statistics.median(t[0] for t in times[name])
+        open_s = statistics.median(t[1] for t in times[name])
+        scanned = max(t[2] for t in times[name])
+        print(
+            f"{label:>26}  {write_s:>9.2f}  {total / write_s:>9,.0f}  "
+            f"{open_s * 1000:>7.0f} ms  {scanned}"
+        )
+    if max(t[2] for t in times["ours"]) != 0:
+        raise RuntimeError("a source scanned a shard that ShardWriter wrote with its index")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
     args = parser.parse_args()
     shards, per_shard, runs = (8, 500, 1) if args.quick else (50, 2000, 3)
     total = shards * per_shard
+    writers(shards, per_shard, runs)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         urls = write(folder, shards, per_shard)
