@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from harness.ranks import on_ranks
 
 #: What a check reports: True, False, or why it could not run ("no (raises ...)" counts as no).
 Outcome = bool | str
+
+#: The capability runs: samples, global batch, steps, and the step whose state is resumed.
+CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
 
 
 def take(batches: Iterable[Sequence[int]], count: int) -> list[list[int]]:
@@ -113,3 +117,76 @@ def world_change(
     if isinstance(resumed, str):
         return resumed
     return same_stream(reference, merge_ranks([run["batches"] for run in resumed]), ordered=False)
+
+
+def loader_rank_run(
+    fresh: Any,
+    labels: Callable[[Any], list[int]],
+    state: dict[str, Any] | None,
+    steps: int,
+    save_at: int | None,
+) -> dict[str, Any]:
+    """The body of a stateful loader's ``rank_run`` (see ``world_change``).
+
+    ``steps`` batches of ``fresh`` (``state`` loaded first if given), epoch after epoch, as
+    their labels, and the loader's ``state_dict()`` after ``save_at`` of them.
+    """
+    if state is not None:
+        fresh.load_state_dict(state)
+    batches: list[list[int]] = []
+    saved = None
+    for batch in endless(fresh, labels):
+        batches.append(batch)
+        if len(batches) == save_at:
+            saved = fresh.state_dict()
+        if len(batches) == steps:
+            break
+    return {"batches": batches, "state": saved}
+
+
+def endless(loader: Any, labels: Callable[[Any], list[int]]) -> Iterator[list[int]]:
+    """The labels of ``loader``'s batches, an epoch per ``iter()``, as a training loop drives it."""
+    while True:
+        for out in loader:
+            yield labels(out)
+
+
+def loader_capability(
+    module: str,
+    write: Callable[[str, int, int], str],
+    loader: Callable[[str, int, int], Any],
+    labels: Callable[[Any], list[int]],
+    quick: bool,
+) -> dict[str, Outcome]:
+    """Q5 for a stateful shard loader: its state after ``CAP_AT`` steps into a fresh loader.
+
+    ``write(parent, total, per_shard)`` writes ``CAP_N`` samples and returns the folder;
+    ``loader(folder, workers, batch)`` builds the peer's loader over it; ``labels`` reads a
+    batch's labels. The world-size checks run ``module.rank_run`` on torchrun ranks
+    (``world_change``) and are skipped under ``quick``.
+    """
+    with tempfile.TemporaryDirectory() as parent:
+        folder = write(parent, CAP_N, CAP_N // 4)
+        reference = take(endless(loader(folder, 0, CAP_BATCH), labels), CAP_STEPS)[CAP_AT:]
+        ahead = loader(folder, 0, CAP_BATCH)
+        take(endless(ahead, labels), CAP_AT)
+        state = ahead.state_dict()
+
+        def rest(workers: int) -> list[list[int]]:
+            fresh = loader(folder, workers, CAP_BATCH)
+            fresh.load_state_dict(state)
+            return take(endless(fresh, labels), CAP_STEPS - CAP_AT)
+
+        result: dict[str, Outcome] = {
+            "same config": outcome(lambda: same_stream(reference, rest(0))),
+            "other num_workers": outcome(lambda: same_stream(reference, rest(2))),
+        }
+        if quick:
+            skip = "not checked (--quick: torchrun)"
+            return {**result, "other world size": skip, "world size 2 to 1": skip}
+        steps = (CAP_STEPS, CAP_AT, CAP_BATCH)
+        return {
+            **result,
+            "other world size": world_change(module, {"folder": folder}, (1, 2), *steps),
+            "world size 2 to 1": world_change(module, {"folder": folder}, (2, 1), *steps),
+        }

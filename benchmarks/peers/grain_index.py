@@ -11,7 +11,17 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
+from harness.capability import (
+    CAP_AT,
+    CAP_BATCH,
+    CAP_N,
+    CAP_STEPS,
+    Outcome,
+    merge_ranks,
+    outcome,
+    same_stream,
+    take,
+)
 
 from peers import Peer
 
@@ -125,10 +135,6 @@ def loader_resume(n: int, batch: int, position: int) -> Callable[[], Sequence[in
 def sampler_shuffle_first(n: int) -> int:
     """The first record key of a fresh unsharded ``IndexSampler`` over ``n`` records."""
     return int(sampler(n, 1, 0)[0].record_key)
-
-
-#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
-CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
 
 
 def _map_stream(world: int, workers: int, state: dict[str, int] | None) -> list[list[int]]:

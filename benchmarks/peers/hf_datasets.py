@@ -8,7 +8,17 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
-from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
+from harness.capability import (
+    CAP_AT,
+    CAP_BATCH,
+    CAP_N,
+    CAP_STEPS,
+    Outcome,
+    merge_ranks,
+    outcome,
+    same_stream,
+    take,
+)
 
 from peers import Peer
 
@@ -62,10 +72,6 @@ def resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
         return first(iter(fresh), batch)
 
     return run
-
-
-#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
-CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
 
 
 def _loader(world: int, rank: int, workers: int) -> Any:

@@ -11,7 +11,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch.utils.data as tud
-from harness.capability import Outcome, merge_ranks, outcome, same_stream, take
+from harness.capability import (
+    CAP_AT,
+    CAP_BATCH,
+    CAP_N,
+    CAP_STEPS,
+    Outcome,
+    merge_ranks,
+    outcome,
+    same_stream,
+    take,
+)
 from harness.samples import PNG
 
 import detsamplers as ds
@@ -115,10 +125,6 @@ def shard_resume(urls: str, batch: int, position: int) -> Callable[[], list[int]
         return labels
 
     return run
-
-
-#: Question 5: records, global batch, steps taken, resume step (mid-epoch 2).
-CAP_N, CAP_BATCH, CAP_STEPS, CAP_AT = 160, 16, 25, 13
 
 
 def _chain_stream(world: int, workers: int, skip: int) -> list[list[int]]:

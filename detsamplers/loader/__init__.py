@@ -16,9 +16,14 @@ Examples:
     2
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._check import check_reproducible
 from ._dataloader import DataLoader
-from ._wds import ShardWriter, WebDataLoader, WebDatasetMix, WebDatasetSource
+from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
+
+if TYPE_CHECKING:
+    from ._wds._writer import ShardWriter
 
 __all__ = [
     "DataLoader",
@@ -28,3 +33,13 @@ __all__ = [
     "WebDatasetSource",
     "check_reproducible",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ShardWriter subclasses webdataset's, and webdataset is an optional extra: it is
+    # imported on first use, so that the rest of detsamplers.loader works without it.
+    if name == "ShardWriter":
+        from ._wds._writer import ShardWriter
+
+        return ShardWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +37,26 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
         ]
     )
     assert all(hasattr(detsamplers.loader, name) for name in names)
+
+
+def test_the_loader_imports_without_webdataset_and_only_shard_writer_needs_it() -> None:
+    # webdataset is an optional extra; a None entry in sys.modules makes importing it fail.
+    script = (
+        "import sys; sys.modules['webdataset'] = None\n"
+        "import detsamplers.loader as loader\n"
+        "loader.DataLoader(range(4), batch_size=2)\n"
+        "try:\n"
+        "    loader.ShardWriter\n"
+        "except ImportError:\n"
+        "    print('ShardWriter needs webdataset')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ShardWriter needs webdataset"
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        detsamplers.loader.NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

@@ -18,6 +18,7 @@ from :mod:`detsamplers.loader`.
 from ._loader import WebDataLoader
 from ._mix import WebDatasetMix
 from ._source import WebDatasetSource
-from ._writer import ShardWriter
 
-__all__ = ["ShardWriter", "WebDataLoader", "WebDatasetMix", "WebDatasetSource"]
+# ShardWriter (``_writer``) imports webdataset, an optional extra: detsamplers.loader
+# imports it on first use.
+__all__ = ["WebDataLoader", "WebDatasetMix", "WebDatasetSource"]
