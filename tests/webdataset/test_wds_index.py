@@ -8,6 +8,7 @@ import os
 import pickle
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import webdataset as wds
@@ -418,3 +419,33 @@ def test_reading_many_samples_refuses_an_index_out_of_range(tmp_path: Path) -> N
     shards = index_shards(expand_urls(write_shards(tmp_path, [3])))
     with pytest.raises(IndexError, match="sample 3 of 3"):
         ShardReader(shards).read_many([0], [3])
+
+
+class _Trickle:
+    """A file whose reads return at most 5 bytes, as a raw read may."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def seek(self, offset: int) -> int:
+        return int(self.handle.seek(offset))
+
+    def read(self, size: int) -> bytes:
+        return bytes(self.handle.read(min(size, 5)))
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def test_a_local_read_that_returns_less_is_completed(tmp_path: Path) -> None:
+    shards = index_shards(expand_urls(write_shards(tmp_path, [4])))
+    whole = ShardReader(shards)
+    expected = [whole.read(0, i) for i in range(4)]
+    trickle = ShardReader(shards)
+    trickle.read(0, 0)  # opens the shard
+    assert trickle.handle is not None
+    trickle.handle = _Trickle(trickle.handle)  # type: ignore[assignment]
+    assert [trickle.read(0, i) for i in range(4)] == expected
+    assert trickle.read_many([0, 0], [3, 1]) == [expected[3], expected[1]]
+    whole.close()
+    trickle.close()
