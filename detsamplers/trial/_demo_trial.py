@@ -136,6 +136,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-check-period", type=int, default=None)
     parser.add_argument("--weights-out", default=None, help="rank 0 saves the final weights")
     parser.add_argument("--test-mode", action="store_true")
+    parser.add_argument(
+        "--dataset-growth", action="store_true", help="fit(dataset_growth=True): --records may grow"
+    )
     return parser.parse_args(argv)
 
 
@@ -166,6 +169,7 @@ def main(argv: Sequence[str] | None = None, trial_class: type[DemoTrial] = DemoT
             test_mode=args.test_mode,
             reporting_period=Batch(8),
             stop_check_period=stop_check,
+            dataset_growth=args.dataset_growth,
         )
         if args.weights_out is not None and context.distributed.get_rank() == 0:
             torch.save(unwrapped(trial.model).state_dict(), args.weights_out)

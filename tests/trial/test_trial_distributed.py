@@ -141,3 +141,25 @@ def test_a_schedule_switching_mid_run_on_two_ranks_resumed_on_one_trains_every_r
     metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert metadata["batch_segments"] == [[0, 0, 16], [3, 48, 24], [10, 216, 8]]
     assert (metadata["samples_trained"], metadata["epoch_index"]) == (232, 2)
+
+
+def test_a_dataset_grown_at_a_resume_from_two_ranks_onto_one_trains_each_record_once(
+    tmp_path: Path,
+) -> None:
+    """80 records on 2 ranks, paused after 48 samples; resumed on 1 rank over 96 records with
+    dataset_growth=True: the epoch that grew trains the 32 old records not yet trained and
+    the 16 new ones, each once, and the next epoch is 96 long. NOTE [ trial growth ]."""
+    records, log = tmp_path / "records", str(tmp_path / "log")
+    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}"]
+    first = ["--records=80", "--max-batches=3", "--checkpoint-every=3"]
+    launch(2, [*common, *first], log)
+    later = ["--records=96", "--max-batches=12", "--resume", "--dataset-growth"]
+    launch(1, [*common, *later], log)
+    stream = global_stream(records, [2] * 3 + [1] * 9)[0]
+    assert len(stream) == 12 * 16
+    assert sorted(stream[:48]) == sorted(set(stream[:48])) and max(stream[:48]) < 80
+    assert sorted(stream[:96]) == list(range(96))  # the grown epoch: every record once
+    assert sorted(stream[96:]) == list(range(96))  # the next epoch is 96 long
+    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    assert metadata["dataset_growth"] == [[0, 80], [48, 96]]
+    assert (metadata["samples_trained"], metadata["epoch_index"]) == (192, 2)
