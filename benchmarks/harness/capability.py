@@ -144,6 +144,19 @@ def loader_rank_run(
     return {"batches": batches, "state": saved}
 
 
+def state_after(loader: Any, position: int, count: Callable[[Any], int]) -> tuple[Any, int]:
+    """A stateful loader's ``state_dict()`` after its first batch ending at or past
+    ``position`` samples (an epoch per ``iter()``), and the samples seen by then;
+    ``count`` gives a batch's number of samples."""
+    seen = 0
+    while seen < position:
+        for out in loader:
+            seen += count(out)
+            if seen >= position:
+                break
+    return loader.state_dict(), seen
+
+
 def endless(loader: Any, labels: Callable[[Any], list[int]]) -> Iterator[list[int]]:
     """The labels of ``loader``'s batches, an epoch per ``iter()``, as a training loop drives it."""
     while True:

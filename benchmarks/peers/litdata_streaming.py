@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from harness.capability import Outcome, loader_capability, loader_rank_run
+from harness.capability import Outcome, loader_capability, loader_rank_run, state_after
 from harness.samples import PNG
 
 from peers import Peer, ShardFormat
@@ -57,14 +57,7 @@ def resume(folder: str, batch: int, position: int) -> Callable[[], list[int]]:
 
     Reaching the state takes iterating up to ``position`` (epochs are ``iter()`` calls).
     """
-    ahead = loader(folder, 0, batch)
-    seen = 0
-    while seen < position:
-        for out in ahead:
-            seen += len(out["cls"])
-            if seen >= position:
-                break
-    state = ahead.state_dict()
+    state = state_after(loader(folder, 0, batch), position, lambda out: len(out["cls"]))[0]
 
     def run() -> list[int]:
         fresh = loader(folder, 0, batch)

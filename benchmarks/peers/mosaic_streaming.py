@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
-from harness.capability import Outcome, loader_capability, loader_rank_run
+from harness.capability import Outcome, loader_capability, loader_rank_run, state_after
 from harness.samples import PNG
 
 from peers import Peer, ShardFormat
@@ -116,15 +116,8 @@ def state_at(folder: str, batch: int, position: int, total: int) -> dict[str, An
 
 def _iterated_state(folder: str, batch: int, position: int) -> tuple[dict[str, Any], int]:
     """The loader's state after the first batch ending at or past ``position``, and where."""
-    ahead = loader(folder, 0, batch)
-    seen = 0
-    while seen < position:
-        for out in ahead:
-            seen += len(out["cls"])
-            if seen >= position:
-                break
-    state: dict[str, Any] = ahead.state_dict()
-    return state, seen
+    state, seen = state_after(loader(folder, 0, batch), position, lambda out: len(out["cls"]))
+    return dict(state), seen
 
 
 def _check_state_at(folder: str, batch: int, position: int, total: int) -> None:
