@@ -13,9 +13,13 @@ MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 
 .PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic
 
-$(STAMP): pyproject.toml constraints.txt
+# setup.py builds the mixture's compiled kernel (detsamplers/_kernel.c) with the C compiler;
+# the check after the install fails loudly if it did not build, since the tests compare it
+# with the numpy path (a user's install without a compiler falls back to numpy instead).
+$(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare]'
+	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
 	touch $(STAMP)
 
 # mkdocs-material and mkdocstrings, for `make docs` only.

@@ -22,6 +22,8 @@ a. Per-rank indices/s, batches of 32, rank 0 of W, build included: each cell is 
    - "plain": ``make_batch_sampler(range(sum of lengths), "training", 0, W, 0, 32)``
      (shuffle → repeat → shard → batch);
    - "mix": ``make_mixed_batch_sampler(ranges, weights, 0, W, 0, 32)``; target >= 0.7x plain;
+   - "mix, numpy": the same with the compiled kernel off (NOTE [ compiled mixture kernel ]),
+     what an install without a C compiler runs; the same stream;
    - "grain": ``MapDataset.mix([MapDataset.range(n).shuffle(seed=k)], weights)``, rank 0's
      slice ``[0::W]``, read with ``ds[i]`` (its random access, what a sampler does);
    - "HF": ``interleave_datasets([Dataset.from_dict({"i": arange(n)})], probabilities=
@@ -70,6 +72,7 @@ from harness.table import Cell, Table, not_installed, show, show_ratio, skipped
 from harness.timing import Batches, interleaved, measure_rate, median, time_first_batch
 
 import detsamplers as ds
+from detsamplers import _native
 
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -123,6 +126,15 @@ def mix(lengths: tuple[int, ...], world: int) -> Batches:
     return ds.make_mixed_batch_sampler(ranges, WEIGHTS, 0, world, 0, BATCH)
 
 
+def mix_numpy(lengths: tuple[int, ...], world: int) -> Batches:
+    """``mix`` on its numpy path: the compiled kernel is off while this run iterates."""
+    kernel, _native.kernel = _native.kernel, None
+    try:
+        yield from mix(lengths, world)
+    finally:  # the run's end closes the generator (CPython frees it when the run returns)
+        _native.kernel = kernel
+
+
 def grain_mixture(grain: ModuleType, lengths: tuple[int, ...]) -> Any:
     parts = [grain.MapDataset.range(n).shuffle(seed=k) for k, n in enumerate(lengths)]
     return grain.MapDataset.mix(parts, WEIGHTS)
@@ -163,8 +175,10 @@ def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleTy
         start = time.perf_counter()
         hf_built = hf_mixture(hf, settings.lengths)
         hf_seconds = time.perf_counter() - start
-    names = ["plain", "mix", "grain", "HF"]
-    headers = ["W", "plain", "mix", "mix/plain", "grain", "mix/grain", "HF", "mix/HF"]
+    names = ["plain", "mix", "numpy", "grain", "HF"]
+    compiled = _native.kernel is not None
+    headers = ["W", "plain", "mix", "mix/plain", "mix, numpy", "numpy/plain"]
+    headers += ["grain", "mix/grain", "HF", "mix/HF"]
     rows, records = [], []
     for world in settings.workers:
         budget, cap = settings.budget, settings.cap
@@ -172,6 +186,8 @@ def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleTy
             "plain": rate_op(partial(plain, settings.lengths, world), budget, cap),
             "mix": rate_op(partial(mix, settings.lengths, world), budget, cap),
         }
+        if compiled:
+            ops["numpy"] = rate_op(partial(mix_numpy, settings.lengths, world), budget, cap)
         if grain is not None:
             make = partial(grain_batches, grain, settings.lengths, world)
             ops["grain"] = rate_op(make, settings.peer_budget, settings.cap)
@@ -192,6 +208,8 @@ def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleTy
                 str(world),
                 *(show(cells[n], fmt_rate) for n in ("plain", "mix")),
                 show_ratio(mine, cells["plain"]),
+                show(cells["numpy"], fmt_rate) if compiled else "(mix)",
+                show_ratio(cells["numpy"] if compiled else mine, cells["plain"]),
                 show(cells["grain"], fmt_rate),
                 show_ratio(mine, cells["grain"]),
                 show(cells["HF"], fmt_rate),
@@ -205,6 +223,8 @@ def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleTy
         f"which goes first; a run stops at {settings.budget:,} indices ({settings.peer_budget:,} "
         f"for the peers) or {settings.cap:g} s (* = stopped by the cap). Target: mix/plain >= "
         f"{TARGET_RATIO}.",
+        f"mix: {_native.kernel_status()} (NOTE [ compiled mixture kernel ]); 'mix, numpy' is "
+        "the same stream with the kernel off, the path of an install without a C compiler.",
     ]
     if hf_built is not None:
         notes.append(

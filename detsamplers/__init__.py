@@ -22,6 +22,7 @@ from ._chain import make_batch_sampler, make_mixed_batch_sampler
 from ._errors import ReproducibilityError
 from ._grow import GrowingShuffleSampler
 from ._mix import MixSampler
+from ._native import kernel_status
 from ._repeat import RepeatBatchSampler, RepeatSampler
 from ._shard import DistributedBatchSampler, DistributedSampler
 from ._shuffle import ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler
@@ -42,6 +43,7 @@ __all__ = [
     "SkipBatchSampler",
     "SkipSampler",
     "__version__",
+    "kernel_status",
     "make_batch_sampler",
     "make_mixed_batch_sampler",
 ]

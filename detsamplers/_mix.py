@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data as tud
 
+from . import _native
 from ._errors import ReproducibilityError, check_int
 from ._permute import FeistelPermutation
 from ._seeds import derive, stream_key, stream_keys
@@ -74,6 +75,18 @@ CODE_MASK = (1 << COUNT_SHIFT) - 1
 COUNT_MASK = (1 << (RANK_SHIFT - COUNT_SHIFT)) - 1
 #: The most components: a component number must fit below COUNT_SHIFT bits.
 MAX_COMPONENTS = CODE_MASK
+#: Blocks of at least this many positions go to the compiled kernel, which needs every
+#: arrangement built (2 to 10 ms once per segment): shorter blocks, as after a seek, build
+#: only the arrangements they touch, in numpy (NOTE [ compiled mixture kernel ]).
+KERNEL_MIN_POSITIONS = 2048
+#: Words per component in the kernel's parameters: n, k, b, divisor, rounds, offset, then
+#: up to eight round seeds.
+KERNEL_PARAMS = 14
+#: The largest window the kernel takes: its codes hold an offset's rank (below 2 P) in 16 bits.
+KERNEL_MAX_WINDOW = 2**15
+#: The kernel shuffles mixtures of up to this many components (it files each chunk's
+#: positions by component); larger ones are located in it and shuffled in numpy.
+KERNEL_MAX_COMPONENTS = 64
 
 
 def _check_weights(name: str, weights: Any, count: int) -> list[float]:
@@ -196,6 +209,7 @@ class _Segment:
         self._labels = np.zeros(t * 2 * size, dtype=small)
         self._before = np.zeros(t * (size + 1) * k, dtype=np.int64)
         self._columns = np.arange(size, dtype=np.int64)[None, :]
+        self._kernel_tables: tuple[Any, ...] | None = None
 
     def _build(self, tables: I64) -> None:
         """Build the arrangements among ``tables`` not built yet."""
@@ -236,6 +250,39 @@ class _Segment:
         ).reshape(len(rows), -1)
         self._built[rows] = True
         self._all_built = bool(self._built.all())
+
+    def kernel_ready(self, count: int) -> bool:
+        """Whether a block of ``count`` positions goes to the compiled kernel.
+
+        The kernel reads the whole table, so it first builds every arrangement: for a
+        block at least ``KERNEL_MIN_POSITIONS`` long, or once they are all built. Its
+        compact table packs an offset's rank in 16 bits, so windows above
+        ``KERNEL_MAX_WINDOW`` stay in numpy.
+        """
+        if _native.kernel is None or self.window > KERNEL_MAX_WINDOW:
+            return False
+        if count < KERNEL_MIN_POSITIONS and not self._all_built:
+            return False
+        self._build(np.arange(self.arrangements, dtype=np.int64))
+        return True
+
+    def kernel_args(self) -> tuple[tuple[Any, ...], int, int, int, int]:
+        """The segment's tables and shape, as the kernel's functions take them.
+
+        The tables are the numpy ones, compact: 32-bit codes (an offset's rank among its
+        component's offsets in the doubled arrangement, << 16, | its component) and 16-bit
+        prefix counts, with the bases and counts apart; a third of the bytes, so that the
+        whole table stays in a core's cache.
+        """
+        if self._kernel_tables is None:
+            codes = ((self._codes >> RANK_SHIFT) << 16) | (self._codes & CODE_MASK)
+            self._kernel_tables = (
+                codes.astype(np.uint32),
+                self.prefix.astype(np.uint16).ravel(),
+                self.bases.astype(np.int64),
+                self.counts.astype(np.int64),
+            )
+        return self._kernel_tables, self.key, self.window, self.arrangements, len(self.counts)
 
     def _arrangement(self, windows: I64) -> tuple[I64, I64]:
         """Each window's arrangement and rotation, from the window's key."""
@@ -290,8 +337,17 @@ class _Segment:
         """:meth:`locate` of the local positions ``first + i * stride``, ``i < count``.
 
         A rank's block: each window's arrangement is computed once, then two gathers per
-        position, with no temporaries beyond a few arrays of the block's length.
+        position, with no temporaries beyond a few arrays of the block's length; or the
+        same in the compiled kernel (NOTE [ compiled mixture kernel ]).
         """
+        if self.kernel_ready(count):
+            component = np.empty(count, dtype=np.int64)
+            position = np.empty(count, dtype=np.int64)
+            assert _native.kernel is not None
+            _native.kernel.locate_stride(
+                *self.kernel_args(), first, stride, count, component, position
+            )
+            return component, position
         size = self.window
         offset = np.arange(count, dtype=np.int64)
         offset *= stride
@@ -389,6 +445,16 @@ def _feistel_permutations(nodes: list[Node]) -> list[FeistelPermutation] | None:
             return None
         perms.append(perm)
     return perms
+
+
+def _kernel_params(perms: list[FeistelPermutation], offsets: I64) -> npt.NDArray[np.uint64]:
+    """Each component's permutation as one row of ``KERNEL_PARAMS`` words for the kernel."""
+    rows = np.zeros((len(perms), KERNEL_PARAMS), dtype=np.uint64)
+    for row, perm, offset in zip(rows, perms, offsets.tolist(), strict=True):
+        seeds = perm._round_seeds
+        row[:6] = [perm.n, perm._k, perm._b, int(perm._divisor), len(seeds), offset]
+        row[6 : 6 + len(seeds)] = seeds
+    return rows
 
 
 def _component_length(node: Node) -> int:
@@ -587,6 +653,7 @@ class MixSampler(Stage[int]):
         self._lengths = lengths
         self._offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         self._perms = _feistel_permutations(nodes)
+        self._kernel_params: npt.NDArray[np.uint64] | None = None
         self._seed = seed
         self._segments = segments
         self._starts = [s.start for s in segments]
@@ -688,6 +755,9 @@ class MixSampler(Stage[int]):
         n = len(positions)
         if n == 0:
             return positions.copy()
+        compiled = self._kernel_records(positions)
+        if compiled is not None:
+            return compiled
         first = int(positions[0])
         s = bisect_right(self._starts, first) - 1
         segment = self._segments[s]
@@ -710,6 +780,32 @@ class MixSampler(Stage[int]):
             found = segment.locate_stride(first - segment.start, stride, n)
             return self._gather(*found, ascending=True)
         return self._gather(*self.locate(positions))
+
+    def _kernel_records(self, positions: I64) -> I64 | None:
+        """:meth:`records` of a long progression in one segment, in the compiled kernel.
+
+        None when the kernel does not apply: no kernel, a component that is not a Feistel
+        shuffle of ``range(n)``, more than ``KERNEL_MAX_COMPONENTS`` components, a short
+        block, or positions that are not ``first + i * stride`` inside one segment.
+        """
+        kernel = _native.kernel
+        if kernel is None or self._perms is None or len(positions) < 3:
+            return None
+        if len(self._perms) > KERNEL_MAX_COMPONENTS:
+            return None
+        found = self._progression(positions)
+        if found is None:
+            return None
+        segment, stride = found
+        n = len(positions)
+        if not segment.kernel_ready(n):
+            return None
+        if self._kernel_params is None:
+            self._kernel_params = _kernel_params(self._perms, self._offsets)
+        out = np.empty(n, dtype=np.int64)
+        first = int(positions[0]) - segment.start
+        kernel.records_stride(*segment.kernel_args(), first, stride, n, self._kernel_params, out)
+        return out
 
     def _gather(
         self,

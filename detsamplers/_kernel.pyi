@@ -1,0 +1,29 @@
+from typing import Any
+
+# tables: (codes uint32, prefix uint16, bases int64, counts int64), from _Segment.kernel_args.
+def locate_stride(
+    tables: tuple[Any, ...],
+    key: int,
+    window: int,
+    arrangements: int,
+    components: int,
+    first: int,
+    stride: int,
+    count: int,
+    component_out: Any,
+    position_out: Any,
+    /,
+) -> None: ...
+def records_stride(
+    tables: tuple[Any, ...],
+    key: int,
+    window: int,
+    arrangements: int,
+    components: int,
+    first: int,
+    stride: int,
+    count: int,
+    params: Any,
+    out: Any,
+    /,
+) -> None: ...
