@@ -426,6 +426,33 @@ class _Segment:
     def config(self) -> list[Any]:
         return [self.start, [round(w, 12) for w in self.shares], self.window]
 
+    #: The tables :meth:`_build` fills an arrangement at a time (about 3 MB for a window of 1024).
+    _TABLES = ("labels", "prefix", "_codes", "_labels", "_before")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The segment without its arrangement tables, which :meth:`__setstate__` leaves unbuilt.
+
+        The tables are a pure function of ``(seed, segment, arrangement)`` (NOTE [ mixture
+        law ]), so the copy rebuilds each arrangement the first time it is used, equal to
+        the original's; a ``spawn`` DataLoader worker receives the small copy.
+        """
+        state = self.__dict__.copy()
+        shapes = {}
+        for name in self._TABLES:
+            table = state.pop(name, None)
+            if table is not None:
+                shapes[name] = (table.shape, table.dtype.str)
+        state["_table_shapes"] = shapes
+        state["_built"] = np.zeros_like(self._built)
+        state["_all_built"] = False
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        shapes = state.pop("_table_shapes")
+        self.__dict__.update(state)
+        for name, (shape, dtype) in shapes.items():
+            setattr(self, name, np.zeros(shape, dtype=np.dtype(dtype)))
+
 
 def _feistel_permutations(nodes: list[Node]) -> list[FeistelPermutation] | None:
     """Each component's permutation if every one is a Feistel shuffle of ``range(n)``."""

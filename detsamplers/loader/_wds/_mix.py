@@ -1,8 +1,9 @@
 """``WebDatasetMix``: several webdataset shard sets mixed with weights, exactly resumable.
 
 The order is NOTE [ shard stream mixture ] (:mod:`._mix_order`); everything else (the
-split, the batch grid, decoding, per-batch seeding, the loader) is the single source's.
-A DataLoader worker keeps one reader per shard set, so each set's reads stay sequential.
+split, the batch grid, decoding, per-batch seeding, the loader) is the single source's,
+except that ``decode`` and ``map`` may differ per shard set. A DataLoader worker keeps one
+reader per shard set, so each set's reads stay sequential.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from ..._errors import ReproducibilityError, check_int
 from ..._mix import MixSampler
 from ..._seeds import derive
 from ..._state import check_header, fingerprint
+from .._seeding import seed_globals
+from ._decode import make_decoder
 from ._fetch import RemoteOptions
 from ._index import ShardInfo
 from ._mix_order import MixOrder
 from ._order import ShardOrder
 from ._reader import ShardReader
+from ._readers import ShardReaders
 from ._source import WebDatasetSource
 from ._state import STATE_VERSION
 from ._urls import expand_urls
@@ -33,20 +37,36 @@ _STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
 #: Keys a state carries for people to read, never checked: where each shard set is.
 _INFORMATION = ("mixture",)
 #: Configuration compared on load, in this order (the curriculum separately).
-_CHECKED = ("seed", "weights", "window", "shuffle_shards", "shuffle_window")
+_CHECKED = ("seed", "weights", "window", "shuffle_shards", "shuffle_window", "shuffle_block_shards")
+#: A checked key's value when a state or configuration leaves it out (it is off).
+_ABSENT = {"shuffle_block_shards": 0}
+
+#: One shard set's decoder and map, either of them None.
+Stage = tuple[Callable[[dict[str, Any]], Any] | None, Callable[[Any], Any] | None]
 
 
 class _MixReader(ShardReader):
-    """One :class:`ShardReader` per shard set, so that each set's reads stay sequential."""
+    """One reader per shard set, so that each set's reads stay sequential.
+
+    With the block shuffle (``block`` > 1), each set's reader is a :class:`ShardReaders`
+    keeping up to ``2 * block`` of the set's shards open, as a single source's does.
+    """
 
     def __init__(
-        self, shards: Sequence[ShardInfo], options: RemoteOptions, offsets: list[int]
+        self,
+        shards: Sequence[ShardInfo],
+        options: RemoteOptions,
+        offsets: list[int],
+        block: int = 0,
     ) -> None:
         super().__init__(shards, options)
         self.offsets = offsets
         bounds = [*offsets[1:], len(shards)]
-        self.parts = [
-            ShardReader(shards[a:b], options) for a, b in zip(offsets, bounds, strict=True)
+        self.parts: list[ShardReader | ShardReaders] = [
+            ShardReaders(shards[a:b], min(2 * block, b - a), options)
+            if block > 1
+            else ShardReader(shards[a:b], options)
+            for a, b in zip(offsets, bounds, strict=True)
         ]
         self.owner = [
             k for k, (a, b) in enumerate(zip(offsets, bounds, strict=True)) for _ in range(a, b)
@@ -84,10 +104,18 @@ class WebDatasetMix(WebDatasetSource):
     positions set ``k`` gets its share to within one sample, the interleaving is keyed by
     ``(seed, window)``, and each set advances through its own stream in order, with its own
     epochs (NOTE [ shard stream mixture ]). Set ``k``'s stream is exactly what
-    ``WebDatasetSource(urls[k], seed=mix.seeds[k], shuffle_shards=..., shuffle_window=...)``
-    yields. The split across ranks and workers, batching, decoding, per-batch seeding and
-    :class:`WebDataLoader` are those of :class:`WebDatasetSource`; the stream is endless
+    ``WebDatasetSource(urls[k], seed=mix.seeds[k], shuffle_shards=..., shuffle_window=...,
+    shuffle_block_shards=...)`` yields. The split across ranks and workers, batching,
+    per-batch seeding and :class:`WebDataLoader` are those of :class:`WebDatasetSource`, and
+    so is decoding, with a ``decode`` and a ``map`` per set if wanted; the stream is endless
     (``repeat=True``).
+
+    Set ``k``'s shuffles are keyed by its own seed ``mix.seeds[k]``, never by ``seed``
+    itself, so a set's stream depends only on ``(seed, k)`` and its shards, not on the
+    other sets or how many there are, and one shard set listed twice gets two unrelated
+    orders. A one-set mixture with seed ``s`` therefore reads what
+    ``WebDatasetSource(urls[0], seed=derive(s, "mix-component", 0), ...)`` reads, not what
+    the source with seed ``s`` reads (the tests compare both).
 
     Args:
         urls: One shard set per component: each a path, fsspec URL or brace pattern, or a
@@ -102,11 +130,23 @@ class WebDatasetMix(WebDatasetSource):
         curriculum: Later segments ``(start, weights)``: from position ``start`` on,
             ``weights`` apply (``MixSampler``'s ``curriculum``). No set loses or repeats a
             sample at a switch.
-        decode: As for :class:`WebDatasetSource` (every set alike).
-        map: As for :class:`WebDatasetSource` (every set alike).
+        decode: As for :class:`WebDatasetSource` (every set alike), or a list with one
+            entry per shard set (``None``: that set's samples are not decoded). A list of
+            as many image specs or handlers as there are sets (two or more) could mean
+            either and is refused: pass a tuple for one decoder with these handlers for
+            every set, or wrap each set's entry in a tuple.
+        map: As for :class:`WebDatasetSource` (every set alike), or a list with one
+            function per shard set (``None``: no map for that set). A sample is decoded
+            and mapped by its own set's entries, after the RNGs are seeded as
+            ``seeding`` says, as for one ``decode`` and ``map``.
         collate_fn: As for :class:`WebDatasetSource` (every set alike).
         shuffle_shards: As for :class:`WebDatasetSource` (every set alike).
         shuffle_window: As for :class:`WebDatasetSource` (every set alike).
+        shuffle_block_shards: As for :class:`WebDatasetSource`, inside each set's own
+            order: blocks of this many consecutive shards of set ``k``'s epoch order, the
+            permutation keyed by ``mix.seeds[k]``, the block and set ``k``'s epoch (NOTE
+            [ shard block shuffle ]). Each DataLoader worker keeps up to twice this many
+            shards open per set.
         skip: As for :class:`WebDatasetSource` (every set alike).
         skip_samples: As for :class:`WebDatasetSource` (every set alike).
         index_dir: As for :class:`WebDatasetSource` (every set alike).
@@ -117,9 +157,11 @@ class WebDatasetMix(WebDatasetSource):
         seeding: As for :class:`WebDatasetSource` (every set alike).
 
     Raises:
-        TypeError: an argument has the wrong type (``urls`` a single string).
-        ValueError: no shard sets, a set without samples, weights of the wrong length or
-            value, or any error of ``WebDatasetSource`` or ``MixSampler``.
+        TypeError: an argument has the wrong type (``urls`` a single string, an entry of
+            a per-set ``decode`` or ``map`` list).
+        ValueError: no shard sets, a set without samples, weights or a per-set ``decode``
+            or ``map`` list of the wrong length, an ambiguous ``decode`` list, or any
+            error of ``WebDatasetSource`` or ``MixSampler``.
 
     Determinism:
         A batch's samples depend only on the arguments and the batch's position: not on
@@ -153,10 +195,11 @@ class WebDatasetMix(WebDatasetSource):
         window: int | None = None,
         curriculum: Sequence[tuple[int, Sequence[float]]] = (),
         decode: Any = None,
-        map: Callable[[Any], Any] | None = None,
+        map: Callable[[Any], Any] | list[Callable[[Any], Any] | None] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = default_collate,
         shuffle_shards: bool = True,
         shuffle_window: int = 0,
+        shuffle_block_shards: int = 0,
         skip: int = 0,
         skip_samples: int = 0,
         index_dir: str | None = None,
@@ -184,8 +227,21 @@ class WebDatasetMix(WebDatasetSource):
                 f"{len(weights)}: weights={list(weights)!r}"
             )
         seed = check_int("seed", seed)
-        # The weights, window and curriculum are checked before any shard is indexed.
+        # The weights, window, curriculum, decode and map are checked before any shard is
+        # indexed.
         MixSampler([range(1)] * len(urls), weights, seed, window=window, curriculum=curriculum)
+        decoders, maps = _per_set_decode(decode, len(urls)), _per_set_map(map, len(urls))
+        stages: list[Stage] | None = None
+        if decoders is not None or maps is not None:
+            one = make_decoder(decode) if decoders is None else None
+            stages = list(
+                zip(
+                    decoders or [one] * len(urls),
+                    maps or [map] * len(urls),
+                    strict=True,
+                )
+            )
+            decode = map = None  # the source decodes nothing itself: _transform does
         sets: list[list[str]] = []
         for k, part in enumerate(urls):
             try:
@@ -199,10 +255,11 @@ class WebDatasetMix(WebDatasetSource):
             world_size=world_size,
             rank=rank,
             decode=decode,
-            map=map,
+            map=map,  # type: ignore[arg-type]
             collate_fn=collate_fn,
             shuffle_shards=shuffle_shards,
             shuffle_window=shuffle_window,
+            shuffle_block_shards=shuffle_block_shards,
             repeat=True,
             skip=skip,
             skip_samples=skip_samples,
@@ -227,11 +284,14 @@ class WebDatasetMix(WebDatasetSource):
             [range(sum(c)) for c in counts], weights, seed, window=window, curriculum=curriculum
         )
         orders = [
-            ShardOrder(c, s, shuffle_shards, shuffle_window)
+            ShardOrder(c, s, shuffle_shards, shuffle_window, self.shuffle_block_shards)
             for c, s in zip(counts, self.seeds, strict=True)
         ]
         self._order = MixOrder(self.mixture, orders)  # type: ignore[assignment]
         self._offsets = offsets[:-1]
+        self._stages = stages
+        #: The shard set of each shard (shards numbered across the sets).
+        self._owner = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
         law = self.mixture.config()
         self._config = {
             "seed": seed,
@@ -243,6 +303,8 @@ class WebDatasetMix(WebDatasetSource):
             # Per set, a hash of its shard file names in order (a state stays small).
             "shards": [fingerprint([{"shards": [_name(s) for s in part]}]) for part in parts],
         }
+        if self.shuffle_block_shards:  # absent when off: states saved before it still load
+            self._config["shuffle_block_shards"] = self.shuffle_block_shards
         # The curriculum is left out: segments still to come may change at a resume.
         stable = {key: value for key, value in self._config.items() if key != "curriculum"}
         self._fingerprint = fingerprint([{"source": "webdataset-mix", **stable}])
@@ -250,7 +312,38 @@ class WebDatasetMix(WebDatasetSource):
         self._mix_paths = [[s.path for s in part] for part in parts]
 
     def _reader(self) -> ShardReader:
-        return _MixReader(self.shards, self.remote, self._offsets)
+        return _MixReader(self.shards, self.remote, self._offsets, self.shuffle_block_shards)
+
+    def _transform(self, items: list[dict[str, Any]], shards: Any, batch: int) -> list[Any]:
+        """Each sample decoded and mapped by its own shard set's ``decode`` and ``map``.
+
+        The RNGs are seeded as the single source seeds them (NOTE [ per-batch seeding ]):
+        once per batch (when any set decodes or maps), or before each sample that its set
+        decodes or maps with ``seeding="record"``; one ``decode`` and ``map`` for every set
+        is the single source's own path.
+        """
+        stages = self._stages
+        if stages is None:
+            return super()._transform(items, shards, batch)
+        if all(d is None and f is None for d, f in stages):
+            return items
+        owners = self._owner[shards].tolist()
+        keys = self._record_keys(batch) if self.seeding == "record" else None
+        if keys is None:
+            seed_globals(self._batch_key(batch))
+        out: list[Any] = []
+        for i, (item, k) in enumerate(zip(items, owners, strict=True)):
+            decoder, fn = stages[k]
+            value: Any = item
+            if decoder is None and fn is None:
+                out.append(value)
+                continue
+            if keys is not None:
+                seed_globals(keys[i])
+            if decoder is not None:
+                value = decoder(value)
+            out.append(value if fn is None else fn(value))
+        return out
 
     def __len__(self) -> int:
         raise TypeError(
@@ -351,7 +444,7 @@ def _differences(
     if len(counts) != len(here):
         return [f"it was saved with {len(counts)} shard sets, but urls name {len(here)}"]
     for key in _CHECKED:
-        old, new = saved.get(key), config[key]
+        old, new = saved.get(key, _ABSENT.get(key)), config.get(key, _ABSENT.get(key))
         if old == new:
             continue
         if key == "weights" and isinstance(old, list) and len(old) == len(new):
@@ -386,6 +479,90 @@ def _differences(
                 f"{position} on"
             )
     return out
+
+
+def _per_set_decode(decode: Any, count: int) -> list[Any] | None:
+    """Each of the ``count`` shard sets' decoders if ``decode`` is a per-set list, else None.
+
+    A list of image specs and handlers only is one decoder for every set (webdataset's
+    ``.decode(*args)``, as ``WebDatasetSource`` reads it); a list of ``count`` of them could
+    mean either, so it is refused. Any other list is one entry per set.
+
+    Examples:
+        >>> _per_set_decode(("rgb8", "l8"), 2) is None  # a tuple: one decoder for both
+        True
+        >>> [d is None for d in _per_set_decode([None, "rgb8"], 2)]
+        [True, False]
+    """
+    if not isinstance(decode, list):
+        return None
+    from webdataset import autodecode
+
+    def handler(entry: Any) -> bool:
+        return isinstance(entry, str) or (
+            callable(entry) and not isinstance(entry, autodecode.Decoder)
+        )
+
+    if all(handler(entry) for entry in decode):
+        if count >= 2 and len(decode) == count:
+            wrapped = ", ".join(f"({entry!r},)" for entry in decode)
+            raise ValueError(
+                f"decode={decode!r} is ambiguous with {count} shard sets: a list of {count} "
+                "image specs or handlers may be one decoder for every set or one per set; "
+                f"pass a tuple, decode={tuple(decode)!r}, for one decoder with these "
+                f"handlers for every set, or wrap each set's entry, decode=[{wrapped}], "
+                "for one per set"
+            )
+        return None
+    if len(decode) != count:
+        raise ValueError(
+            f"decode should be one decode value for every shard set or a list of {count}, "
+            f"one per shard set (None: no decoding), but got a list of {len(decode)}: "
+            f"decode={decode!r}; give each of the {count} sets an entry"
+        )
+    out: list[Any] = []
+    for k, entry in enumerate(decode):
+        try:
+            out.append(make_decoder(entry))
+        except TypeError:
+            raise TypeError(
+                f"decode[{k}] should be shard set {k}'s decode: an image spec such as "
+                "'rgb8', a decoding handler, a tuple of these, a webdataset.autodecode."
+                f"Decoder, or None for no decoding, but got decode[{k}]={entry!r} of type "
+                f"{type(entry).__name__}"
+            ) from None
+    return out
+
+
+def _per_set_map(fn: Any, count: int) -> list[Any] | None:
+    """Each of the ``count`` shard sets' maps if ``fn`` is a per-set list, else None.
+
+    Examples:
+        >>> _per_set_map(len, 2) is None, _per_set_map([len, None], 2)
+        (True, [<built-in function len>, None])
+    """
+    if not isinstance(fn, list):
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                "map should be a callable or None for every shard set, or a list of "
+                f"{count} of them, one per shard set, but got map={fn!r} of type "
+                f"{type(fn).__name__}"
+            )
+        return None
+    if len(fn) != count:
+        raise ValueError(
+            f"map should be one callable for every shard set or a list of {count}, one per "
+            f"shard set (None: no map), but got a list of {len(fn)}: map={fn!r}; give each "
+            f"of the {count} sets an entry"
+        )
+    for k, entry in enumerate(fn):
+        if entry is not None and not callable(entry):
+            raise TypeError(
+                f"map[{k}] should be shard set {k}'s map, a callable or None (no map), but "
+                f"got map[{k}]={entry!r} of type {type(entry).__name__}; pass a function of "
+                "one sample"
+            )
+    return list(fn)
 
 
 def _name(shard: ShardInfo) -> str:

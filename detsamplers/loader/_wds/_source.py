@@ -380,13 +380,29 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         finally:
             if own:
                 reader.close()
-        if self.seeding == "record" and (self.decoder is not None or self.map is not None):
-            keys = stream_keys(self._record_base, self._positions(batch)).tolist()
-            items = [self._seeded(item, key) for item, key in zip(items, keys, strict=True)]
-        elif self.decoder is not None or self.map is not None:
-            key = batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
-            items = self._apply(items, key)
-        return self.collate_fn(items)
+        return self.collate_fn(self._transform(items, shards, batch))
+
+    def _record_keys(self, batch: int) -> list[int]:
+        """The RNG seed of each sample of this rank's batch ``batch`` (``seeding="record"``)."""
+        keys: list[int] = stream_keys(self._record_base, self._positions(batch)).tolist()
+        return keys
+
+    def _batch_key(self, batch: int) -> int:
+        """The RNG seed of this rank's batch ``batch`` (``seeding="batch"``)."""
+        return batch_key(self.seed, self._origin + batch * self.global_batch + self.rank)
+
+    def _transform(self, items: list[dict[str, Any]], shards: Any, batch: int) -> list[Any]:
+        """``decode`` then ``map`` on the samples of batch ``batch``, read from ``shards``.
+
+        The RNGs are seeded first (NOTE [ per-batch seeding ]): once for the batch, or
+        before each sample with ``seeding="record"``.
+        """
+        if self.decoder is None and self.map is None:
+            return items
+        if self.seeding == "record":
+            keys = self._record_keys(batch)
+            return [self._seeded(item, key) for item, key in zip(items, keys, strict=True)]
+        return self._apply(items, self._batch_key(batch))
 
     def _begin(self) -> int:
         """The first batch of the next pass (a finished validation pass starts over)."""
