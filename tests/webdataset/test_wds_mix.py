@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ import pytest
 import webdataset as wds
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wds_helpers import global_stream, label, noisy_label, take
+from wds_helpers import global_stream, label, make, noisy_label, take
 
 from detsamplers import MixSampler, ReproducibilityError
+from detsamplers._seeds import derive
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
+from detsamplers.loader._wds._decode import make_decoder
 
 #: Three shard sets: their shards' sample counts. Set c's samples are labelled c * 1000 + i,
 #: i counting the set's samples in URL order.
@@ -366,3 +369,275 @@ def test_record_seeding_gives_each_sample_the_same_draws_on_any_batch_size(
 
     assert draws(2) == draws(3) == draws(4)
     assert len({row[1] for row in draws(2)}) == 12  # the draws differ between samples
+
+
+# -- the block shuffle inside each shard set's order ---------------------------------------
+
+
+def shard_in_set(value: int) -> int:
+    """The shard (numbered within its set) of a sample's label ``c * 1000 + i``."""
+    component, i = divmod(value, 1000)
+    return int(np.searchsorted(np.cumsum(SETS[component]), i, side="right"))
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32), blocks=st.integers(2, 3))
+def test_with_blocks_each_set_streams_what_a_single_source_with_its_seed_yields(
+    sets: list[list[str]], seed: int, blocks: int
+) -> None:
+    # Parity with the real thing, and the block law inside each set's own epochs.
+    source = mix(sets, seed=seed, shuffle_window=0, shuffle_block_shards=blocks)
+    labels = stream(source, 200)
+    for k, urls in enumerate(sets):
+        own = [x for x in labels if x // 1000 == k]
+        single = make(urls, seed=source.seeds[k], batch_size=1, shuffle_block_shards=blocks)
+        assert own == [b[0] for b in take(iter(single), len(own))]
+        order = source._order.orders[k]  # type: ignore[attr-defined]
+        size = SIZES[k]
+        assert len(own) >= 2 * size
+        for epoch in range(len(own) // size):
+            part = own[epoch * size : (epoch + 1) * size]
+            assert sorted(part) == [k * 1000 + i for i in range(size)]  # once per set epoch
+            shards, start = order.shard_order(epoch).tolist(), 0
+            for first in range(0, len(shards), blocks):
+                members = shards[first : first + blocks]
+                count = sum(SETS[k][s] for s in members)
+                assert {shard_in_set(x) for x in part[start : start + count]} == set(members)
+                start += count
+
+
+def test_a_one_set_mixture_with_blocks_is_the_single_source_with_the_sets_own_seed(
+    sets: list[list[str]],
+) -> None:
+    # Set k's shuffles are keyed by derive(seed, "mix-component", k), by design (see the
+    # WebDatasetMix docstring): equal to the source with that seed, not with the seed.
+    one = mix([sets[0]], [1], seed=5, shuffle_window=0, shuffle_block_shards=2)
+    assert one.seeds == [derive(5, "mix-component", 0)]
+    got = stream(one, 3 * SIZES[0])
+    own_seed = make(sets[0], seed=one.seeds[0], batch_size=1, shuffle_block_shards=2)
+    assert got == [b[0] for b in take(iter(own_seed), len(got))]
+    same_seed = make(sets[0], seed=5, batch_size=1, shuffle_block_shards=2)
+    assert got != [b[0] for b in take(iter(same_seed), len(got))]
+    plain = mix([sets[0]], [1], seed=5, shuffle_window=0)
+    assert got != stream(plain, len(got))  # the blocks do mix
+
+
+def test_with_blocks_resuming_at_every_position_gives_the_uninterrupted_stream(
+    sets: list[list[str]],
+) -> None:
+    options: dict[str, Any] = {"shuffle_window": 0, "shuffle_block_shards": 2}
+    reference = stream(mix(sets, **options), 60)
+    for position in range(50):
+        saved = json.loads(json.dumps({**mix(sets, **options).state_dict(), "position": position}))
+        resumed = mix(sets, batch_size=3, **options)
+        resumed.load_state_dict(saved)
+        assert [x for b in take(iter(resumed), 3) for x in b] == reference[position:][:9]
+
+
+@pytest.mark.parametrize(("before", "after"), [((2, 3), (3, 2)), ((1, 6), (4, 1))])
+def test_with_blocks_another_world_size_continues_the_same_global_batches(
+    sets: list[list[str]], before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    options: dict[str, Any] = {"shuffle_window": 0, "shuffle_block_shards": 3}
+
+    def ranks(world_size: int, batch_size: int) -> list[WebDatasetSource]:
+        return [
+            mix(sets, batch_size=batch_size, world_size=world_size, rank=r, **options)
+            for r in range(world_size)
+        ]
+
+    straight = stream(mix(sets, **options), 100)
+    first = ranks(*before)
+    assert global_stream(first, 0, 5) == straight[: 5 * before[0] * before[1]]
+    state = first[0].state_dict()
+    second = ranks(*after)
+    for source in second:
+        source.load_state_dict(state)
+    start = state["position"]
+    assert global_stream(second, 0, 4) == straight[start : start + 4 * after[0] * after[1]]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_with_blocks_the_batches_do_not_depend_on_num_workers(
+    sets: list[list[str]], world_size: int
+) -> None:
+    def ranks() -> list[WebDatasetSource]:
+        return [
+            mix(sets, world_size=world_size, rank=r, shuffle_window=0, shuffle_block_shards=2)
+            for r in range(world_size)
+        ]
+
+    reference = global_stream(ranks(), 0, 12)
+    for workers in (1, 2, 3):
+        assert global_stream(ranks(), workers, 12) == reference
+
+
+def test_the_block_shuffle_is_in_the_state_and_each_set_keeps_its_blocks_shards_open(
+    sets: list[list[str]],
+) -> None:
+    state = mix(sets, shuffle_window=0, shuffle_block_shards=2).state_dict()
+    assert state["config"]["shuffle_block_shards"] == 2
+    plain = mix(sets, shuffle_window=0).state_dict()
+    assert "shuffle_block_shards" not in plain["config"]  # states saved before still load
+    assert mix(sets, shuffle_window=0, shuffle_block_shards=1).state_dict() == plain
+    with pytest.raises(
+        ReproducibilityError, match=r"shuffle_block_shards is 2 in the state but 0 here"
+    ):
+        mix(sets, shuffle_window=0).load_state_dict(state)
+    with pytest.raises(
+        ReproducibilityError, match=r"shuffle_block_shards is 0 in the state but 3 here"
+    ):
+        mix(sets, shuffle_window=0, shuffle_block_shards=3).load_state_dict(plain)
+    reader = mix(sets, shuffle_window=0, shuffle_block_shards=2)._reader()
+    parts = reader.parts  # type: ignore[attr-defined]
+    assert [type(p).__name__ for p in parts] == ["ShardReaders"] * 3
+    assert [p.capacity for p in parts] == [3, 2, 1]  # 2 * 2, capped at the set's shards
+    reader.close()
+    with pytest.raises(ValueError, match=r"shuffle_window should be 0 with shuffle_block_shards"):
+        mix(sets, shuffle_block_shards=2)
+
+
+# -- a decode and a map per shard set ----------------------------------------------------
+
+
+def key_of(sample: dict[str, Any]) -> str:
+    return str(sample["__key__"])
+
+
+def per_set(sets: list[list[str]], **kwargs: Any) -> WebDatasetMix:
+    return mix(sets, collate_fn=list, shuffle_window=0, **kwargs)
+
+
+def test_each_shard_set_has_its_own_decode_and_map(sets: list[list[str]]) -> None:
+    source = per_set(sets, decode=[(), None, ()], map=[label, key_of, None])
+    raw = per_set(sets, decode=None, map=None)
+    got = [s for _, b in zip(range(20), source, strict=False) for s in b]
+    samples = [s for _, b in zip(range(20), raw, strict=False) for s in b]
+    expected: list[Any] = []
+    for sample in samples:
+        k = int(sample["__key__"][1])
+        decoded = make_decoder(())(sample) if k != 1 else sample
+        expected.append([label, key_of, lambda s: s][k](decoded))
+    assert got == expected
+    assert {type(x).__name__ for x in got} == {"int", "str", "dict"}
+    assert all(isinstance(x["cls"], int) for x in got if isinstance(x, dict))  # set 2 decoded
+
+
+@pytest.mark.parametrize("seeding", ["batch", "record"])
+def test_the_same_entry_for_every_set_gives_the_single_values_batches_and_draws(
+    sets: list[list[str]], seeding: str
+) -> None:
+    def batches(decode: Any, map: Any) -> list[Any]:
+        return take_all(per_set(sets, decode=decode, map=map, seeding=seeding, batch_size=3), 8)
+
+    single = batches((), noisy_label)
+    assert batches([()] * 3, [noisy_label] * 3) == single
+    assert batches((), [noisy_label] * 3) == single
+    assert batches([()] * 3, noisy_label) == single
+    assert len({s[1] for b in single for s in b}) == 24  # the draws differ between samples
+
+
+def take_all(source: WebDatasetSource, count: int) -> list[Any]:
+    return [list(b) for _, b in zip(range(count), source, strict=False)]
+
+
+def test_record_seeding_with_a_map_per_set_gives_each_sample_its_draws_on_any_batch_size(
+    sets: list[list[str]],
+) -> None:
+    def draws(batch_size: int) -> list[Any]:
+        source = per_set(sets, map=[noisy_label, label, noisy_label], seeding="record")
+        source.batch_size = batch_size
+        return [s for b in take_all(source, 12 // batch_size) for s in b]
+
+    reference = draws(2)
+    assert reference == draws(3) == draws(4)
+    # A sample of set 0 or 2 draws what it draws when every set has that map.
+    everywhere = per_set(sets, map=noisy_label, seeding="record")
+    for got, same in zip(reference, [s for b in take_all(everywhere, 6) for s in b], strict=True):
+        assert got == (same if isinstance(got, tuple) else same[0])
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_map_per_set_does_not_depend_on_num_workers(
+    sets: list[list[str]], world_size: int
+) -> None:
+    def ranks() -> list[WebDatasetSource]:
+        return [
+            mix(sets, world_size=world_size, rank=r, decode=[(), (), None], map=[label, label, one])
+            for r in range(world_size)
+        ]
+
+    reference = global_stream(ranks(), 0, 10)
+    assert set(reference) >= {1, 0} and max(reference) < 2000
+    for workers in (2, 3):
+        assert global_stream(ranks(), workers, 10) == reference
+
+
+def one(sample: dict[str, Any]) -> int:
+    """Set 2's map in a test: its samples become 1, undecoded."""
+    assert isinstance(sample["cls"], bytes)
+    return 1
+
+
+def test_bad_per_set_decode_and_map_lists_are_refused_naming_them(
+    sets: list[list[str]],
+) -> None:
+    missing = [["/nonexistent/a.tar"], ["/nonexistent/b.tar"]]  # checked before any read
+    with pytest.raises(ValueError, match=r"decode=\['rgb8', 'l8'\] is ambiguous with 2 shard"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, decode=["rgb8", "l8"])
+    with pytest.raises(ValueError, match=r"pass a tuple, decode=\('rgb8', 'l8'\), for one dec"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, decode=["rgb8", "l8"])
+    with pytest.raises(ValueError, match=r"wrap each set's entry, decode=\[\('rgb8',\), \('l8'"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, decode=["rgb8", "l8"])
+    with pytest.raises(ValueError, match=r"decode should be one decode value for every shard set"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, decode=[None, "rgb8", None])
+    with pytest.raises(TypeError, match=r"decode\[1\] should be shard set 1's decode: .* but got"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, decode=[None, 5])
+    with pytest.raises(ValueError, match=r"map should be one callable for every shard set or a l"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, map=[label])
+    with pytest.raises(TypeError, match=r"map\[0\] should be shard set 0's map, a callable or No"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, map=["cls", None])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"map should be a callable or None for every shard set"):
+        WebDatasetMix(missing, [1, 1], seed=0, batch_size=1, map=(label, label))  # type: ignore[arg-type]
+    # A list of handlers of another length is one decoder, as WebDatasetSource reads it.
+    source = per_set(sets, decode=["rgb8"], map=label)
+    assert source._stages is None and source.decoder is not None
+    # A per-set list of no decoding anywhere is no decoding.
+    undecoded = [s for b in take_all(per_set(sets, decode=[None] * 3), 3) for s in b]
+    assert undecoded == [s for b in take_all(per_set(sets), 3) for s in b]
+
+
+# -- pickling (spawned workers) ----------------------------------------------------------
+
+
+@settings(max_examples=10, deadline=None)
+@given(batches=st.lists(st.integers(0, 10**8), min_size=1, max_size=4))
+def test_an_unpickled_mixture_gives_the_same_batches_at_any_position(
+    sets: list[list[str]], batches: list[int]
+) -> None:
+    source = mix(sets, window=1024, shuffle_window=0, shuffle_block_shards=2, batch_size=5)
+    for batch in batches:
+        source.batch_at(batch)  # builds some of the arrangement tables
+    data = pickle.dumps(source)
+    assert len(data) < 100_000  # the tables (about 3 MB here) stay behind
+    copy = pickle.loads(data)
+    for batch in [*batches, 0, 10**6 + 7]:
+        assert copy.batch_at(batch).tolist() == source.batch_at(batch).tolist()
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_spawned_worker_reads_what_the_main_process_reads(sets: list[list[str]]) -> None:
+    def source() -> WebDatasetMix:
+        return mix(
+            sets,
+            window=1024,
+            batch_size=4,
+            shuffle_window=0,
+            shuffle_block_shards=2,
+            decode=[(), (), None],
+            map=[label, label, one],
+        )
+
+    loader = WebDataLoader(source(), num_workers=1, multiprocessing_context="spawn")
+    got = [b.tolist() for _, b in zip(range(6), loader, strict=False)]
+    assert got == take(iter(source()), 6)
