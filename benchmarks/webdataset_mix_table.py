@@ -13,6 +13,13 @@ shards of 2,000 samples of a tiny PNG plus a label), then measures:
    each ratio is the median of the paired ratios.
 2. the time to resume mid epoch 3 (position ``2.5 N``): build the source, load the state
    and yield the first batch, median of ``runs``.
+3. the pickled size of the mixture after a few batches (what a ``spawn`` DataLoader worker
+   receives), with its window of 10 and with ``window=1024``: as pickled now, without the
+   mixture's arrangement tables, and with them (each segment's whole ``__dict__``, as it
+   was pickled before); then the time of the first batch of the unpickled copy, which
+   rebuilds the arrangements it uses, against the next batch of the original, median of
+   ``runs``; and the pickled size of the single source after as many batches (its shard
+   index is what both carry).
 
 The 1-minute load average is printed before and after: read the rates as ratios.
 """
@@ -20,12 +27,16 @@ The 1-minute load average is printed before and after: read the rates as ratios.
 from __future__ import annotations
 
 import argparse
+import copyreg
+import io
 import os
+import pickle
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from itertools import islice
 from typing import Any
 
@@ -33,6 +44,7 @@ import webdataset as wds
 from harness.machine import load_average
 from harness.samples import PNG
 
+from detsamplers._mix import _Segment
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
 from detsamplers.loader._wds._reader import ShardReader
 
@@ -83,6 +95,39 @@ def resume_time(make: Callable[[], WebDatasetSource], position: int, runs: int) 
     return statistics.median(times)
 
 
+class _WithTables(pickle.Pickler):
+    """Pickles each mixture segment with its whole ``__dict__``, tables included."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, _Segment):
+            return copyreg.__newobj__, (_Segment,), obj.__dict__  # type: ignore[attr-defined]
+        return NotImplemented
+
+
+def pickle_sizes(make: Callable[[], WebDatasetSource], runs: int) -> str:
+    """Pickled bytes without and with the tables; the unpickled copy's first batch time."""
+    source = make()
+    for batch in range(3):
+        source.batch_at(batch)
+    data = pickle.dumps(source)
+    buffer = io.BytesIO()
+    _WithTables(buffer).dump(source)
+    first, again = [], []
+    for i in range(runs):
+        copy = pickle.loads(data)
+        start = time.perf_counter()
+        copy.batch_at(3 + i)
+        first.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        source.batch_at(3 + i)
+        again.append(time.perf_counter() - start)
+    return (
+        f"{len(data) / 1e3:,.1f} kB (with the tables {buffer.tell() / 1e6:,.2f} MB); "
+        f"first batch unpickled {statistics.median(first) * 1000:.2f} ms, "
+        f"original {statistics.median(again) * 1000:.2f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
@@ -127,6 +172,15 @@ def main() -> None:
             f"resume at sample {position:,}, first batch included: single "
             f"{single_resume * 1000:.1f} ms, mix {mix_resume * 1000:.1f} ms"
         )
+        one_source = makers["single"]()
+        for batch in range(3):
+            one_source.batch_at(batch)
+        print(f"pickled single source: {len(pickle.dumps(one_source)) / 1e3:,.1f} kB")
+        for window in (None, 1024):
+            sizes = pickle_sizes(
+                partial(WebDatasetMix, sets, WEIGHTS, window=window, **OPTIONS), runs
+            )
+            print(f"pickled mixture, window {window or 10}: {sizes}")
         print(f"load average at the end: {load_average()}")
 
 
