@@ -546,7 +546,7 @@ def _per_set_map(fn: Any, count: int) -> list[Any] | None:
             raise TypeError(
                 "map should be a callable or None for every shard set, or a list of "
                 f"{count} of them, one per shard set, but got map={fn!r} of type "
-                f"{type(fn).__name__}"
+                f"{type(fn).__name__}; pass a function of one sample, or a list of them"
             )
         return None
     if len(fn) != count:
