@@ -445,6 +445,7 @@ class _Segment:
         state["_table_shapes"] = shapes
         state["_built"] = np.zeros_like(self._built)
         state["_all_built"] = False
+        state["_kernel_tables"] = None  # the compiled kernel's compact copy, rebuilt with them
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

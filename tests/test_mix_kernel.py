@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from itertools import islice
@@ -140,6 +141,18 @@ def test_short_blocks_build_only_the_arrangements_they_touch() -> None:
     assert 0 < int(segment._built.sum()) < segment.arrangements
     mix.records(10**12 + np.arange(_mix.KERNEL_MIN_POSITIONS, dtype=np.int64))
     assert bool(segment._built.all())
+
+
+@needs_kernel
+def test_a_pickled_mixture_rebuilds_the_kernel_tables_and_gives_the_same_records() -> None:
+    samplers = [ds.ReproducibleShuffleSampler(range(n), i) for i, n in enumerate([7000, 800])]
+    mix = MixSampler(samplers, [3, 1], 4)
+    positions = 11 + 5 * np.arange(4096, dtype=np.int64)
+    expected = mix.records(positions)
+    assert mix._segments[0]._kernel_tables is not None
+    copy = pickle.loads(pickle.dumps(mix))
+    assert copy._segments[0]._kernel_tables is None
+    assert copy.records(positions).tolist() == expected.tolist()
 
 
 def test_windows_too_wide_for_the_compact_table_stay_in_numpy() -> None:
