@@ -32,6 +32,24 @@ A curriculum is a list of segments ``(start, weights)``. Segment ``s`` has its o
 window and counts; its bases ``B_k`` are the counts every component reached at
 ``start``, partial windows included, so switching weights loses and repeats no record of
 any component.
+
+NOTE [ adding a component ]
+A segment names the first ``K_s`` components, ``K_s`` never below the previous segment's,
+and the last segment names all ``K``: a segment that names more adds components from its
+start on. A mixture of ``K`` datasets that gains a ``(K+1)``-th at a resume is the mixture
+whose new sampler is appended last and whose curriculum has a segment of ``K + 1`` weights
+starting at or after the position the run reached. The segments before it are built with
+their ``K`` columns exactly as the old mixture built them (same keys, windows, counts, tables
+and bases), so the past is bit-identical: not the same as giving the new component weight 0
+there, which would change the law, since the number of arrangements ``T`` depends on the
+number of columns (``P = 4096``: ``T = 16`` for 2 components, 8 for 3). The added
+component's base in its first segment is 0: it starts at its own position 0, and the old
+components start at the counts they reached, as at any switch. Appended last, it leaves the
+``ConcatDataset`` offsets of the earlier datasets unchanged, so the indices already trained
+keep their meaning; inserting, removing or reordering components is refused at a resume
+(:func:`adopt_curriculum`). The segments and the samplers are the configuration (the mix
+link's ``lengths``, ``seeds``, ``components`` and ``curriculum``), so a later resume builds
+the same mixture, as after any curriculum change.
 """
 
 from __future__ import annotations
@@ -166,6 +184,61 @@ def _counts(name: str, shares: list[float], window: int) -> list[int]:
                 f"{math.ceil(1 / share - 1e-9)} positions (window=) or a larger weight"
             )
     return counts
+
+
+def _named(name: str, weights: Any, low: int, k: int, hint: str) -> int:
+    """How many components ``weights`` names: at least ``low``, at most ``k``."""
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)):
+        return k  # _check_weights names the type
+    n = len(weights)
+    if not low <= n <= k:
+        raise ValueError(
+            f"{name} should have one weight per sampler ({k}), but got {n}: "
+            f"{name}={list(weights)!r}" + (f"; {hint}" if n < low else "")
+        )
+    return n
+
+
+def _check_plan(
+    weights: Any, curriculum: Sequence[Any], k: int
+) -> list[tuple[int, list[float]]]:
+    """The segments ``(start, shares)``: ``weights`` from 0, then ``curriculum``'s.
+
+    Segment ``s`` names the first ``k_s`` components, ``k_s`` at least the previous
+    segment's and the last segment all ``k``: a segment that names more components adds
+    them from its start on (NOTE [ adding a component ]).
+    """
+    entries: list[tuple[str, int, Any]] = [("weights", 0, weights)]
+    for i, entry in enumerate(curriculum):
+        if not (isinstance(entry, Sequence) and len(entry) == 2):
+            raise TypeError(f"curriculum[{i}] should be a (start, weights) pair, but got {entry!r}")
+        start = check_int(f"curriculum[{i}] start", entry[0], minimum=1)
+        if start <= entries[-1][1]:
+            raise ValueError(
+                f"curriculum[{i}] start should be greater than {entries[-1][1]} (starts "
+                f"increase), but got {start}"
+            )
+        entries.append((f"curriculum[{i}] weights", start, entry[1]))
+    plan: list[tuple[int, list[float]]] = []
+    low = 1
+    for name, start, values in entries:
+        hint = (
+            f"the segment before it names {low}, and a component cannot leave a mixture: "
+            "give it weight 0 instead"
+        )
+        n = _named(name, values, low, k, hint)
+        plan.append((start, _check_weights(name, values, n)))
+        low = n
+    if low < k:
+        name, _, values = entries[-1]
+        raise ValueError(
+            f"{name} should have one weight per sampler ({k}), but got {low}: "
+            f"{name}={list(values)!r}; the last segment names every sampler, or samplers"
+            f"[{low}:] would never be mixed in. To add a sampler mid-run, append it last and "
+            "name its weight from the position it enters at: curriculum=[(position, "
+            f"[{k} weights])] (NOTE [ adding a component ])"
+        )
+    return plan
 
 
 class _Segment:
@@ -641,24 +714,12 @@ class MixSampler(Stage[int]):
         k = len(samplers)
         if k > MAX_COMPONENTS:
             raise ValueError(f"samplers should hold at most {MAX_COMPONENTS} samplers, but got {k}")
-        plan: list[tuple[int, list[float]]] = [(0, _check_weights("weights", weights, k))]
-        for i, entry in enumerate(curriculum):
-            if not (isinstance(entry, Sequence) and len(entry) == 2):
-                raise TypeError(
-                    f"curriculum[{i}] should be a (start, weights) pair, but got {entry!r}"
-                )
-            start = check_int(f"curriculum[{i}] start", entry[0], minimum=1)
-            if start <= plan[-1][0]:
-                raise ValueError(
-                    f"curriculum[{i}] start should be greater than {plan[-1][0]} (starts "
-                    f"increase), but got {start}"
-                )
-            plan.append((start, _check_weights(f"curriculum[{i}] weights", entry[1], k)))
+        plan = _check_plan(weights, curriculum, k)
         nodes = [_check_component(i, s) for i, s in enumerate(samplers)]
         lengths = [_component_length(node) for node in nodes]
         for i, (_, shares) in enumerate(plan):
             name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
-            for c, (share, length) in enumerate(zip(shares, lengths, strict=True)):
+            for c, (share, length) in enumerate(zip(shares, lengths[: len(shares)], strict=True)):
                 if share > 0 and length == 0:
                     raise ValueError(
                         f"samplers[{c}] is empty but {name}[{c}] is positive: the mixture would "
@@ -668,11 +729,12 @@ class MixSampler(Stage[int]):
         for i, (start, shares) in enumerate(plan):
             name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
             size = window if window is not None else _auto_window(shares)
-            bases = np.zeros(k, dtype=np.int64)
+            # A component added by this segment starts at its own position 0; the segment
+            # before it has no column for it (NOTE [ adding a component ]).
+            bases = np.zeros(len(shares), dtype=np.int64)
             if segments:
-                bases = np.asarray(
-                    segments[-1].consumed(start - segments[-1].start), dtype=np.int64
-                )
+                reached = segments[-1].consumed(start - segments[-1].start)
+                bases[: len(reached)] = reached
             counts = _counts(name, shares, size)
             segments.append(_Segment(seed, i, start, shares, size, counts, bases))
 
@@ -915,6 +977,7 @@ class MixSampler(Stage[int]):
         s = bisect_right(self._starts, position) - 1
         segment = self._segments[s]
         consumed = segment.consumed(position - segment.start)
+        consumed += [0] * (len(self._lengths) - len(consumed))  # components yet to enter
         epochs = [c // n if n else 0 for c, n in zip(consumed, self._lengths, strict=True)]
         return {"position": position, "consumed": consumed, "epochs": epochs}
 
@@ -1007,16 +1070,83 @@ def mix_position(node: Node, position: int) -> tuple[MixSampler, int] | None:
     return None
 
 
-def adopt_curriculum(node: Node, state: Any) -> Any:
-    """``state`` with ``node``'s chain, if they differ only in curriculum segments to come.
+#: The mix link's fields that describe its components, one entry per sampler.
+_COMPONENT_FIELDS = ("lengths", "seeds", "components")
 
-    A curriculum may be extended or changed at a resume: segments that start at or after
-    the first mixture position not yet consumed (rank 0's, NOTE [ mixture law ]) do not
-    touch the records already seen. Any other difference returns ``state`` unchanged, so
-    that loading it names the difference.
+
+def _check_components(old: dict[str, Any], new: dict[str, Any], reached: int) -> int | None:
+    """The saved run's component count if ``new`` appends components to ``old``'s.
+
+    A saved component matches when its seed is the same and its fingerprint too, or its
+    length grew (a growth, which :func:`adopt_growth` checks). None when the components
+    are the same, or differ in a way the state check names (a changed seed).
 
     Raises:
-        ReproducibilityError: only the curriculum differs, but before that position.
+        ReproducibilityError: components were removed, reordered, or one was inserted or
+            changed before the last saved one while others were appended.
+    """
+    columns = [old.get(key) for key in _COMPONENT_FIELDS] + [new.get(key) for key in _COMPONENT_FIELDS]
+    if not all(isinstance(column, list) for column in columns):
+        return None
+    old_lengths, old_seeds, old_parts, lengths, seeds, parts = columns
+    old_k, new_k = len(old_lengths), len(lengths)
+    if new_k < old_k:
+        raise ReproducibilityError(
+            f"cannot load this state: the saved run mixed {old_k} samplers but this mixture "
+            f"has {new_k} (mix lengths is {old_lengths!r} in the state but {lengths!r} here); "
+            "a sampler cannot be removed at a resume, since the ConcatDataset indices of the "
+            "samplers after it would shift. Keep every saved sampler in the saved order and "
+            f"give the one to drop weight 0 in a curriculum segment from position {reached} on"
+        )
+
+    def same(k: int) -> bool:
+        if old_seeds[k] != seeds[k]:
+            return False
+        if old_parts[k] == parts[k]:
+            return True
+        grown = isinstance(old_lengths[k], int) and isinstance(lengths[k], int)
+        return grown and old_lengths[k] < lengths[k]
+
+    differs = next((k for k in range(old_k) if not same(k)), None)
+    if differs is None:
+        return old_k if new_k > old_k else None
+    if new_k == old_k:
+        if sorted(map(str, old_parts)) == sorted(map(str, parts)) or (
+            old_lengths != lengths and sorted(map(str, old_lengths)) == sorted(map(str, lengths))
+        ):
+            raise ReproducibilityError(
+                "cannot load this state: the mixture's samplers are in another order than "
+                f"the saved run's (mix lengths is {old_lengths!r} in the state but "
+                f"{lengths!r} here); the ConcatDataset indices would address other records. "
+                "Keep the saved order of samplers and datasets"
+            )
+        return None
+    raise ReproducibilityError(
+        f"cannot load this state: samplers[{differs}] is not the saved run's samplers"
+        f"[{differs}] (its length is {old_lengths[differs]!r} in the state but "
+        f"{lengths[differs]!r} here, its seed {old_seeds[differs]!r} but {seeds[differs]!r}) "
+        f"while this mixture has {new_k - old_k} more; a sampler added at a resume goes "
+        f"last, after the saved run's {old_k} (samplers[{old_k}:] and the datasets at the "
+        "end of the ConcatDataset), so that the indices already trained keep their records. "
+        "Keep the saved samplers in their order and append the new ones"
+    )
+
+
+def adopt_curriculum(node: Node, state: Any) -> Any:
+    """``state`` with ``node``'s mixture, if that differs only from the reached position on.
+
+    A curriculum may be extended or changed at a resume, and a curriculum segment may add
+    samplers appended last (NOTE [ adding a component ]): segments that start at or after
+    the first mixture position not yet consumed (rank 0's, or the saved ``samples`` over a
+    sample grid, NOTE [ mixture law ]) do not touch the records already seen. Saved
+    components whose configuration differs (a growth) keep their saved configuration in
+    the result, for :func:`adopt_growth` to check. Any other difference returns ``state``
+    unchanged, so that loading it names the difference.
+
+    Raises:
+        ReproducibilityError: the curriculum differs before that position (a sampler
+            entering there among others), or samplers were removed, reordered, or one
+            inserted before the saved ones.
     """
     if not isinstance(state, Mapping) or not isinstance(node, Stage):
         return state
@@ -1025,27 +1155,74 @@ def adopt_curriculum(node: Node, state: Any) -> Any:
         return state
     found = mix_position(node, position)
     samples = state.get("samples")  # the saved run's own sample position, if it has one
-    if found is not None and isinstance(samples, int) and getattr(node, "grid", None) is not None:
+    grid = getattr(node, "grid", None) is not None
+    elastic = grid and isinstance(samples, int) and not isinstance(samples, bool)
+    if found is not None and elastic:
         found = (found[0], samples)
     current = node.chain_config()
     if found is None or position < 0 or len(saved) != len(current) or saved == current:
         return state
-    if saved[1:] != current[1:] or not isinstance(saved[0], Mapping):
+    # Over a sample grid the shard and batch links may differ too (an elastic resume):
+    # the sample position does not depend on them, and the state check compares the rest.
+    if not isinstance(saved[0], Mapping) or (saved[1:] != current[1:] and not elastic):
         return state
     old, new = dict(saved[0]), dict(current[0])
     old_plan, new_plan = old.pop("curriculum", None), new.pop("curriculum", None)
-    if old != new or not isinstance(old_plan, list) or not isinstance(new_plan, list):
+    if old.get("stage") != "mix" or not isinstance(old_plan, list) or not isinstance(new_plan, list):
         return state
     reached = found[1]
+    old_k = _check_components(old, new, reached)
+    rest_old = {key: v for key, v in old.items() if key not in _COMPONENT_FIELDS}
+    rest_new = {key: v for key, v in new.items() if key not in _COMPONENT_FIELDS}
+    if rest_old != rest_new:
+        weights = new.get("weights")
+        if old_k is not None and isinstance(weights, list) and len(weights) > old_k:
+            raise ReproducibilityError(
+                f"cannot load this state: samplers[{old_k}:] enter this mixture at position 0 "
+                f"(mix weights is {old.get('weights')!r} in the state but {weights!r} here), "
+                f"before position {reached}, which the saved run had reached; keep the saved "
+                f"weights and add them with a curriculum segment of {len(weights)} weights "
+                f"from position {reached} on: curriculum=[({reached}, [...])]"
+            )
+        return state
+    if old_k is None and any(old.get(key) != new.get(key) for key in _COMPONENT_FIELDS):
+        if old.get("seeds") != new.get("seeds") or not isinstance(new.get("lengths"), list):
+            return state  # a changed sampler: the state check names it
+        old_k = len(new["lengths"])  # the same samplers, some grown: adopt_growth checks them
+    if old_k is None and old_plan == new_plan:
+        return state
 
     def past(plan: list[Any]) -> list[Any]:
         return [entry for entry in plan if isinstance(entry, list) and entry and entry[0] < reached]
 
     if past(old_plan) != past(new_plan):
+        if old_k is not None:
+            entering = next(
+                (
+                    entry
+                    for entry in past(new_plan)
+                    if len(entry) > 1 and isinstance(entry[1], list) and len(entry[1]) > old_k
+                ),
+                None,
+            )
+            if entering is not None:
+                raise ReproducibilityError(
+                    f"cannot load this state: samplers[{old_k}:] enter the mixture at position "
+                    f"{entering[0]} (a curriculum segment of {len(entering[1])} weights), before "
+                    f"position {reached}, which the saved run had already reached with "
+                    f"{old_k} samplers; start that segment at position {reached} or later"
+                )
         raise ReproducibilityError(
             "cannot load this state: the mixture's curriculum changed before position "
             f"{reached}, which the saved run had already reached (mix curriculum is "
             f"{old_plan!r} in the state but {new_plan!r} here); segments may only be added "
             f"or changed from position {reached} on, or the records seen would differ"
         )
-    return {**state, "chain": current, "fingerprint": fingerprint(current)}
+    adopted = dict(current[0])
+    if old_k is not None:  # the saved samplers keep their saved fields, for adopt_growth
+        for key in ("lengths", "components"):
+            adopted[key] = [*old[key][:old_k], *new[key][old_k:]]
+    chain = [adopted, *saved[1:]]
+    if chain == saved:
+        return state
+    return {**state, "chain": chain, "fingerprint": fingerprint(chain)}

@@ -260,12 +260,14 @@ class LoaderBatchSampler(SkipBatchSampler):
         super().load_state_dict(state_dict)
 
     def _adopt_growth(self, state: Mapping[str, Any]) -> Any:
-        """``state`` in this loader's terms if its dataset only grew from the saved sample.
+        """``state`` in this loader's terms if its data only changed from the saved sample.
 
+        The dataset grew, or a mixture's curriculum changed or gained samplers appended
+        last, from the saved sample on (NOTE [ growth law ], NOTE [ adding a component ]).
         The saved digest is checked against the saved configuration (the records before
-        the saved sample are the same, NOTE [ growth law ]), then recomputed for this one.
+        the saved sample are the same), then recomputed for this one.
         """
-        adopted = adopt_growth(self, state)
+        adopted = adopt_growth(self, adopt_curriculum(self, state))
         saved, samples = state["loader"], state.get("samples")
         if adopted is state or self.grid is None or not isinstance(samples, int):
             return state
