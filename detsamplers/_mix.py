@@ -199,9 +199,7 @@ def _named(name: str, weights: Any, low: int, k: int, hint: str) -> int:
     return n
 
 
-def _check_plan(
-    weights: Any, curriculum: Sequence[Any], k: int
-) -> list[tuple[int, list[float]]]:
+def _check_plan(weights: Any, curriculum: Sequence[Any], k: int) -> list[tuple[int, list[float]]]:
     """The segments ``(start, shares)``: ``weights`` from 0, then ``curriculum``'s.
 
     Segment ``s`` names the first ``k_s`` components, ``k_s`` at least the previous
@@ -645,20 +643,24 @@ class MixSampler(Stage[int]):
             ``range(len(dataset))`` or a :class:`ReproducibleShuffleSampler` over one, each
             with its own seed. A :class:`RepeatSampler` around one is accepted too.
         weights: One non-negative weight per sampler, with a positive sum; they are
-            normalised.
+            normalised. With a curriculum it may name only the first samplers: the others
+            enter with the segment that first names them (NOTE [ adding a component ]).
         seed: Keys the interleaving (any integer).
         window: Positions per window, in ``[1, 65536]``; by default the weights' common
             denominator if it is at most 4096, else 1024.
         curriculum: Later segments ``(start, weights)``, ``start`` increasing and positive:
             from mixture position ``start`` on, ``weights`` apply. No component loses or
-            repeats a record at a switch.
+            repeats a record at a switch. A segment names at least as many samplers as the
+            one before it, and the last names them all; one that names more adds the
+            samplers after those, each from its own position 0.
 
     Raises:
         TypeError: an argument has the wrong type (a ``bool`` weight, a string of weights).
         ValueError: no samplers; weights of the wrong length, negative, NaN or summing to
             zero; a weight too small for the window; an empty sampler with a positive
             weight; a sampler that is sharded, batched, skipped, already mixed or cannot
-            seek; or curriculum starts that do not increase.
+            seek; curriculum starts that do not increase; a segment that names fewer
+            samplers than the one before it, or a last segment that does not name all.
 
     Determinism:
         Position ``p`` maps to (component, component position) by a pure function of
@@ -1085,9 +1087,13 @@ def _check_components(old: dict[str, Any], new: dict[str, Any], reached: int) ->
         ReproducibilityError: components were removed, reordered, or one was inserted or
             changed before the last saved one while others were appended.
     """
-    columns = [old.get(key) for key in _COMPONENT_FIELDS] + [new.get(key) for key in _COMPONENT_FIELDS]
-    if not all(isinstance(column, list) for column in columns):
-        return None
+    columns: list[list[Any]] = []
+    for link in (old, new):
+        for key in _COMPONENT_FIELDS:
+            column = link.get(key)
+            if not isinstance(column, list):
+                return None
+            columns.append(column)
     old_lengths, old_seeds, old_parts, lengths, seeds, parts = columns
     old_k, new_k = len(old_lengths), len(lengths)
     if new_k < old_k:
@@ -1157,7 +1163,7 @@ def adopt_curriculum(node: Node, state: Any) -> Any:
     samples = state.get("samples")  # the saved run's own sample position, if it has one
     grid = getattr(node, "grid", None) is not None
     elastic = grid and isinstance(samples, int) and not isinstance(samples, bool)
-    if found is not None and elastic:
+    if found is not None and elastic and isinstance(samples, int):
         found = (found[0], samples)
     current = node.chain_config()
     if found is None or position < 0 or len(saved) != len(current) or saved == current:
@@ -1168,7 +1174,11 @@ def adopt_curriculum(node: Node, state: Any) -> Any:
         return state
     old, new = dict(saved[0]), dict(current[0])
     old_plan, new_plan = old.pop("curriculum", None), new.pop("curriculum", None)
-    if old.get("stage") != "mix" or not isinstance(old_plan, list) or not isinstance(new_plan, list):
+    if (
+        old.get("stage") != "mix"
+        or not isinstance(old_plan, list)
+        or not isinstance(new_plan, list)
+    ):
         return state
     reached = found[1]
     old_k = _check_components(old, new, reached)

@@ -189,7 +189,7 @@ def mixture_chain(samplers: list[Any], weights: list[float], **kwargs: Any) -> A
 @pytest.mark.parametrize(
     ("order", "weights", "message"),
     [
-        ([0, 3, 1, 2], [1, 1, 1, 1], r"samplers\[1\] is not the saved run's samplers\[1\].*goes last"),
+        ([0, 3, 1, 2], [1, 1, 1, 1], r"samplers\[1\] is not the saved run's .*goes last"),
         ([0, 2], [1, 1], r"mixed 3 samplers but this mixture has 2.*cannot be removed"),
         ([1, 0, 2], [1, 1, 1], "samplers are in another order than the saved run's"),
     ],
@@ -235,7 +235,9 @@ def test_the_loader_resumes_with_a_component_added_on_any_world_size() -> None:
     assert state["samples"] == 24
     grown = mixed_loader(24)
     check_reproducible(grown)
-    straight = [v for batch in values(grown.get_data_loader(repeat=True, skip=8), 12) for v in batch]
+    straight = [
+        v for batch in values(grown.get_data_loader(repeat=True, skip=8), 12) for v in batch
+    ]
     assert any(v >= 900 for v in straight)
     for world in (1, 2, 3):
         ranks = []
