@@ -319,3 +319,16 @@ def test_a_growth_a_curriculum_change_and_an_added_component_through_the_loader(
         resumed.batch_sampler.load_state_dict(state)
         straight = big.get_data_loader(repeat=True, skip=3, num_replicas=2, rank=1)
         assert values(resumed, 6) == values(straight, 6)
+
+
+def test_a_curriculum_change_loads_into_a_chain_on_another_world_size() -> None:
+    state = chain(2, 1, 3, 4).state_dict()  # 24 samples
+    plan = [(24, [0, 0, 1])]
+    ranks = []
+    for rank in range(3):
+        resumed = chain(3, rank, 2, curriculum=plan)
+        resumed.load_state_dict(state)
+        ranks.append(take(resumed, 3))
+    straight = [take(chain(1, 0, 6, 4, curriculum=plan), 3)]
+    assert global_batches(ranks) == global_batches(straight)
+    assert all(i >= 15 for batch in straight[0] for i in batch)
