@@ -778,12 +778,12 @@ class MixSampler(Stage[int]):
 
     @property
     def counts(self) -> list[int]:
-        """Each component's positions per window, first segment."""
+        """Each component's positions per window, first segment (the samplers it names)."""
         return [int(c) for c in self._segments[0].counts]
 
     @property
     def shares(self) -> list[float]:
-        """The realised share of each component, ``counts / window``, first segment."""
+        """The realised share of each component named by the first segment, ``counts / window``."""
         first = self._segments[0]
         return [int(c) / first.window for c in first.counts]
 

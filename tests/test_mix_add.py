@@ -332,3 +332,22 @@ def test_a_curriculum_change_loads_into_a_chain_on_another_world_size() -> None:
     straight = [take(chain(1, 0, 6, 4, curriculum=plan), 3)]
     assert global_batches(ranks) == global_batches(straight)
     assert all(i >= 15 for batch in straight[0] for i in batch)
+
+
+def test_a_second_component_may_be_added_at_a_later_resume() -> None:
+    samplers = [ds.ReproducibleShuffleSampler(range(n), i) for i, n in enumerate([6, 4, 5, 3])]
+    first = [(8, [1, 1, 1])]
+    second = [*first, (20, [1, 1, 1, 3])]
+    saving = mixture_chain(samplers[:3], [1, 1], curriculum=first)
+    take(saving, 5)  # 20 positions
+    resumed = mixture_chain(samplers, [1, 1], curriculum=second)
+    resumed.load_state_dict(saving.state_dict())
+    mix = MixSampler(samplers, [1, 1], 0, curriculum=second)
+    assert take(resumed, 5) == [mix.records(np.arange(p, p + 4)).tolist() for p in range(20, 40, 4)]
+    assert mix.progress(20)["consumed"] == [*saving.state_dict()["mixture"]["consumed"], 0]
+    with pytest.raises(
+        ds.ReproducibilityError, match=r"samplers\[3:\] enter the mixture at position 19"
+    ):
+        mixture_chain(samplers, [1, 1], curriculum=[*first, (19, [1, 1, 1, 3])]).load_state_dict(
+            saving.state_dict()
+        )
