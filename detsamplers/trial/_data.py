@@ -64,6 +64,7 @@ import torch.utils.data as tud
 
 from .._errors import ReproducibilityError
 from .._grow import GrowingShuffleSampler
+from .._mix import MixSampler
 from ..loader import DataLoader, WebDataLoader, WebDatasetSource
 from ..loader._dataloader import DEFAULT_SEED
 from ._context import TrialContext
@@ -439,6 +440,15 @@ def grown_data(
             "here, and a dataset may only grow during a run (dataset_growth=True records a "
             f"growth, never a shrink); restore the {old} records, or start a fresh run in "
             "another checkpoint_dir"
+        )
+    if not growth and isinstance(data.loader.sampler, MixSampler):
+        raise ReproducibilityError(
+            f"cannot resume from {path}: dataset_length is {old} in the checkpoint but {new} "
+            "here, over a MixSampler: the trial loop does not offer a dataset added to a "
+            "mixture or a mixture component's growth at a resume (dataset_growth=True grows "
+            "a loader that shuffles itself). Restore the saved datasets, or resume the "
+            "loader outside the trial, where DataLoader.load_state_dict accepts a dataset "
+            "appended last with a curriculum segment (docs/mixing.md)"
         )
     if not growth:
         raise ReproducibilityError(
