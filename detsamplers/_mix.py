@@ -205,6 +205,10 @@ def _check_plan(weights: Any, curriculum: Sequence[Any], k: int) -> list[tuple[i
     Segment ``s`` names the first ``k_s`` components, ``k_s`` at least the previous
     segment's and the last segment all ``k``: a segment that names more components adds
     them from its start on (NOTE [ adding a component ]).
+
+    Examples:
+        >>> _check_plan([1, 1], [(10, [1, 1, 2])], 3)
+        [(0, [0.5, 0.5]), (10, [0.25, 0.25, 0.5])]
     """
     entries: list[tuple[str, int, Any]] = [("weights", 0, weights)]
     for i, entry in enumerate(curriculum):
@@ -221,7 +225,9 @@ def _check_plan(weights: Any, curriculum: Sequence[Any], k: int) -> list[tuple[i
     low = 1
     for name, start, values in entries:
         hint = (
-            f"the segment before it names {low}, and a component cannot leave a mixture: "
+            "it names the samplers mixed from position 0, at least one"
+            if start == 0
+            else f"the segment before it names {low}, and a component cannot leave a mixture: "
             "give it weight 0 instead"
         )
         n = _named(name, values, low, k, hint)

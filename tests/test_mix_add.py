@@ -158,6 +158,8 @@ def test_construction_names_the_segment_whose_weights_do_not_fit() -> None:
         MixSampler(samplers, WEIGHTS, 0, curriculum=[(5, NEW_WEIGHTS), (9, WEIGHTS)])
     with pytest.raises(ValueError, match=r"curriculum\[0\] weights\[3\] is positive"):
         MixSampler([*samplers[:3], range(0)], WEIGHTS, 0, curriculum=[(5, NEW_WEIGHTS)])
+    with pytest.raises(ValueError, match=r"but got 0: weights=\[\]; it names the samplers mixed"):
+        MixSampler(samplers, [], 0, curriculum=[(5, NEW_WEIGHTS)])
     two_steps = MixSampler(samplers, WEIGHTS[:2], 0, curriculum=[(5, WEIGHTS), (9, NEW_WEIGHTS)])
     assert two_steps.progress(9)["consumed"][3] == 0
     assert two_steps.progress(5)["consumed"][2:] == [0, 0]
