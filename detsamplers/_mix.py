@@ -902,7 +902,10 @@ class MixSampler(Stage[int]):
             self._kernel_params = _kernel_params(self._perms, self._offsets)
         out = np.empty(n, dtype=np.int64)
         first = int(positions[0]) - segment.start
-        kernel.records_stride(*segment.kernel_args(), first, stride, n, self._kernel_params, out)
+        # A segment before an added component names only the first components (NOTE [
+        # adding a component ]): its rows of the parameters.
+        params = self._kernel_params[: len(segment.counts)]
+        kernel.records_stride(*segment.kernel_args(), first, stride, n, params, out)
         return out
 
     def _gather(

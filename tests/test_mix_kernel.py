@@ -79,6 +79,31 @@ def test_the_kernel_gives_the_numpy_records_and_locations(
     assert located[1].tolist() == expected_located[1].tolist()
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**40), start=st.integers(1, 10**5), data=st.data())
+@needs_kernel
+def test_the_kernel_gives_the_numpy_records_before_and_after_a_component_is_added(
+    seed: int, start: int, data: st.DataObject
+) -> None:
+    # The segment before the switch names two of the three components (NOTE [ adding a
+    # component ]); a block on each side of it, in the kernel and in numpy.
+    lengths = [data.draw(st.integers(1, 3000)) for _ in range(3)]
+    samplers = [ds.ReproducibleShuffleSampler(range(n), seed + i) for i, n in enumerate(lengths)]
+    mix = MixSampler(samplers, [3, 1], seed, curriculum=[(start, [2, 1, 1])])
+    stride = data.draw(st.integers(1, 70))
+    count = _mix.KERNEL_MIN_POSITIONS
+    for first in (max(0, start - stride * count - 5), start + data.draw(st.integers(0, 10**6))):
+        positions = first + stride * np.arange(count, dtype=np.int64)
+        if first < start <= int(positions[-1]):
+            continue  # across the switch: numpy only (tested above)
+        compiled = mix._kernel_records(positions)
+        assert compiled is not None
+        with pytest.MonkeyPatch.context() as patch:
+            numpy_path(patch)
+            expected = mix.records(positions)
+        assert compiled.tolist() == expected.tolist()
+
+
 @needs_kernel
 def test_a_block_crossing_a_curriculum_switch_or_with_gaps_takes_the_numpy_path() -> None:
     mix = MixSampler(
