@@ -299,6 +299,25 @@ static int block_ok(long long first, long long stride, long long count) {
     return 1;
 }
 
+/* Both functions' arguments: (tables, key, window, arrangements, components, first, stride,
+ * count, x, y), the tables' views taken (release them with tables_release). */
+typedef struct {
+    TableArgs a;
+    long long first, stride, count;
+    PyObject *x, *y;
+} BlockArgs;
+
+static int block_args(PyObject *args, BlockArgs *b) {
+    PyObject *tables;
+    unsigned long long key;
+    long long window, arrangements, components;
+    if (!PyArg_ParseTuple(args, "OKLLLLLLOO", &tables, &key, &window, &arrangements, &components, &b->first,
+                          &b->stride, &b->count, &b->x, &b->y))
+        return -1;
+    if (!block_ok(b->first, b->stride, b->count)) return -1;
+    return tables_of(tables, key, window, arrangements, components, &b->a);
+}
+
 /* -- the module's functions ---------------------------------------------------------------- */
 
 PyDoc_STRVAR(locate_doc,
@@ -308,21 +327,16 @@ PyDoc_STRVAR(locate_doc,
 
 static PyObject *locate_stride(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tables, *component_obj, *position_obj;
-    unsigned long long key;
-    long long window, arrangements, components, first, stride, count;
-    if (!PyArg_ParseTuple(args, "OKLLLLLLOO", &tables, &key, &window, &arrangements, &components,
-                          &first, &stride, &count, &component_obj, &position_obj))
-        return NULL;
-    if (!block_ok(first, stride, count)) return NULL;
-    TableArgs a;
-    if (tables_of(tables, key, window, arrangements, components, &a) < 0) return NULL;
+    BlockArgs b;
+    if (block_args(args, &b) < 0) return NULL;
+    TableArgs a = b.a;
+    long long first = b.first, stride = b.stride, count = b.count;
     Py_buffer component_view, position_view;
-    if (buffer_of(component_obj, &component_view, (Py_ssize_t)count, 8, 1, "component_out") < 0) {
+    if (buffer_of(b.x, &component_view, (Py_ssize_t)count, 8, 1, "component_out") < 0) {
         tables_release(&a);
         return NULL;
     }
-    if (buffer_of(position_obj, &position_view, (Py_ssize_t)count, 8, 1, "position_out") < 0) {
+    if (buffer_of(b.y, &position_view, (Py_ssize_t)count, 8, 1, "position_out") < 0) {
         PyBuffer_Release(&component_view);
         tables_release(&a);
         return NULL;
@@ -351,26 +365,22 @@ PyDoc_STRVAR(records_doc,
 
 static PyObject *records_stride(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tables, *params_obj, *out_obj;
-    unsigned long long key;
-    long long window, arrangements, components, first, stride, count;
-    if (!PyArg_ParseTuple(args, "OKLLLLLLOO", &tables, &key, &window, &arrangements, &components,
-                          &first, &stride, &count, &params_obj, &out_obj))
-        return NULL;
-    if (!block_ok(first, stride, count)) return NULL;
+    BlockArgs b;
+    if (block_args(args, &b) < 0) return NULL;
+    TableArgs a = b.a;
+    long long components = a.t.components, count = b.count;
     if (components > MAX_CHUNK_COMPONENTS) {
+        tables_release(&a);
         PyErr_Format(PyExc_ValueError, "records_stride takes at most %d components, not %lld",
                      MAX_CHUNK_COMPONENTS, components);
         return NULL;
     }
-    TableArgs a;
-    if (tables_of(tables, key, window, arrangements, components, &a) < 0) return NULL;
     Py_buffer params_view, out_view;
-    if (buffer_of(params_obj, &params_view, (Py_ssize_t)(components * PARAMS), 8, 0, "params") < 0) {
+    if (buffer_of(b.x, &params_view, (Py_ssize_t)(components * PARAMS), 8, 0, "params") < 0) {
         tables_release(&a);
         return NULL;
     }
-    if (buffer_of(out_obj, &out_view, (Py_ssize_t)count, 8, 1, "out") < 0) {
+    if (buffer_of(b.y, &out_view, (Py_ssize_t)count, 8, 1, "out") < 0) {
         PyBuffer_Release(&params_view);
         tables_release(&a);
         return NULL;
@@ -418,7 +428,7 @@ static PyObject *records_stride(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     Walk w;
-    walk_start(&w, &a.t, first, stride);
+    walk_start(&w, &a.t, b.first, b.stride);
     for (long long done = 0; done < count;) {
         done += chunk_records(chunk, &a.t, &w, perms, components, out + done, count - done);
     }
