@@ -641,3 +641,150 @@ def test_a_spawned_worker_reads_what_the_main_process_reads(sets: list[list[str]
     loader = WebDataLoader(source(), num_workers=1, multiprocessing_context="spawn")
     got = [b.tolist() for _, b in zip(range(6), loader, strict=False)]
     assert got == take(iter(source()), 6)
+
+
+# -- a shard set added at a resume (NOTE [ adding a component ]) ----------------------------
+
+
+def added(
+    sets: list[list[str]], at: int, two: Any = (0.6, 0.4), three: Any = (0.3, 0.2, 0.5), **kw: Any
+) -> WebDatasetMix:
+    """``sets[:2]`` mixed with ``two``, then ``sets[2]`` entering at ``at`` with ``three``."""
+    return mix(sets, two, curriculum=[(at, list(three))], **kw)
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    two=st.lists(st.integers(1, 9), min_size=2, max_size=2),
+    three=st.lists(st.integers(1, 9), min_size=3, max_size=3),
+    later=st.integers(0, 3),
+)
+def test_resuming_anywhere_with_a_shard_set_added_gives_the_run_that_had_it_from_there(
+    sets: list[list[str]], seed: int, two: list[int], three: list[int], later: int
+) -> None:
+    before = stream(mix(sets[:2], two, seed=seed), 40)
+    for position in range(1, 31):
+        entry = position + later
+        straight = stream(added(sets, entry, two, three, seed=seed), entry + 12)
+        assert straight[:entry] == before[:entry]  # the past is the saved run's
+        saved = mix(sets[:2], two, seed=seed).state_dict()
+        resumed = added(sets, entry, two, three, seed=seed, batch_size=3)
+        resumed.load_state_dict(json.loads(json.dumps({**saved, "position": position})))
+        tail = [x for b in take(iter(resumed), 4) for x in b]
+        assert tail == straight[position:][:12]
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**32), entry=st.integers(1, 40))
+def test_an_added_shard_set_starts_at_its_own_position_0_and_the_others_continue(
+    sets: list[list[str]], seed: int, entry: int
+) -> None:
+    before = stream(mix(sets[:2], (0.6, 0.4), seed=seed), 400)
+    after = stream(added(sets, entry, seed=seed), 400)
+    for k in range(3):
+        options: dict[str, Any] = {"shuffle_window": 3, "decode": (), "map": label}
+        single = stream(
+            WebDatasetSource(
+                sets[k], seed=derive(seed, "mix-component", k), batch_size=1, **options
+            ),
+            400,
+        )
+        own = [x for x in after if x // 1000 == k]
+        assert own == single[: len(own)]  # each set's own stream, from its position 0
+        if k < 2:  # an old set: its samples before the entry, then where it was
+            assert own[: sum(x // 1000 == k for x in before[:entry])] == [
+                x for x in before[:entry] if x // 1000 == k
+            ]
+        epochs = len(own) // SIZES[k]
+        assert epochs >= (1 if k == 2 else 2)
+        for e in range(epochs):  # every sample once per set epoch
+            assert sorted(own[e * SIZES[k] : (e + 1) * SIZES[k]]) == [
+                k * 1000 + i for i in range(SIZES[k])
+            ]
+
+
+@pytest.mark.parametrize(("before", "after"), [((2, 3), (3, 2)), ((1, 6), (4, 1))])
+def test_a_shard_set_added_at_an_elastic_resume_continues_the_same_global_batches(
+    sets: list[list[str]], before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    first = [
+        mix(sets[:2], (0.6, 0.4), batch_size=before[1], world_size=before[0], rank=r)
+        for r in range(before[0])
+    ]
+    head = global_stream(first, 0, 3)
+    state = json.loads(json.dumps(first[0].state_dict()))
+    start = state["position"]
+    straight = stream(added(sets, start), start + 60)
+    assert head == straight[:start]
+    second = [
+        added(sets, start, batch_size=after[1], world_size=after[0], rank=r)
+        for r in range(after[0])
+    ]
+    for source in second:
+        source.load_state_dict(state)
+    assert second[0].state_dict()["mixture"]["consumed"][2] == 0  # it enters here
+    for workers in (2, 0):  # the workers' iterators leave the position where it was
+        assert (
+            global_stream(second, workers, 5) == straight[start : start + 5 * after[0] * after[1]]
+        )
+    assert second[0].state_dict()["mixture"]["consumed"][2] > 0
+
+
+def test_a_second_shard_set_can_join_at_a_later_resume(sets: list[list[str]]) -> None:
+    one = mix(sets[:1], (1,))
+    saved = {**one.state_dict(), "position": 7}
+    grown = mix(sets[:2], (1,), curriculum=[(7, [1, 1])])
+    grown.load_state_dict(saved)
+    saved = {**grown.state_dict(), "position": 15}
+    final = mix(sets, (1,), curriculum=[(7, [1, 1]), (15, [1, 1, 2])])
+    final.load_state_dict(json.loads(json.dumps(saved)))
+    straight = stream(mix(sets, (1,), curriculum=[(7, [1, 1]), (15, [1, 1, 2])]), 27)
+    assert straight[:7] == stream(one, 7)
+    assert [x for b in take(iter(final), 6) for x in b] == straight[15:]
+
+
+def test_removing_reordering_inserting_or_adding_a_set_too_early_is_refused_naming_it(
+    sets: list[list[str]],
+) -> None:
+    state = {**mix(sets[:2], (0.6, 0.4)).state_dict(), "position": 10}
+    with pytest.raises(ReproducibilityError, match=r"urls\[2:\] enter this mixture at position 0"):
+        mix(sets, (0.3, 0.2, 0.5)).load_state_dict(state)
+    with pytest.raises(
+        ReproducibilityError,
+        match=r"urls\[2:\] enter the mixture at position 9 .* start that segment at position 10",
+    ):
+        added(sets, 9).load_state_dict(state)
+    with pytest.raises(ReproducibilityError, match=r"urls\[1\] is not the saved run's urls\[1\]"):
+        added([sets[0], sets[2], sets[1]], 10).load_state_dict(state)  # inserted
+    with pytest.raises(ReproducibilityError, match=r"urls\[0\] is not the saved run's urls\[0\]"):
+        added([sets[1], sets[0], sets[2]], 10).load_state_dict(state)  # reordered, then added
+    three = {**mix(sets).state_dict(), "position": 10}
+    with pytest.raises(
+        ReproducibilityError,
+        match=r"saved with 3 shard sets, but urls name 2; a shard set cannot be removed .* "
+        r"weight 0 in a curriculum segment from position 10 on",
+    ):
+        mix(sets[:2], (1, 1)).load_state_dict(three)
+    with pytest.raises(ReproducibilityError, match=r"the shard sets are in another order than"):
+        mix([sets[1], sets[0], sets[2]]).load_state_dict(three)
+    with pytest.raises(ReproducibilityError, match=r"fingerprint does not match"):
+        added(sets, 10).load_state_dict({**state, "fingerprint": "0" * 16})
+    added(sets, 10).load_state_dict(state)  # appended last, from the reached position: taken
+
+
+def test_a_set_named_by_no_segment_or_leaving_one_is_refused_at_construction(
+    sets: list[list[str]],
+) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"weights should have one weight per shard set in urls \(3\), but got 2: "
+        r"weights=\[0.6, 0.4\]; to add a shard set at a resume, append its urls last",
+    ):
+        mix(sets, (0.6, 0.4))
+    with pytest.raises(
+        ValueError, match=r"curriculum\[0\] weights should have one weight per shard set in urls"
+    ):
+        mix(sets, (0.6, 0.4), curriculum=[(5, [1, 1])])
+    with pytest.raises(ValueError, match=r"names 2, and a shard set cannot leave a mixture"):
+        mix(sets, (0.6, 0.4), curriculum=[(5, [1]), (9, [1, 1, 1])])

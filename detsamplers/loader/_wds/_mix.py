@@ -120,7 +120,9 @@ class WebDatasetMix(WebDatasetSource):
     Args:
         urls: One shard set per component: each a path, fsspec URL or brace pattern, or a
             sequence of these (as ``WebDatasetSource``'s ``urls``).
-        weights: One non-negative weight per shard set, with a positive sum.
+        weights: One non-negative weight per shard set mixed from position 0, with a
+            positive sum. Sets named by no weight here enter with the curriculum segment
+            that first names them.
         seed: Keys the interleaving, each set's shard and window shuffles (set ``k``'s seed
             is ``derive(seed, "mix-component", k)``) and the per-batch RNG seeding.
         batch_size: Samples per batch on each rank.
@@ -129,7 +131,10 @@ class WebDatasetMix(WebDatasetSource):
         window: Positions per window of the mixture (``MixSampler``'s ``window``).
         curriculum: Later segments ``(start, weights)``: from position ``start`` on,
             ``weights`` apply (``MixSampler``'s ``curriculum``). No set loses or repeats a
-            sample at a switch.
+            sample at a switch. A segment names at least as many sets as the one before
+            it and the last names all: a set added at a resume has its urls appended last
+            and enters with a segment naming one more weight, from the saved position on
+            (NOTE [ adding a component ]); it starts at its own sample 0.
         decode: As for :class:`WebDatasetSource` (every set alike), or a list with one
             entry per shard set (``None``: that set's samples are not decoded). A list of
             as many image specs or handlers as there are sets (two or more) could mean
@@ -221,11 +226,7 @@ class WebDatasetMix(WebDatasetSource):
                 f"weights should be a sequence of {len(urls)} non-negative numbers, one per "
                 f"shard set, but got weights={weights!r} of type {type(weights).__name__}"
             )
-        if len(weights) != len(urls):
-            raise ValueError(
-                f"weights should have one weight per shard set in urls ({len(urls)}), but got "
-                f"{len(weights)}: weights={list(weights)!r}"
-            )
+        _check_named(weights, curriculum, len(urls))
         seed = check_int("seed", seed)
         # The weights, window, curriculum, decode and map are checked before any shard is
         # indexed.
@@ -305,9 +306,7 @@ class WebDatasetMix(WebDatasetSource):
         }
         if self.shuffle_block_shards:  # absent when off: states saved before it still load
             self._config["shuffle_block_shards"] = self.shuffle_block_shards
-        # The curriculum is left out: segments still to come may change at a resume.
-        stable = {key: value for key, value in self._config.items() if key != "curriculum"}
-        self._fingerprint = fingerprint([{"source": "webdataset-mix", **stable}])
+        self._fingerprint = _stable(self._config)
         self._mix_counts = counts
         self._mix_paths = [[s.path for s in part] for part in parts]
 
@@ -386,7 +385,10 @@ class WebDatasetMix(WebDatasetSource):
         """Resume at the state's position, on any world size, batch size or ``num_workers``.
 
         The curriculum may add or change segments that start at or after the saved
-        position (as for ``MixSampler``).
+        position (as for ``MixSampler``), and shard sets appended to the saved ones may
+        enter with such a segment (NOTE [ adding a component ]): the positions before it
+        read what the saved run read, every saved set continues where it was and the new
+        one starts at its own sample 0.
 
         Raises:
             TypeError: ``state_dict`` is not a mapping, or its counts or config have the
@@ -394,7 +396,9 @@ class WebDatasetMix(WebDatasetSource):
             ValueError: a key is missing or unknown, or the version is unknown.
             ReproducibilityError: a weight, the window, the seed, a shuffle setting, a
                 shard set's shards or a shard's sample count changed, or a curriculum
-                segment before the saved position (the message names it).
+                segment before the saved position; or shard sets were removed, reordered,
+                inserted before the saved ones, or added before the saved position (the
+                message names the change and the fix).
         """
         position = check_header(state_dict, _STATE_KEYS, "WebDatasetMix", STATE_VERSION)
         unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS + _INFORMATION)
@@ -422,7 +426,10 @@ class WebDatasetMix(WebDatasetSource):
                     for path, a, b in zip(path_list, old, new, strict=True)
                     if a != b
                 ]
-        if not changed and state_dict["fingerprint"] != self._fingerprint:
+        # With shard sets appended, the saved fingerprint is checked against the saved
+        # configuration: the comparison above named every other difference.
+        expected = self._fingerprint if len(counts) == len(self._mix_counts) else _stable(saved)
+        if not changed and state_dict["fingerprint"] != expected:
             changed = ["the state's fingerprint does not match its configuration"]
         if changed:
             raise ReproducibilityError(
@@ -432,6 +439,65 @@ class WebDatasetMix(WebDatasetSource):
         self._seek(position)
 
 
+def _check_named(weights: Sequence[float], curriculum: Any, count: int) -> None:
+    """Check how many shard sets ``weights`` and each curriculum segment name.
+
+    ``weights`` names the sets mixed from position 0; a segment names at least as many as
+    the one before it, and the last names all ``count``: a segment that names more adds
+    sets from its start on, as for ``MixSampler`` (NOTE [ adding a component ]). Malformed
+    entries are left to ``MixSampler``'s checks.
+
+    Examples:
+        >>> _check_named([1, 1], [(10, [1, 1, 2])], 3)
+        >>> try:
+        ...     _check_named([1, 1], [], 3)
+        ... except ValueError as error:
+        ...     print(str(error).split("; ")[1][:52])
+        to add a shard set at a resume, append its urls last
+    """
+    entries: list[tuple[str, Any]] = [("weights", weights)]
+    if isinstance(curriculum, Sequence) and not isinstance(curriculum, (str, bytes)):
+        entries += [
+            (f"curriculum[{i}] weights", entry[1])
+            for i, entry in enumerate(curriculum)
+            if isinstance(entry, Sequence) and len(entry) == 2
+        ]
+    low = 1
+    for i, (name, values) in enumerate(entries):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+            return
+        n = len(values)
+        last = i == len(entries) - 1
+        if n > count or (last and n < count) or (0 < n < low):
+            fix = (
+                f"; the segment before it names {low}, and a shard set cannot leave a mixture: "
+                "give it weight 0 instead"
+                if n < low
+                else (
+                    "; to add a shard set at a resume, append its urls last and name its "
+                    "weight from the position it enters at: curriculum=[(position, "
+                    f"[{count} weights])]"
+                    if n < count
+                    else ""
+                )
+            )
+            raise ValueError(
+                f"{name} should have one weight per shard set in urls ({count}), but got {n}: "
+                f"{name}={list(values)!r}{fix}"
+            )
+        low = max(low, n)
+
+
+def _stable(config: Mapping[str, Any]) -> str:
+    """The fingerprint of a configuration, its curriculum left out.
+
+    Segments still to come may change at a resume, and shard sets may be added with them.
+    """
+    return fingerprint(
+        [{"source": "webdataset-mix", **{k: v for k, v in config.items() if k != "curriculum"}}]
+    )
+
+
 def _differences(
     saved: dict[str, Any],
     counts: list[list[Any]],
@@ -439,10 +505,38 @@ def _differences(
     here: list[list[int]],
     position: int,
 ) -> list[str]:
-    """What differs between a saved mixture's configuration and this one, each named."""
+    """What differs between a saved mixture's configuration and this one, each named.
+
+    Shard sets appended after the saved ones are no difference if they enter with a
+    curriculum segment that starts at or after ``position`` (NOTE [ adding a component ]).
+
+    Raises:
+        ReproducibilityError: shard sets were removed, inserted before or among the saved
+            ones while others were appended, or appended ones enter before ``position``.
+    """
+    old_k, new_k = len(counts), len(here)
+    names = saved.get("shards")
+    old_names = list(names) if isinstance(names, list) else []
+    new_names = list(config["shards"])
+    if new_k < old_k:
+        raise ReproducibilityError(
+            f"cannot load this state into WebDatasetMix: it was saved with {old_k} shard sets, "
+            f"but urls name {new_k}; a shard set cannot be removed at a resume, since the "
+            "mixture law would change for the positions already trained. Keep every saved "
+            "shard set in the saved order and give the one to drop weight 0 in a curriculum "
+            f"segment from position {position} on: curriculum=[({position}, [{old_k} weights])]"
+        )
+    added = new_k - old_k
+    if added and old_names[:old_k] != new_names[:old_k]:
+        k = next(k for k in range(old_k) if k >= len(old_names) or old_names[k] != new_names[k])
+        raise ReproducibilityError(
+            f"cannot load this state into WebDatasetMix: urls[{k}] is not the saved run's "
+            f"urls[{k}] (other shard files or another order) while urls name {added} more "
+            f"shard set{'s' if added > 1 else ''}; a shard set added at a resume goes last, "
+            f"after the saved run's {old_k}, so that every saved set keeps its place. Keep the "
+            "saved shard sets in their order and append the new ones"
+        )
     out: list[str] = []
-    if len(counts) != len(here):
-        return [f"it was saved with {len(counts)} shard sets, but urls name {len(here)}"]
     for key in _CHECKED:
         old, new = saved.get(key, _ABSENT.get(key)), config.get(key, _ABSENT.get(key))
         if old == new:
@@ -453,16 +547,32 @@ def _differences(
                 for k, (a, b) in enumerate(zip(old, new, strict=True))
                 if a != b
             ]
+        elif key == "weights" and added and len(new) > old_k:
+            raise ReproducibilityError(
+                f"cannot load this state into WebDatasetMix: urls[{old_k}:] enter this mixture "
+                f"at position 0 (weights is {old!r} in the state but {new!r} here), before "
+                f"position {position}, which the saved run had reached; keep the saved weights "
+                f"and add them with a curriculum segment of {new_k} weights from position "
+                f"{position} on: curriculum=[({position}, [{new_k} weights])]"
+            )
         else:
             out.append(f"{key} is {old!r} in the state but {new!r} here")
-    names = saved.get("shards")
-    for k, new_names in enumerate(config["shards"]):
-        old_names = names[k] if isinstance(names, list) and k < len(names) else None
-        if old_names != new_names:
-            out.append(
-                f"urls[{k}] names other shard files or another order than in the state "
-                f"({len(counts[k])} shards then, {len(here[k])} now)"
-            )
+    if (
+        not added
+        and old_names != new_names
+        and sorted(map(str, old_names)) == sorted(map(str, new_names))
+    ):
+        out.append(
+            "the shard sets are in another order than in the state; keep the saved order "
+            "(a shard set added at a resume goes last)"
+        )
+    else:
+        for k, names_k in enumerate(new_names[:old_k]):
+            if (old_names[k] if k < len(old_names) else None) != names_k:
+                out.append(
+                    f"urls[{k}] names other shard files or another order than in the state "
+                    f"({len(counts[k])} shards then, {len(here[k])} now)"
+                )
     old_plan, new_plan = saved.get("curriculum"), config["curriculum"]
     if old_plan != new_plan:
 
@@ -472,6 +582,22 @@ def _differences(
             return [e for e in plan if isinstance(e, list) and e and e[0] < position]
 
         if past(old_plan) != past(new_plan):
+            entering = next(
+                (
+                    e
+                    for e in past(new_plan)
+                    if added and len(e) > 1 and isinstance(e[1], list) and len(e[1]) > old_k
+                ),
+                None,
+            )
+            if entering is not None:
+                raise ReproducibilityError(
+                    f"cannot load this state into WebDatasetMix: urls[{old_k}:] enter the "
+                    f"mixture at position {entering[0]} (a curriculum segment of "
+                    f"{len(entering[1])} weights), before position {position}, which the "
+                    f"saved run had already reached with {old_k} shard sets; start that "
+                    f"segment at position {position} or later"
+                )
             out.append(
                 f"the curriculum changed before position {position}, which the saved run "
                 f"had already reached (curriculum is {old_plan!r} in the state but "
