@@ -788,3 +788,27 @@ def test_a_set_named_by_no_segment_or_leaving_one_is_refused_at_construction(
         mix(sets, (0.6, 0.4), curriculum=[(5, [1, 1])])
     with pytest.raises(ValueError, match=r"names 2, and a shard set cannot leave a mixture"):
         mix(sets, (0.6, 0.4), curriculum=[(5, [1]), (9, [1, 1, 1])])
+
+
+def test_a_long_stream_builds_the_tables_at_once_and_reads_the_same_samples(
+    sets: list[list[str]],
+) -> None:
+    # Past 2,048 positions the mixture builds a segment's arrangements at once (then the
+    # kernel may take over); the law it reads is the one a few positions at a time gives.
+    source = mix(sets, (0.6, 0.25, 0.15), batch_size=64, curriculum=[(1500, [1, 1, 1])])
+    labels = [x for b in take(iter(source), 60) for x in b]
+    law = MixSampler(
+        [range(n) for n in SIZES], [0.6, 0.25, 0.15], 0, curriculum=[(1500, [1, 1, 1])]
+    )
+    component = np.concatenate([law.locate(np.arange(p, p + 8))[0] for p in range(0, 3840, 8)])
+    assert [x // 1000 for x in labels] == component.tolist()
+    assert [s._all_built for s in source.mixture._segments] == [False, True]
+    # Each set's position too: the shard and sample of every position, as the law gives them.
+    steps = [law.locate(np.arange(p, p + 8)) for p in range(0, 3840, 8)]
+    expected = []
+    for k, q in steps:
+        for c, n in zip(k.tolist(), q.tolist(), strict=True):
+            shard, sample = source._order.orders[c].locate(np.array([n]))
+            expected.append((int(shard[0]) + int(source._order.offsets[c]), int(sample[0])))
+    assert source.locate(range(3840)) == expected
+    assert not any(s._all_built for s in law._segments)  # the reference built a few at a time
