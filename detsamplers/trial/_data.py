@@ -179,6 +179,8 @@ class MapData:
         self.records = records_per_epoch(loader)
         #: The growth history ``[[0, N0], [p1, N1], ...]`` (NOTE [ trial growth ]).
         self.history = [[0, self.records]] if history is None else history
+        #: A ``MixSampler`` draws the stream (NOTE [ trial mixture ]).
+        self.mixture = isinstance(loader.sampler, MixSampler)
         self._saved: MapData | None = None
 
     def grown(self, history: list[list[int]]) -> MapData:
@@ -193,7 +195,7 @@ class MapData:
             ...     MapData(DataLoader(range(4), batch_size=2, shuffle=True, seed=3)).loader, 0, 1)
             True
         """
-        if len(history) == 1:
+        if len(history) == 1 or self.mixture:  # a mixture says itself how records enter
             return MapData(self.loader, history)
         loader = copy.copy(self.loader)
         growth = [(int(at), int(size)) for at, size in history[1:]]
@@ -388,6 +390,8 @@ def _growable(data: TrainingData | None, need: str = "dataset_growth=True needs"
             "loader is used as given (dataset reproducibility checks are disabled); " + fix
         )
     loader = data.loader
+    if data.mixture and loader.batch_sampler is None:  # NOTE [ trial mixture ]
+        return data
     if loader.batch_sampler is not None or loader.sampler is not None or not loader.shuffle:
         what = (
             "a batch_sampler"
@@ -400,7 +404,7 @@ def _growable(data: TrainingData | None, need: str = "dataset_growth=True needs"
             f"{need} the DataLoader from build_training_data_loader to "
             f"shuffle itself (shuffle=True, no sampler or batch_sampler), but it has {what}: "
             "the trainer replaces that shuffle by a GrowingShuffleSampler with the recorded "
-            "growth (a mixture's components grow with MixSampler, outside the trial); " + fix
+            "growth (or pass sampler=MixSampler, whose own curriculum adds a dataset); " + fix
         )
     return data
 
@@ -441,14 +445,14 @@ def grown_data(
             f"growth, never a shrink); restore the {old} records, or start a fresh run in "
             "another checkpoint_dir"
         )
-    if not growth and isinstance(data.loader.sampler, MixSampler):
+    if not growth and data.mixture:
         raise ReproducibilityError(
             f"cannot resume from {path}: dataset_length is {old} in the checkpoint but {new} "
-            "here, over a MixSampler: the trial loop does not offer a dataset added to a "
-            "mixture or a mixture component's growth at a resume (dataset_growth=True grows "
-            "a loader that shuffles itself). Restore the saved datasets, or resume the "
-            "loader outside the trial, where DataLoader.load_state_dict accepts a dataset "
-            "appended last with a curriculum segment (docs/mixing.md)"
+            "here, over a MixSampler; resuming would train on other data than the "
+            "uninterrupted run. Pass Trainer.fit(..., dataset_growth=True) to record the "
+            f"{new - old} records added at sample {samples} (a sampler appended last, entering "
+            f"with a curriculum segment from position {samples} on), or restore the {old} "
+            "records"
         )
     if not growth:
         raise ReproducibilityError(
@@ -464,6 +468,8 @@ def grown_data(
             f"{path} has trained 0 samples; start a fresh run over the {new} records instead"
         )
     grown = data.grown([*history, [samples, new]])
+    if data.mixture:  # the loader checks the saved state on any grid (NOTE [ trial mixture ])
+        return grown
     before = copy.copy(data.loader)
     before.dataset, before._passes = tud.Subset(data.loader.dataset, range(old)), None
     grown._saved = MapData(before).grown(history)

@@ -482,6 +482,9 @@ class Trainer:
         rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
         if data is not None and same_grid:  # checks this rank's stream digest
             data.load(train_data, rank_state["loader"])
+        elif isinstance(data, _data.MapData) and data.mixture:  # NOTE [ trial mixture ]
+            loader_state = (rank_state or _checkpoint.load_rank_state(path, 0))["loader"]
+            data.load(train_data, loader_state)
         elif data is not None:  # as saved: before a growth recorded now (NOTE [ trial growth ])
             digest = data.as_saved().global_digest(clock.samples, size)
             _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
