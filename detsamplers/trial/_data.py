@@ -48,9 +48,27 @@ the chain's fingerprint, and a later resume rebuilds the same stream from the ch
 ``len(dataset)`` samples from the epoch's saved first sample, so the epoch that grew holds
 ``N'`` samples in all, as the pass that grew does. The loader's saved state and the
 global digest are checked against the configuration the checkpoint was saved with
-(:meth:`MapData.as_saved`). Growth needs ``DataLoader(dataset, shuffle=True)``: a
-``sampler``/``batch_sampler`` of the user's (a mixture among them) or a
+(:meth:`MapData.as_saved`). Growth needs ``DataLoader(dataset, shuffle=True)`` or a
+mixture (NOTE [ trial mixture ]): another ``sampler``/``batch_sampler`` of the user's or a
 ``WebDatasetSource`` is refused with ``dataset_growth=True``.
+
+NOTE [ trial mixture ]
+A ``DataLoader(ConcatDataset(datasets), sampler=MixSampler(...))`` may change its
+curriculum from the samples trained on, and may gain a dataset appended last that enters
+with a curriculum segment from there on (NOTE [ adding a component ]). The user's code
+builds the changed mixture; the trainer checks it against the saved one. The global
+digest cannot do that on another grid, since it hashes the configuration of now; so on a
+grid other than the saved one (world size or global batch size) each rank loads a saved
+loader state, its own on the same world size and rank 0's otherwise, into its chain. The
+loader checks that state on any grid (the mixture's past, the components, the records at
+the probes) and names what changed. Adding a dataset changes ``len(dataset)``, so it needs
+``Trainer.fit(..., dataset_growth=True)`` as a growth does, and is recorded the same way:
+``[S, N']`` appended to ``dataset_growth``. The trainer does not replace the mixture's
+sampler (the curriculum says how the records enter), and an epoch is ``len(dataset)``
+samples from the epoch's saved first sample, as after a growth: the epoch running at the
+resume ends ``N'`` samples after its first one, later ones are ``N'`` long. A later resume
+rebuilds the mixture from the user's code and the checkpoint's loader states refuse one
+whose past differs (a dropped segment, a removed dataset).
 """
 
 from __future__ import annotations

@@ -192,8 +192,10 @@ class Trainer:
                 checkpoint's record a growth at the sample reached: the rest of the epoch
                 trains every record not yet trained and every new record once, and later
                 epochs are ``len(dataset)`` long (NOTE [ trial growth ]). Needs a
-                ``detsamplers.loader.DataLoader`` with ``shuffle=True``. A run that grew
-                resumes without it, from the history in its checkpoint.
+                ``detsamplers.loader.DataLoader`` with ``shuffle=True``, or with a
+                ``MixSampler`` that adds a dataset appended last from the sample reached
+                (NOTE [ trial mixture ]). A run that grew resumes without it, from the
+                history in its checkpoint.
 
         A resume may change the world size and, over a ``detsamplers.loader.DataLoader``
         or a ``WebDatasetSource``, the global batch size: training continues at the

@@ -90,7 +90,7 @@ def test_a_curriculum_change_on_another_world_size_loads_rank_0s_loader_state(
         (
             {"plan": [(16, [1, 0])], "extra": 0},
             r"the mixture's curriculum changed before position 24, which the saved run had "
-            r"already reached \(mix curriculum is \[\] in the state but \[\[16, \[1.0, 0.0\], 1\]\]",
+            r"already reached \(mix curriculum is \[\] in the state but \[\[16, ",
         ),
         (
             {"plan": [(16, [1, 1, 1])], "extra": 8, "growth": True},
