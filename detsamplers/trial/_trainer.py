@@ -485,8 +485,8 @@ class Trainer:
         if data is not None and same_grid:  # checks this rank's stream digest
             data.load(train_data, rank_state["loader"])
         elif isinstance(data, _data.MapData) and data.mixture:  # NOTE [ trial mixture ]
-            loader_state = (rank_state or _checkpoint.load_rank_state(path, 0))["loader"]
-            data.load(train_data, loader_state)
+            saved_state = rank_state if same_world else _checkpoint.load_rank_state(path, 0)
+            data.load(train_data, saved_state["loader"])  # the loader checks any grid
         elif data is not None:  # as saved: before a growth recorded now (NOTE [ trial growth ])
             digest = data.as_saved().global_digest(clock.samples, size)
             _checkpoint.check_resume(path, saved, {"data_global_digest": digest})

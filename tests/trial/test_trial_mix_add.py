@@ -12,7 +12,12 @@ import torch.utils.data as tud
 from test_trial_growth import Recorded, run
 from trial_helpers import identical, weights
 
-from detsamplers import MixSampler, ReproducibilityError, ReproducibleShuffleSampler
+from detsamplers import (
+    GrowingShuffleSampler,
+    MixSampler,
+    ReproducibilityError,
+    ReproducibleShuffleSampler,
+)
 from detsamplers.loader import DataLoader
 from detsamplers.trial._data import MapData, grown_data
 from detsamplers.trial._demo_trial import Points
@@ -170,3 +175,28 @@ def test_a_dataset_added_to_a_mixture_needs_the_opt_in_naming_it(tmp_path: Path)
         r"sample 24",
     ):
         mixed(tmp_path, 6, plan=ADDED, extra=8)
+
+
+class GrownComponent(Recorded):
+    """Two datasets of 20 points; the second, last, grows to 28 where sample 24 left it."""
+
+    def build_training_data_loader(self) -> DataLoader:
+        first = ReproducibleShuffleSampler(range(20), seed=1)
+        second = GrowingShuffleSampler(tud.SequentialSampler(range(20)), 2, initial_length=20)
+        records = 20
+        if self.context.get_hparam("grow"):  # the records the second had given at sample 24
+            at = MixSampler([first, second], [0.5, 0.5], 0).progress(24)["consumed"][1]
+            records, growth = 28, [(at, 28)]
+            base = tud.SequentialSampler(range(28))
+            second = GrowingShuffleSampler(base, 2, initial_length=20, growth=growth)
+        mix = MixSampler([first, second], weights=[0.5, 0.5], seed=0)
+        data = tud.ConcatDataset([Points(20), Points(records, seed=3)])
+        return DataLoader(data, batch_size=self.context.get_per_slot_batch_size(), sampler=mix)
+
+
+def test_a_mixture_component_grown_at_a_resume_follows_the_straight_run(tmp_path: Path) -> None:
+    run(tmp_path / "a", 3, resume=False, growth=False, trial_class=GrownComponent, grow=False)
+    grown = run(tmp_path / "a", 6, trial_class=GrownComponent, grow=True, global_batch_size=12)
+    straight = run(tmp_path / "b", 8, resume=False, trial_class=GrownComponent, grow=True)
+    assert stream(grown) == stream(straight)[24:60]
+    assert [e for e, _ in grown.batches] == [0, 0, 1]  # epoch 0 ends at 48 = 40 + 8
