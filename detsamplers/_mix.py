@@ -279,6 +279,10 @@ class _Segment:
         self._arrangements_key = derive(seed, "mix-arrangements", index)
         self._built = np.zeros(t, dtype=bool)
         self._all_built = False
+        # Windows asked for so far, and how many make every arrangement worth building at
+        # once: as many as cover a block the kernel takes (see _build).
+        self._requested = 0
+        self._build_all_after = -(-KERNEL_MIN_POSITIONS // size)
         self.labels = np.zeros((t, size), dtype=np.int64)
         self.prefix = np.zeros((t, size + 1, k), dtype=np.int64)
         self._codes = np.zeros(t * 2 * size, dtype=np.int64)
@@ -292,9 +296,14 @@ class _Segment:
         """Build the arrangements among ``tables`` not built yet."""
         if self._all_built:
             return
-        if len(tables) >= self.arrangements:
-            # A block over many windows: build every arrangement left at once, as a later
-            # block would (the same tables, one call instead of several).
+        self._requested += len(tables)
+        if len(tables) >= self.arrangements or self._requested >= self._build_all_after:
+            # A block over many windows, or a stream of short blocks (a webdataset
+            # mixture's batches) that has covered as many windows as a block the kernel
+            # takes: build every arrangement left at once, as a later block would (the same
+            # tables, one call instead of one per block for as long as some are missing),
+            # and later blocks go to the compiled kernel. A seek's first blocks still build
+            # only the arrangements they touch.
             rows = np.flatnonzero(~self._built)
         else:
             if bool(self._built[tables].all()):
@@ -522,6 +531,7 @@ class _Segment:
         state["_table_shapes"] = shapes
         state["_built"] = np.zeros_like(self._built)
         state["_all_built"] = False
+        state["_requested"] = 0
         state["_kernel_tables"] = None  # the compiled kernel's compact copy, rebuilt with them
         return state
 
@@ -853,9 +863,11 @@ class MixSampler(Stage[int]):
         n = len(positions)
         if n == 0:
             return positions.copy()
-        compiled = self._kernel_records(positions)
-        if compiled is not None:
-            return compiled
+        progression = self._progression(positions)
+        if progression is not None:
+            compiled = self._kernel_records(positions, *progression)
+            if compiled is not None:
+                return compiled
         first = int(positions[0])
         s = bisect_right(self._starts, first) - 1
         segment = self._segments[s]
@@ -871,7 +883,6 @@ class MixSampler(Stage[int]):
             local = first - segment.start
             component = segment.run_components(local, n)
             return self._gather(component, segment.consumed(local))
-        progression = self._progression(positions)
         if progression is not None:
             # A rank's block (positions r, r + W, ...): components in ascending order.
             segment, stride = progression
@@ -879,22 +890,16 @@ class MixSampler(Stage[int]):
             return self._gather(*found, ascending=True)
         return self._gather(*self.locate(positions))
 
-    def _kernel_records(self, positions: I64) -> I64 | None:
-        """:meth:`records` of a long progression in one segment, in the compiled kernel.
+    def _kernel_records(self, positions: I64, segment: _Segment, stride: int) -> I64 | None:
+        """:meth:`records` of the positions ``first + i * stride`` in ``segment``, compiled.
 
         None when the kernel does not apply: no kernel, a component that is not a Feistel
-        shuffle of ``range(n)``, more than ``KERNEL_MAX_COMPONENTS`` components, a short
-        block, or positions that are not ``first + i * stride`` inside one segment.
+        shuffle of ``range(n)``, more than ``KERNEL_MAX_COMPONENTS`` components, or a short
+        block (:meth:`_Segment.kernel_ready`).
         """
         kernel = _native.kernel
-        if kernel is None or self._perms is None or len(positions) < 3:
+        if kernel is None or self._perms is None or len(self._perms) > KERNEL_MAX_COMPONENTS:
             return None
-        if len(self._perms) > KERNEL_MAX_COMPONENTS:
-            return None
-        found = self._progression(positions)
-        if found is None:
-            return None
-        segment, stride = found
         n = len(positions)
         if not segment.kernel_ready(n):
             return None
@@ -972,26 +977,6 @@ class MixSampler(Stage[int]):
 
     def fallback_stream(self) -> Iterator[Any]:
         raise NotImplementedError("a MixSampler is always addressable")
-
-    def build_tables(self, position: int) -> None:
-        """Build every arrangement of the segment that holds ``position``, now.
-
-        A stream of short blocks (a webdataset mixture's batches) would otherwise build
-        them a few at a time, for as long as some are missing; built at once they cost one
-        call, and later blocks of that segment go to the compiled kernel where it is
-        installed (NOTE [ compiled mixture kernel ]). The tables are a pure function of
-        the seed and the segment, so nothing located changes.
-
-        Examples:
-            >>> mix = MixSampler([range(10), range(3)], weights=[1, 1], seed=0)
-            >>> before = mix.locate(np.arange(4))
-            >>> mix.build_tables(0)
-            >>> all((a == b).all() for a, b in zip(before, mix.locate(np.arange(4))))
-            True
-        """
-        position = check_int("position", position, minimum=0)
-        segment = self._segments[bisect_right(self._starts, position) - 1]
-        segment._build(np.arange(segment.arrangements, dtype=np.int64))
 
     def progress(self, position: int) -> dict[str, Any]:
         """Records each component has given in mixture positions ``[0, position)``.

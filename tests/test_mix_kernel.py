@@ -34,6 +34,12 @@ def numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_native, "kernel", None)
 
 
+def kernel_records(mix: MixSampler, positions: np.ndarray) -> np.ndarray | None:
+    """What ``records`` computes in the kernel, or None where it takes the numpy path."""
+    found = mix._progression(positions)
+    return None if found is None else mix._kernel_records(positions, *found)
+
+
 # Lengths: tiny domains (eight Feistel rounds, cycle walking from 64), a single record, and
 # domains past 2**16 (four rounds), so that every branch of the network is compared.
 LENGTH = st.one_of(
@@ -71,7 +77,7 @@ def test_the_kernel_gives_the_numpy_records_and_locations(
     located = segment.locate_stride(local, stride, count)
     with pytest.MonkeyPatch.context() as patch:
         numpy_path(patch)
-        assert mix._kernel_records(positions) is None
+        assert kernel_records(mix, positions) is None
         expected = mix.records(positions)
         expected_located = segment.locate_stride(local, stride, count)
     assert compiled.tolist() == expected.tolist()
@@ -96,7 +102,7 @@ def test_the_kernel_gives_the_numpy_records_before_and_after_a_component_is_adde
         positions = first + stride * np.arange(count, dtype=np.int64)
         if first < start <= int(positions[-1]):
             continue  # across the switch: numpy only (tested above)
-        compiled = mix._kernel_records(positions)
+        compiled = kernel_records(mix, positions)
         assert compiled is not None
         with pytest.MonkeyPatch.context() as patch:
             numpy_path(patch)
@@ -113,12 +119,12 @@ def test_a_block_crossing_a_curriculum_switch_or_with_gaps_takes_the_numpy_path(
         curriculum=[(10_000, [1, 1])],
     )
     across = np.arange(8_000, 12_000, dtype=np.int64)
-    assert mix._kernel_records(across) is None
+    assert kernel_records(mix, across) is None
     gaps = np.arange(0, 9_000, 3, dtype=np.int64)
     gaps[-1] += 1
-    assert mix._kernel_records(gaps) is None
+    assert kernel_records(mix, gaps) is None
     inside = np.arange(12_000, 16_000, dtype=np.int64)
-    assert mix._kernel_records(inside) is not None
+    assert kernel_records(mix, inside) is not None
 
 
 @needs_kernel
@@ -127,7 +133,7 @@ def test_components_that_are_not_feistel_shuffles_keep_the_numpy_gather() -> Non
     # numpy, while locating still runs compiled; the stream is the same either way.
     mix = MixSampler([range(3000), ds.ReproducibleShuffleSampler(range(900), 1)], [2, 1], 3)
     positions = 5 + 8 * np.arange(4096, dtype=np.int64)
-    assert mix._kernel_records(positions) is None
+    assert kernel_records(mix, positions) is None
     with pytest.MonkeyPatch.context() as patch:
         numpy_path(patch)
         expected = mix.records(positions)
@@ -140,7 +146,7 @@ def test_a_mixture_of_many_components_is_located_in_the_kernel_and_shuffled_in_n
     samplers = [ds.ReproducibleShuffleSampler(range(50 + i), i) for i in range(count)]
     mix = MixSampler(samplers, [1] * count, 9)
     positions = 3 + 2 * np.arange(4096, dtype=np.int64)
-    assert mix._kernel_records(positions) is None
+    assert kernel_records(mix, positions) is None
     got = mix.records(positions)
     with pytest.MonkeyPatch.context() as patch:
         numpy_path(patch)
@@ -184,7 +190,7 @@ def test_windows_too_wide_for_the_compact_table_stay_in_numpy() -> None:
     samplers = [ds.ReproducibleShuffleSampler(range(n), i) for i, n in enumerate([900, 90])]
     mix = MixSampler(samplers, [3, 1], 2, window=_mix.KERNEL_MAX_WINDOW + 4)
     positions = np.arange(4096, dtype=np.int64)
-    assert mix._kernel_records(positions) is None
+    assert kernel_records(mix, positions) is None
     assert not mix._segments[0].kernel_ready(4096)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ..._mix import KERNEL_MIN_POSITIONS, MixSampler
+from ..._mix import MixSampler
 from ._order import ShardOrder
 
 __all__ = ["MixOrder"]
@@ -57,19 +57,10 @@ class MixOrder:
         self.orders = list(orders)
         sizes = [len(order.counts) for order in self.orders]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        #: Positions located since the mixture's tables were last completed.
-        self._streamed = 0
 
     def locate(self, positions: I64) -> tuple[I64, I64]:
         """The shard (numbered across the shard sets) and sample of each global position."""
         positions = np.asarray(positions, dtype=np.int64)
-        # A stream of batches: once it has located as many positions as a block the kernel
-        # takes, build the segment's tables at once rather than a few per batch (a seek and
-        # its first batches still build only what they touch; nothing located changes).
-        self._streamed += len(positions)
-        if self._streamed >= KERNEL_MIN_POSITIONS:
-            self._streamed = 0
-            self.mixture.build_tables(int(positions.max()))
         component, q = self.mixture.locate(positions)
         shards = np.empty_like(positions)
         samples = np.empty_like(positions)
