@@ -24,6 +24,8 @@ import torch
 import torch.utils.data as tud
 from torch import nn
 
+from .._mix import MixSampler
+from .._shuffle import ReproducibleShuffleSampler
 from ..loader import DataLoader
 from ._context import TrialContext
 from ._init import init
@@ -32,20 +34,26 @@ from ._trainer import Trainer
 from ._trial import Trial
 from ._units import Batch, Epoch
 
-__all__ = ["DemoTrial", "Points", "main", "unwrapped"]
+__all__ = ["DemoTrial", "Points", "main", "mixture", "unwrapped"]
 
 
 class Points(tud.Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
     """Fixed points labelled by a hidden hyperplane; each read adds random jitter.
+
+    ``first`` numbers the points from there (the index each read returns), so that the
+    points of several datasets in a ``ConcatDataset`` keep distinct numbers.
 
     Examples:
         >>> data = Points(4)
         >>> x, y, index = data[2]
         >>> tuple(x.shape), int(y) in (0, 1), index
         ((8,), True, 2)
+        >>> Points(4, seed=1, first=10)[2][2]
+        12
     """
 
-    def __init__(self, length: int, seed: int = 0) -> None:
+    def __init__(self, length: int, seed: int = 0, first: int = 0) -> None:
+        self.first = first
         self.x = torch.randn(length, 8, generator=torch.Generator().manual_seed(seed))
         plane = torch.randn(8, generator=torch.Generator().manual_seed(12345))
         self.y = (self.x @ plane > 0).long()
@@ -55,7 +63,25 @@ class Points(tud.Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         jitter = 0.1 * torch.randn(8)  # drawn from the global RNG the loader seeds per batch
-        return self.x[index] + jitter, self.y[index], index
+        return self.x[index] + jitter, self.y[index], self.first + index
+
+
+def mixture(records: int, spec: dict[str, Any], per_slot: int, num_workers: int) -> DataLoader:
+    """Two datasets of ``records // 2`` points mixed half and half (``--mixture``).
+
+    ``spec["extra"]`` points, if any, are a third dataset appended last, and ``spec["plan"]``
+    is the mixture's curriculum: ``[[start, weights], ...]`` (NOTE [ trial mixture ]). The
+    points are numbered across the datasets, as the ``ConcatDataset`` indexes them.
+    """
+    half, extra = records // 2, int(spec.get("extra", 0))
+    sizes = [half, records - half] + ([extra] if extra else [])
+    data = [Points(n, seed=10 + k, first=sum(sizes[:k])) for k, n in enumerate(sizes)]
+    parts = [ReproducibleShuffleSampler(range(n), seed=20 + k) for k, n in enumerate(sizes)]
+    plan = [(int(start), list(w)) for start, w in spec.get("plan", [])]
+    mix = MixSampler(parts, weights=[0.5, 0.5], seed=7, curriculum=plan)
+    return DataLoader(
+        tud.ConcatDataset(data), batch_size=per_slot, sampler=mix, num_workers=num_workers
+    )
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
@@ -78,12 +104,17 @@ class DemoTrial(Trial):
         self.record_dir: str | None = context.hparams.get("record_dir")
 
     def build_training_data_loader(self) -> DataLoader:
-        """Shuffled records, ``per_slot_batch_size`` per rank."""
+        """Shuffled records, ``per_slot_batch_size`` per rank; or a mixture (``--mixture``)."""
+        spec = self.context.hparams.get("mixture")
+        per_slot = self.context.get_per_slot_batch_size()
+        workers = self.context.get_hparam("num_workers")
+        if spec is not None:
+            return mixture(self.context.get_hparam("records"), spec, per_slot, workers)
         return DataLoader(
             Points(self.context.get_hparam("records")),
-            batch_size=self.context.get_per_slot_batch_size(),
+            batch_size=per_slot,
             shuffle=True,
-            num_workers=self.context.get_hparam("num_workers"),
+            num_workers=workers,
         )
 
     def build_validation_data_loader(self) -> DataLoader:
@@ -139,6 +170,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--dataset-growth", action="store_true", help="fit(dataset_growth=True): --records may grow"
     )
+    parser.add_argument(
+        "--mixture",
+        type=json.loads,
+        default=None,
+        help='train on a mixture of two halves of --records: \'{"extra": 16, "plan": [[48, '
+        "[1, 1, 1]]]}' appends 16 records as a third dataset entering at sample 48",
+    )
     return parser.parse_args(argv)
 
 
@@ -152,6 +190,8 @@ def main(argv: Sequence[str] | None = None, trial_class: type[DemoTrial] = DemoT
         "num_workers": args.num_workers,
         "record_dir": args.record_dir,
     }
+    if args.mixture is not None:
+        hparams["mixture"] = args.mixture
     if args.record_dir is not None:
         os.makedirs(args.record_dir, exist_ok=True)
         rank = os.environ.get("RANK", "0")  # for the demo, which signals one rank

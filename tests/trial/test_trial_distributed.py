@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -16,7 +17,7 @@ from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
 from detsamplers.trial._data import global_batch
 from detsamplers.trial._demo import launch
-from detsamplers.trial._demo_trial import DemoTrial
+from detsamplers.trial._demo_trial import DemoTrial, mixture
 
 pytestmark = pytest.mark.distributed
 
@@ -163,3 +164,27 @@ def test_a_dataset_grown_at_a_resume_from_two_ranks_onto_one_trains_each_record_
     metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert metadata["dataset_growth"] == [[0, 80], [48, 96]]
     assert (metadata["samples_trained"], metadata["epoch_index"]) == (192, 2)
+
+
+def test_a_dataset_added_to_a_mixture_from_two_ranks_onto_one_follows_the_straight_run(
+    tmp_path: Path,
+) -> None:
+    """A mixture of two datasets of 40 records on 2 ranks, paused after 48 samples; resumed
+    on 1 rank with a third dataset of 16 appended, entering at sample 48 (dataset_growth=True):
+    the global stream is the straight run of the three-dataset mixture, whose first 48
+    samples are the two-dataset run's. NOTE [ trial mixture ], NOTE [ adding a component ]."""
+    records, log = tmp_path / "records", str(tmp_path / "log")
+    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
+    launch(2, [*common, "--mixture={}", "--max-batches=3", "--checkpoint-every=3"], log)
+    added = '--mixture={"extra": 16, "plan": [[48, [1, 1, 1]]]}'
+    launch(1, [*common, added, "--max-batches=12", "--resume", "--dataset-growth"], log)
+    stream = global_stream(records, [2] * 3 + [1] * 9)[0]
+    spec = {"extra": 16, "plan": [[48, [1, 1, 1]]]}
+    straight = mixture(80, spec, 16, 0).sampler
+    past = mixture(80, {}, 16, 0).sampler
+    assert stream == straight.records(np.arange(192)).tolist()
+    assert stream[:48] == past.records(np.arange(48)).tolist()
+    assert set(stream[48:]) & set(range(80, 96))  # the new dataset is trained from sample 48
+    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    assert metadata["dataset_growth"] == [[0, 80], [48, 96]]
+    assert metadata["samples_trained"] == 192
