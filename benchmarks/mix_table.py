@@ -47,6 +47,14 @@ c. Realised shares over 1e6 positions (quick: 2e4) against the weights: the larg
    window of ``P`` positions; and the whole run's share. For grain and HF the same
    windows are read from their streams. The plot (``--plot``) shows component 0's share per
    100 positions over the first 20,000.
+d. The same question paired in one process, in CPU time: each round times the plain chain,
+   the mixture and the mixture with the kernel off (as in a), the order reversed every
+   round; the medians of the per-round ratios and their range. CPU time and pairing make it
+   steadier than a's wall-clock medians on a shared machine.
+e. The sampler's own work per block of 16,384 positions of rank 0 (``records`` of the
+   positions ``r, r + W, ...``, before batching): the mixture compiled and in numpy, and the
+   plain chain (shuffle → repeat); consecutive blocks, best of several alternating rounds,
+   CPU time.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from harness.timing import Batches, interleaved, measure_rate, median, time_firs
 
 import detsamplers as ds
 from detsamplers import _native
+from detsamplers._source import as_node
 
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -96,13 +105,15 @@ class Settings:
     cap: float
     rounds: int
     share_positions: int
+    pairs: int
+    blocks: int
 
 
 LENGTHS = (2_000_000, 600_000, 400_000)
 #: Quick mode only proves the script runs: components a tenth as long (HF's build, which
 #: materialises the whole interleaving, is most of its time) and fewer, shorter samples.
-QUICK = Settings(tuple(n // 10 for n in LENGTHS), (1, 64), 2**18, 2**13, 1.5, 3, 2 * 10**4)
-FULL = Settings(LENGTHS, (1, 8, 64), 2**21, 2**16, 6.0, 7, 10**6)
+QUICK = Settings(tuple(n // 10 for n in LENGTHS), (1, 64), 2**18, 2**13, 1.5, 3, 2 * 10**4, 3, 10)
+FULL = Settings(LENGTHS, (1, 8, 64), 2**21, 2**16, 6.0, 7, 10**6, 9, 400)
 
 
 def optional(name: str) -> ModuleType | None:
@@ -233,6 +244,100 @@ def table_a(out: Run, settings: Settings, grain: ModuleType | None, hf: ModuleTy
         )
     title = "Per-rank indices/s of a 3-way mixture (higher is better)"
     out.emit(Table("mix-a", title, headers, rows, notes, records))
+
+
+# -- tables d and e: paired CPU time, and the sampler's work per block ----------------------
+
+
+def cpu_rate(make: Callable[[], Batches], budget: int) -> float:
+    """Indices per CPU second while iterating ``make()`` (built inside) up to ``budget``."""
+    start, done = time.process_time(), 0
+    for batch in make():
+        done += len(batch)
+        if done >= budget:
+            break
+    return done / (time.process_time() - start)
+
+
+def table_d(out: Run, settings: Settings) -> None:
+    names = ["plain", "mix", "numpy"]
+    makes = {"plain": plain, "mix": mix, "numpy": mix_numpy}
+    headers = ["W", "plain", "mix/plain", "range", "numpy/plain", "range"]
+    rows, records = [], []
+    for world in settings.workers:
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        for name in names:  # warm-up
+            cpu_rate(partial(makes[name], settings.lengths, world), settings.budget)
+        for round_ in range(settings.pairs):
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                make = partial(makes[name], settings.lengths, world)
+                rates[name].append(cpu_rate(make, settings.budget))
+        mine = [m / p for m, p in zip(rates["mix"], rates["plain"], strict=True)]
+        other = [m / p for m, p in zip(rates["numpy"], rates["plain"], strict=True)]
+        rows.append(
+            [
+                str(world),
+                fmt_rate(median(rates["plain"])),
+                f"{median(mine):.3f}",
+                f"{min(mine):.2f} to {max(mine):.2f}",
+                f"{median(other):.3f}",
+                f"{min(other):.2f} to {max(other):.2f}",
+            ]
+        )
+        records.append({"world_size": world, "unit": "indices/CPU s", "rates": rates})
+    notes = [
+        f"Paired in one process: {settings.pairs} rounds of the plain chain, the mixture "
+        f"({_native.kernel_status()}) and the mixture with the kernel off, "
+        f"{settings.budget:,} indices each, chain built inside, CPU time, the order reversed "
+        "every round; medians of the per-round ratios and their range.",
+    ]
+    title = "Mixture against the plain chain, paired, CPU time (higher is better)"
+    out.emit(Table("mix-d", title, headers, rows, notes, records))
+
+
+def table_e(out: Run, settings: Settings) -> None:
+    size = 16_384
+    shuffled = [
+        ds.ReproducibleShuffleSampler(range(n), seed=k) for k, n in enumerate(settings.lengths)
+    ]
+    mixture = as_node(ds.MixSampler(shuffled, WEIGHTS, seed=0))
+    chain = as_node(
+        ds.RepeatSampler(ds.ReproducibleShuffleSampler(range(sum(settings.lengths)), seed=0))
+    )
+    kernel = _native.kernel
+    headers = ["W", "mix, compiled", "mix, numpy", "plain"]
+    rows, records = [], []
+    for world in settings.workers:
+        blocks = [
+            np.arange(b * world * size + 3, (b + 1) * world * size + 3, world, dtype=np.int64)
+            for b in range(settings.blocks)
+        ]
+        best: dict[str, float] = {}
+        ways = [("mix, compiled", mixture, kernel), ("mix, numpy", mixture, None)]
+        ways.append(("plain", chain, kernel))
+        for round_ in range(settings.rounds):
+            for name, node, path in ways if round_ % 2 == 0 else ways[::-1]:
+                _native.kernel = path
+                try:
+                    start = time.process_time()
+                    for block in blocks:
+                        node.records(block)
+                    spent = (time.process_time() - start) / len(blocks)
+                finally:
+                    _native.kernel = kernel
+                best[name] = min(best.get(name, spent), spent)
+        if kernel is None:
+            best["mix, compiled"] = float("nan")
+        rows.append([str(world), *(fmt_time(best[name]) for name, _, _ in ways)])
+        records.append({"world_size": world, "seconds_per_block": best})
+    notes = [
+        f"records() of {settings.blocks} consecutive blocks of {size:,} positions of rank 0 "
+        f"(r, r + W, ...), best of {settings.rounds} alternating rounds, CPU time per block; "
+        "plain: shuffle → repeat over the concatenation. mix, compiled: "
+        f"{_native.kernel_status()}.",
+    ]
+    title = "The sampler's work per block of 16,384 positions (lower is better)"
+    out.emit(Table("mix-e", title, headers, rows, notes, records))
 
 
 # -- table b: seek ------------------------------------------------------------------------
@@ -417,6 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         table_a(out, settings, grain, hf)
         table_b(out, settings, grain)
         table_c(out, settings, grain, hf)
+        table_d(out, settings)
+        table_e(out, settings)
 
     config = {"quick": args.quick, "lengths": settings.lengths, "weights": WEIGHTS}
     return run(args, versions, body, plot, config)

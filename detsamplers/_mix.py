@@ -279,10 +279,8 @@ class _Segment:
         self._arrangements_key = derive(seed, "mix-arrangements", index)
         self._built = np.zeros(t, dtype=bool)
         self._all_built = False
-        # Windows asked for so far, and how many make every arrangement worth building at
-        # once: as many as cover a block the kernel takes (see _build).
+        # Windows asked for so far (see _build).
         self._requested = 0
-        self._build_all_after = -(-KERNEL_MIN_POSITIONS // size)
         self.labels = np.zeros((t, size), dtype=np.int64)
         self.prefix = np.zeros((t, size + 1, k), dtype=np.int64)
         self._codes = np.zeros(t * 2 * size, dtype=np.int64)
@@ -297,13 +295,13 @@ class _Segment:
         if self._all_built:
             return
         self._requested += len(tables)
-        if len(tables) >= self.arrangements or self._requested >= self._build_all_after:
-            # A block over many windows, or a stream of short blocks (a webdataset
-            # mixture's batches) that has covered as many windows as a block the kernel
-            # takes: build every arrangement left at once, as a later block would (the same
-            # tables, one call instead of one per block for as long as some are missing),
-            # and later blocks go to the compiled kernel. A seek's first blocks still build
-            # only the arrangements they touch.
+        if self._requested >= self.arrangements:
+            # Blocks that have asked for as many windows as there are arrangements, in one
+            # block or in a stream of short ones (a webdataset mixture's batches): build
+            # every arrangement left at once, as a later block would (the same tables, one
+            # call instead of one per block for as long as some are missing), and later
+            # blocks go to the compiled kernel. A seek's first blocks, over fewer windows,
+            # build only the arrangements they touch.
             rows = np.flatnonzero(~self._built)
         else:
             if bool(self._built[tables].all()):

@@ -793,25 +793,25 @@ def test_a_set_named_by_no_segment_or_leaving_one_is_refused_at_construction(
 def test_a_long_stream_builds_the_tables_at_once_and_reads_the_same_samples(
     sets: list[list[str]],
 ) -> None:
-    # Once a stream has asked for as many windows as cover 2,048 positions, a segment builds
-    # its arrangements at once (then the kernel may take over); the law it reads is the one
-    # a reference that builds only the arrangements each step touches gives.
+    # Once a stream has asked for as many windows as a segment has arrangements, the segment
+    # builds them all at once (then the kernel may take over); the law it reads is the one a
+    # reference that builds only the arrangements each step touches gives.
     source = mix(sets, (0.6, 0.25, 0.15), batch_size=64, curriculum=[(1500, [1, 1, 1])])
-    labels = [x for b in take(iter(source), 60) for x in b]
+    labels = [x for b in take(iter(source), 80) for x in b]
     law = MixSampler(
         [range(n) for n in SIZES], [0.6, 0.25, 0.15], 0, curriculum=[(1500, [1, 1, 1])]
     )
     for segment in law._segments:
-        segment._build_all_after = 2**62  # the reference never builds them all at once
-    component = np.concatenate([law.locate(np.arange(p, p + 8))[0] for p in range(0, 3840, 8)])
+        segment._requested = -(2**62)  # the reference never builds them all at once
+    component = np.concatenate([law.locate(np.arange(p, p + 8))[0] for p in range(0, 5120, 8)])
     assert [x // 1000 for x in labels] == component.tolist()
     assert [s._all_built for s in source.mixture._segments] == [False, True]
     # Each set's position too: the shard and sample of every position, as the law gives them.
-    steps = [law.locate(np.arange(p, p + 8)) for p in range(0, 3840, 8)]
+    steps = [law.locate(np.arange(p, p + 8)) for p in range(0, 5120, 8)]
     expected = []
     for k, q in steps:
         for c, n in zip(k.tolist(), q.tolist(), strict=True):
             shard, sample = source._order.orders[c].locate(np.array([n]))
             expected.append((int(shard[0]) + int(source._order.offsets[c]), int(sample[0])))
-    assert source.locate(range(3840)) == expected
+    assert source.locate(range(5120)) == expected
     assert not any(s._all_built for s in law._segments)  # the reference built a few at a time
