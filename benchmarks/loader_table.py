@@ -17,6 +17,11 @@ first. The last columns give the CPU time a batch of the main process and of the
 batches understate detsamplers: its first blocks of indices are small (a quick first batch
 after a seek), about 1 ms in all before the blocks reach full size, paid once per
 ``iter()`` of the endless training stream, not per epoch.
+
+The last table is the cost of the exact state (NOTE [ handed batches ]): the same loader,
+with and without the iterators' count of the batches handed out, in paired runs
+(alternating which goes first). With workers it gives the epoch's samples/s and the main
+process's CPU time a batch; without, the time a batch.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import torch
 import torch.utils.data as tud
 from _common import Trivial
 
-from detsamplers.loader import DataLoader
+from detsamplers.loader import DataLoader, _lean
 from detsamplers.loader._seeding import seed_globals
 
 
@@ -110,6 +115,64 @@ def main() -> None:
             f"  {f'{base[2]:.0f}/{base[3]:.0f}':>35}  {f'{ds[2]:.0f}/{ds[3]:.0f}':>11}"
         )
     print_costs(dataset, batch_size, quick=args.quick)
+    print_bookkeeping(dataset, batch_size, quick=args.quick)
+
+
+class _PlainSingle(_lean._Unannotated, _lean._SINGLE):  # type: ignore[misc, valid-type]
+    """The loader's in-process iterator without the count of batches handed out."""
+
+
+class _PlainMulti(_lean._Unannotated, _lean._MULTI):  # type: ignore[misc, valid-type]
+    """The loader's worker iterator without the count of batches handed out."""
+
+
+class Uncounted(_lean.LeanDataLoader):
+    """The same loader (seeded fetch, no profiler span) without the exact-state bookkeeping."""
+
+    def _get_iterator(self) -> Any:
+        if self.num_workers == 0:
+            return _PlainSingle(self)
+        self.check_worker_number_rationality()
+        return _PlainMulti(self)
+
+
+def print_bookkeeping(dataset: Trivial, batch_size: int, *, quick: bool) -> None:
+    """The exact state's cost: paired runs of the loader with and without it.
+
+    On a shared machine the medians of paired differences carry the other processes'
+    noise; the best run of each (the least disturbed) is given beside them.
+    """
+    pairs = 5 if quick else 21
+    count = 2_000 if quick else 20_000
+    epoch = min(len(dataset) // batch_size, 1_000 if quick else 5_000)
+    print(f"\nThe exact state's bookkeeping, B={batch_size}: {pairs} paired runs")
+
+    def build(workers: int, counted: bool) -> Any:
+        data = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
+        return data.get_data_loader(repeat=True, loader_class=None if counted else Uncounted)
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for pair in range(pairs):
+        for counted in (True, False) if pair % 2 == 0 else (False, True):
+            times[counted].append(_per_batch(build(0, counted), count))
+    paired = [a - b for a, b in zip(times[True], times[False], strict=True)]
+    print(
+        f"  num_workers=0, us a batch: median paired difference {statistics.median(paired):+.2f}"
+        f"; best runs {min(times[True]):.2f} with, {min(times[False]):.2f} without "
+        f"({min(times[True]) - min(times[False]):+.2f})"
+    )
+    rates: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
+    for pair in range(pairs):
+        for counted in (True, False) if pair % 2 == 0 else (False, True):
+            rates[counted].append(epoch_rates(build(2, counted), epoch, batch_size))
+    ratios = [a[0] / b[0] for a, b in zip(rates[True], rates[False], strict=True)]
+    best = max(r[0] for r in rates[True]) / max(r[0] for r in rates[False])
+    cpu = [min(r[2] for r in rates[c]) for c in (True, False)]
+    print(
+        f"  num_workers=2, samples/s with / without: median paired ratio "
+        f"{statistics.median(ratios):.3f}, best runs {best:.3f}; main-process CPU us a "
+        f"batch, best runs {cpu[0]:.1f} with, {cpu[1]:.1f} without ({epoch:,} batches a run)"
+    )
 
 
 def _per_call(call: Callable[[], Any], number: int) -> float:
