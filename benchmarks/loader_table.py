@@ -19,20 +19,21 @@ after a seek), about 1 ms in all before the blocks reach full size, paid once pe
 ``iter()`` of the endless training stream, not per epoch.
 
 The last table is the cost of the exact state (NOTE [ handed batches ]): the same loader,
-with and without the iterators' count of the batches handed out, in paired runs
-(alternating which goes first). With workers it gives the epoch's samples/s and the main
-process's CPU time a batch; without, the time a batch.
+with and without the iterators' count of the batches handed out, in paired segments
+(alternating which goes first): the main process's CPU time a batch and the throughput.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import random
 import resource
 import statistics
 import time
 import timeit
+from collections import deque
 from collections.abc import Callable
 from itertools import islice
 from typing import Any
@@ -43,7 +44,9 @@ import torch.utils.data as tud
 from _common import Trivial
 
 from detsamplers.loader import DataLoader, _lean
-from detsamplers.loader._seeding import seed_globals
+from detsamplers.loader._batches import Handed
+from detsamplers.loader._handed import HandedMulti
+from detsamplers.loader._seeding import positioned_batch, seed_globals
 
 
 def _cpu_seconds(who: int) -> float:
@@ -115,7 +118,8 @@ def main() -> None:
             f"  {f'{base[2]:.0f}/{base[3]:.0f}':>35}  {f'{ds[2]:.0f}/{ds[3]:.0f}':>11}"
         )
     print_costs(dataset, batch_size, quick=args.quick)
-    print_bookkeeping(dataset, batch_size, quick=args.quick)
+    batch_micros = print_bookkeeping(dataset, batch_size, quick=args.quick)
+    print_isolated_bookkeeping(batch_micros, quick=args.quick)
 
 
 class _PlainSingle(_lean._Unannotated, _lean._SINGLE):  # type: ignore[misc, valid-type]
@@ -136,42 +140,91 @@ class Uncounted(_lean.LeanDataLoader):
         return _PlainMulti(self)
 
 
-def print_bookkeeping(dataset: Trivial, batch_size: int, *, quick: bool) -> None:
-    """The exact state's cost: paired runs of the loader with and without it.
+def _segment(iterator: Any, count: int) -> tuple[float, float]:
+    """Wall and main-process CPU seconds to take ``count`` batches from ``iterator``."""
+    wall, cpu = time.perf_counter(), _cpu_seconds(resource.RUSAGE_SELF)
+    for _ in islice(iterator, count):
+        pass
+    return time.perf_counter() - wall, _cpu_seconds(resource.RUSAGE_SELF) - cpu
 
-    On a shared machine the medians of paired differences carry the other processes'
-    noise; the best run of each (the least disturbed) is given beside them.
+
+def print_bookkeeping(dataset: Trivial, batch_size: int, *, quick: bool) -> float:
+    """The exact state's cost: the loader with and without it, in paired segments.
+
+    Both loaders run side by side (their iterators and workers stay up), and segments of
+    each alternate, so that the machine's state is shared by every pair. The figure is the
+    median over pairs of the difference (CPU time of the main process, where the
+    bookkeeping runs) and of the throughput ratio.
+
+    Returns:
+        The median time a batch of the loader with workers, without the bookkeeping (us).
     """
-    pairs = 5 if quick else 21
-    count = 2_000 if quick else 20_000
-    epoch = min(len(dataset) // batch_size, 1_000 if quick else 5_000)
-    print(f"\nThe exact state's bookkeeping, B={batch_size}: {pairs} paired runs")
+    pairs = 15 if quick else 41
+    segment = {0: 1_000 if quick else 5_000, 2: 300 if quick else 2_000}
+    print(f"\nThe exact state's bookkeeping, B={batch_size}: {pairs} paired segments")
+    for workers in (0, 2):
+        iterators = {}
+        for counted in (True, False):
+            data = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
+            loader = data.get_data_loader(repeat=True, loader_class=None if counted else Uncounted)
+            iterators[counted] = iter(loader)
+            _segment(iterators[counted], segment[workers])  # warm: workers up, blocks full
+        cpu, ratios, walls = [], [], []
+        for pair in range(pairs):
+            runs = {}
+            for counted in (True, False) if pair % 2 == 0 else (False, True):
+                runs[counted] = _segment(iterators[counted], segment[workers])
+            cpu.append((runs[True][1] - runs[False][1]) / segment[workers] * 1e6)
+            ratios.append(runs[False][0] / runs[True][0])
+            walls.append(runs[False][0] / segment[workers] * 1e6)
+        del iterators
+        gc.collect()
+        print(
+            f"  num_workers={workers}: main-process CPU {statistics.median(cpu):+.2f} us a batch "
+            f"(a batch takes {statistics.median(walls):.1f} us without it), throughput "
+            f"{statistics.median(ratios):.3f}x of the loader without it "
+            f"(pairs {min(ratios):.3f} to {max(ratios):.3f})"
+        )
+    return statistics.median(walls)
 
-    def build(workers: int, counted: bool) -> Any:
-        data = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
-        return data.get_data_loader(repeat=True, loader_class=None if counted else Uncounted)
 
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for pair in range(pairs):
-        for counted in (True, False) if pair % 2 == 0 else (False, True):
-            times[counted].append(_per_batch(build(0, counted), count))
-    paired = [a - b for a, b in zip(times[True], times[False], strict=True)]
+class _Received:
+    """torch's worker iterator reduced to what the bookkeeping touches: results in order."""
+
+    def __init__(self, batch: Any) -> None:
+        self._sampler_iter = itertools.repeat(batch)
+        self._rcvd_idx = 0
+
+    def _next_index(self) -> Any:
+        return next(self._sampler_iter)
+
+    def _next_data(self) -> Any:
+        self._rcvd_idx += 1
+        return None
+
+
+class _CountedReceived(HandedMulti, _Received):
+    pass
+
+
+def print_isolated_bookkeeping(batch_micros: float, *, quick: bool) -> None:
+    """The bookkeeping's own CPU time a batch, with everything else taken out."""
+    number = 20_000 if quick else 200_000
+    batch = positioned_batch(list(range(32)), 0, 0, 1, 0)
+    plain, counted = _Received(batch), _CountedReceived(batch)
+    counted._handed, counted._sent = Handed(0), deque()
+
+    def step(iterator: Any) -> Callable[[], Any]:
+        def call() -> Any:
+            iterator._next_index()
+            return iterator._next_data()
+
+        return call
+
+    cost = _per_call(step(counted), number) - _per_call(step(plain), number)
     print(
-        f"  num_workers=0, us a batch: median paired difference {statistics.median(paired):+.2f}"
-        f"; best runs {min(times[True]):.2f} with, {min(times[False]):.2f} without "
-        f"({min(times[True]) - min(times[False]):+.2f})"
-    )
-    rates: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
-    for pair in range(pairs):
-        for counted in (True, False) if pair % 2 == 0 else (False, True):
-            rates[counted].append(epoch_rates(build(2, counted), epoch, batch_size))
-    ratios = [a[0] / b[0] for a, b in zip(rates[True], rates[False], strict=True)]
-    best = max(r[0] for r in rates[True]) / max(r[0] for r in rates[False])
-    cpu = [min(r[2] for r in rates[c]) for c in (True, False)]
-    print(
-        f"  num_workers=2, samples/s with / without: median paired ratio "
-        f"{statistics.median(ratios):.3f}, best runs {best:.3f}; main-process CPU us a "
-        f"batch, best runs {cpu[0]:.1f} with, {cpu[1]:.1f} without ({epoch:,} batches a run)"
+        f"  the worker iterator's bookkeeping alone (_next_index + _next_data): {cost:+.2f} us "
+        f"a batch, {cost / batch_micros:.2%} of a batch with 2 workers ({batch_micros:.1f} us)"
     )
 
 
