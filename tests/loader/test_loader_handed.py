@@ -324,3 +324,17 @@ def test_record_seeding_is_unchanged_through_the_fetcher() -> None:
         return {int(row[0]): row[1:4].tolist() for row in rows}
 
     assert run(0, 4) == run(2, 3) == run(0, 6)
+
+
+def test_spawned_workers_fetch_seeded_batches_and_count_them() -> None:
+    loader = DataLoader(
+        Noisy(RECORDS),
+        batch_size=BATCH,
+        shuffle=True,
+        seed=11,
+        num_workers=1,  # a spawned worker imports torch afresh: seconds each
+        multiprocessing_context="spawn",
+    )
+    train = loader.get_data_loader(repeat=True)
+    assert [b.tolist() for b in islice(train, 5)] == straight(5)
+    assert train.state_dict()["position"] == 5
