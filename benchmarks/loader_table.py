@@ -1,8 +1,9 @@
 """Samples/s of detsamplers.loader against a plain torch DataLoader (issue 3's figure).
 
 Run ``python benchmarks/loader_table.py`` (N = 1e6; or ``--quick`` for CI, N = 1e5,
-under 30 s). Both loaders read the same trivial map-style dataset (``__getitem__`` returns
-its index) with batch size 32 and torch's default collate. Ours is
+under 30 s; ``--bookkeeping-only`` for the last tables alone). Both loaders read the
+same trivial map-style dataset (``__getitem__`` returns its index) with batch size 32 and
+torch's default collate. Ours is
 ``get_data_loader(repeat=True)`` with ``shuffle=True`` (a keyed permutation plus per-batch
 seeding of torch, numpy and random; with workers, small batches come back by value);
 torch's is ``DataLoader(shuffle=True)``.
@@ -84,11 +85,18 @@ def epoch_rates(loader: Any, batches: int, batch_size: int) -> tuple[float, ...]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a shorter epoch, fewer runs (CI)")
+    parser.add_argument(
+        "--bookkeeping-only", action="store_true", help="only the exact state's cost tables"
+    )
     args = parser.parse_args()
     batch_size = 32
     length, runs = (100_000, 3) if args.quick else (1_000_000, 5)
     batches = length // batch_size
     dataset = Trivial(length)
+    if args.bookkeeping_only:
+        batch_micros = print_bookkeeping(dataset, batch_size, quick=args.quick)
+        print_isolated_bookkeeping(batch_micros, quick=args.quick)
+        return
     print(f"N={length:,}, B={batch_size}: one epoch ({batches:,} batches) a run, median of {runs}")
     print(
         f"{'num_workers':>11}  {'torch (samples/s)':>18}  {'detsamplers':>12}  {'ratio':>5}"
