@@ -206,8 +206,8 @@ def test_the_in_process_failure_law_holds_for_every_batch() -> None:
 
 
 def test_two_iters_over_an_endless_stream_continue_after_the_last_batch_handed_out() -> None:
-    for workers in (0, 2):
-        train = build(Noisy(RECORDS), workers, 3).get_data_loader(repeat=True)
+    for workers, persistent in ((0, False), (2, False), (2, True)):
+        train = build(Noisy(RECORDS), workers, 3, persistent).get_data_loader(repeat=True)
         first = [b.tolist() for b in islice(train, 3)]  # break: workers had drawn more
         second = [b.tolist() for b in islice(train, 4)]
         assert first + second == straight(7)
