@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import check_int
@@ -81,6 +81,12 @@ class ResumeReport:
         route: The state route's name.
         batches: Batches compared (every rank's, every run).
         seconds: Wall time of the check.
+
+    Examples:
+        >>> from detsamplers.loader import DataLoader
+        >>> report = check_resume(lambda rank, world_size, num_workers: DataLoader(range(9)))
+        >>> report.pauses, report.route, report.batches
+        ([2], 'loader.batch_sampler.state_dict()', 6)
     """
 
     pauses: list[int]
@@ -88,7 +94,6 @@ class ResumeReport:
     route: str
     batches: int = 0
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def _build(factory: Callable[..., Any], rank: int, config: Config) -> Any:
@@ -124,6 +129,10 @@ def _close(iterator: Any) -> None:
         shutdown()
 
 
+class _EndedEarlyError(AssertionError):
+    """A loader yielded fewer batches than the check needs."""
+
+
 def _take(loader: Any, count: int, what: str, rank: int) -> list[Any]:
     iterator = iter(loader)
     out = []
@@ -131,7 +140,7 @@ def _take(loader: Any, count: int, what: str, rank: int) -> list[Any]:
         for _ in range(count):
             out.append(next(iterator))
     except StopIteration:
-        raise AssertionError(
+        raise _EndedEarlyError(
             f"the {what} on rank {rank} ended after {len(out)} batches, but the check needs "
             f"{count}: build a training loader (repeat=True), or ask for fewer batches"
         ) from None
@@ -223,14 +232,24 @@ class _Checker:
 
     # -- resumes ----------------------------------------------------------------------
 
-    def _load(
-        self, paused: Config, states: list[dict[int, Any]], pause: int, config: Config, rank: int
-    ) -> Any:
+    def _resumed(
+        self,
+        paused: Config,
+        states: list[dict[int, Any]],
+        pause: int,
+        config: Config,
+        rank: int,
+        count: int,
+    ) -> list[Any]:
         assert self.route is not None
         loader = _build(self.factory, rank, config)
         source = rank % paused.world_size
         try:
             self.route.load(loader, states[source][pause])
+            # A loader may apply the state when iteration starts (StatefulDataLoader).
+            return _take(loader, count, f"run resumed after batch {pause}", rank)
+        except _EndedEarlyError:
+            raise
         except Exception as error:
             raise AssertionError(
                 f"resume check failed: the state saved by rank {source} after {pause} "
@@ -238,7 +257,6 @@ class _Checker:
                 f"({config.describe()}) through {self.route.name}: "
                 f"{type(error).__name__}: {error}"
             ) from error
-        return loader
 
     def _resume_same_grid(
         self,
@@ -250,8 +268,7 @@ class _Checker:
     ) -> None:
         count = self.batches - pause
         for rank in range(config.world_size):
-            loader = self._load(paused, states, pause, config, rank)
-            got = _take(loader, count, f"run resumed after batch {pause}", rank)
+            got = self._resumed(paused, states, pause, config, rank, count)
             for k, batch in enumerate(got):
                 difference = self._difference(reference[rank][pause + k], batch)
                 if difference is not None:
@@ -276,8 +293,7 @@ class _Checker:
         count = -(-(end - start) // resumed_width)
         records = {rank: [unbatch(batch) for batch in reference[rank]] for rank in range(world)}
         for rank in range(resumed_w):
-            loader = self._load(paused, states, pause, config, rank)
-            got = _take(loader, count, f"run resumed after batch {pause}", rank)
+            got = self._resumed(paused, states, pause, config, rank, count)
             for k, batch in enumerate(got):
                 self.compared += 1
                 for j, record in enumerate(unbatch(batch)):

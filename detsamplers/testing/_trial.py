@@ -65,7 +65,8 @@ def check_trial_resume(
         pauses: Batches trained before each pause, in ``[1, batches)``.
         batches: Batches of the whole run.
         seed: The trial seed.
-        workdir: Where the checkpoints go (default: a temporary folder, removed after).
+        workdir: Keep the runs' checkpoints in a new folder here, to look at after a
+            failure (default: a temporary folder, removed after).
 
     Raises:
         AssertionError: a model's or optimizer's state differs from the straight run's;
@@ -98,7 +99,12 @@ def check_trial_resume(
             f"pauses should be one or more batches in [1, {batches}), but got {points}; "
             "raise batches or pause earlier"
         )
-    with tempfile.TemporaryDirectory(dir=workdir) as root:
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            root = stack.enter_context(tempfile.TemporaryDirectory())
+        else:
+            os.makedirs(workdir, exist_ok=True)
+            root = tempfile.mkdtemp(prefix="trial-resume-", dir=workdir)
         straight = _train(
             trial_class, hparams, seed, batches, os.path.join(root, "straight"), False
         )
