@@ -67,20 +67,21 @@ def _differ(a: Any, b: Any) -> bool:
 
 
 def _inner_dataset(loader: Any) -> Any:
-    dataset = getattr(loader, "dataset", None)
-    from ..loader._seeding import SeededDataset
+    """The user's dataset (unwrapped from the seeding view, NOTE [ seeded fetch ])."""
+    from ..loader._fetch import SeededView
 
-    return dataset.dataset if isinstance(dataset, SeededDataset) else dataset
+    dataset = getattr(loader, "dataset", None)
+    return dataset.dataset if isinstance(dataset, SeededView) else dataset
 
 
 def _per_batch_seeded(loader: Any) -> tuple[bool, bool]:
     """Whether the loader seeds the global RNGs per batch, and per record."""
-    from ..loader._seeding import SeededDataset
+    from ..loader._batches import LoaderBatchSampler
 
-    dataset = getattr(loader, "dataset", None)
-    if not isinstance(dataset, SeededDataset):
+    sampler = getattr(loader, "batch_sampler", None)
+    if not isinstance(sampler, LoaderBatchSampler):
         return False, False
-    return True, dataset._record_base is not None
+    return True, sampler.record_seed is not None
 
 
 def _first_indices(loader: Any, count: int = 2) -> list[list[int]]:

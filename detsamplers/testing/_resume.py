@@ -86,7 +86,7 @@ class ResumeReport:
         >>> from detsamplers.loader import DataLoader
         >>> report = check_resume(lambda rank, world_size, num_workers: DataLoader(range(9)))
         >>> report.pauses, report.route, report.batches
-        ([2], 'loader.batch_sampler.state_dict()', 6)
+        ([2], 'loader.state_dict()', 6)
     """
 
     pauses: list[int]

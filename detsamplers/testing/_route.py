@@ -10,12 +10,13 @@ works because it shares memory with the paused loader fails the check.
 
 ``route="auto"`` picks the first that fits the loader, in this order:
 
-1. the loader's own ``state_dict()``/``load_state_dict()`` (torchdata's
+1. the loader's own ``state_dict()``/``load_state_dict()`` (what
+   ``detsamplers.loader.DataLoader.get_data_loader`` returns, torchdata's
    ``StatefulDataLoader``, or any loader with that API): exact with workers;
-2. its batch sampler's (what ``detsamplers.loader.DataLoader.get_data_loader`` and
-   ``make_batch_sampler`` build): exact at ``num_workers=0`` only, since with workers the
-   sampler runs ahead of the batches delivered by the prefetched batches; the checker
-   pauses such a loader with ``num_workers=0`` and resumes it with any.
+2. its batch sampler's (``make_batch_sampler`` in torch's DataLoader): exact at
+   ``num_workers=0`` only, since with workers the sampler runs ahead of the batches
+   delivered by the prefetched batches; the checker pauses such a loader with
+   ``num_workers=0`` and resumes it with any.
 
 A loader with neither cannot be resumed at all, and the checker says so.
 """

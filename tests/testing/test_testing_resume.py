@@ -104,7 +104,7 @@ def test_the_fixed_twins_pass_with_workers_and_other_world_sizes(
         factory, pauses=[2, 4], batches=6, run=Config(num_workers=2), resume=resume
     )
     assert report.pauses == [2, 4]
-    assert report.route == "loader.batch_sampler.state_dict()"
+    assert report.route == "loader.state_dict()"
 
 
 def test_per_batch_draws_under_another_world_size_point_to_per_record_seeding() -> None:
@@ -121,6 +121,19 @@ def test_per_batch_draws_under_another_world_size_point_to_per_record_seeding() 
         batches=6,
         resume=[Config(world_size=2), Config(world_size=3, batch_size=2, num_workers=2)],
     )
+
+
+def test_a_torch_loader_over_the_chain_goes_through_its_batch_sampler_paused_without_workers() -> (
+    None
+):
+    def factory(rank: int, world_size: int, num_workers: int) -> Any:
+        return pipelines._torch_loader(pipelines.Plain(), rank, world_size, num_workers)
+
+    two = Config(num_workers=2)
+    report = check_resume(
+        factory, pauses=[2, 3], batches=5, run=two, resume=[two, Config(world_size=2)]
+    )
+    assert report.route == "loader.batch_sampler.state_dict()"
 
 
 def test_a_stateful_dataloader_pauses_with_workers_through_its_own_state() -> None:
@@ -182,7 +195,7 @@ def test_a_state_that_does_not_load_names_both_configurations() -> None:
         AssertionError,
         match=r"the state saved by rank 0 after 2 batches \(world size 1, num_workers=0\) does "
         r"not load into rank 0 \(world size 2, num_workers=0\) through "
-        r"loader.batch_sampler.state_dict\(\): ReproducibilityError: cannot load this state",
+        r"loader.state_dict\(\): ReproducibilityError: cannot load this state",
     ):
         check_resume(factory, resume=Config(world_size=2))
 
