@@ -131,11 +131,12 @@ def _length(batch: Any) -> int | None:
     if isinstance(batch, list) and batch and all(isinstance(x, str) for x in batch):
         return len(batch)  # default_collate keeps a list of strings as a list
     if isinstance(batch, (list, tuple)):
+        leaves = (list, tuple, Mapping, torch.Tensor, np.ndarray)
+        if batch and not any(isinstance(x, leaves) for x in batch):
+            return len(batch)  # a batch of plain values: indices, labels
         lengths = {_length(value) for value in batch}
         if len(lengths) == 1:
             return lengths.pop()
-        if batch and not any(isinstance(x, (list, tuple, Mapping)) for x in batch):
-            return len(batch)
     return None
 
 
