@@ -69,6 +69,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/peers_table.py --quick
 	$(PY) benchmarks/resume_table.py --quick
 	$(PY) benchmarks/testing_table.py --quick
+	$(PY) benchmarks/bench_overhead.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 
 bench: $(STAMP)

@@ -57,6 +57,17 @@ def _records(batch: Any) -> int:
     return 1 if size is None else size
 
 
+def _counter(first: Any) -> Callable[[Any], int]:
+    """How to count a batch's records, chosen once from the first: per batch it is a len()."""
+    import torch
+
+    if isinstance(first, torch.Tensor) and first.ndim:
+        return len
+    if isinstance(first, list) and first and not isinstance(first[0], (list, tuple, dict)):
+        return len  # indices from a sampler chain, or a list of plain values
+    return _records
+
+
 def measure(
     make: Callable[[], Iterable[Any]], batches: int, bytes_read: bool = False
 ) -> dict[str, Any]:
@@ -66,10 +77,11 @@ def measure(
     iterator: Iterator[Any] = iter(make())
     first = next(iterator)
     first_at = time.perf_counter()
+    records = _counter(first)
     samples = 0
     count = 0
     for batch in islice(iterator, batches):
-        samples += _records(batch)
+        samples += records(batch)
         count += 1
     ended = time.perf_counter()
     after = _rchar() if bytes_read else None
@@ -83,7 +95,7 @@ def measure(
         "samples": samples,
         "seconds": seconds,
         "samples_per_s": samples / seconds if seconds > 0 else None,
-        "first_records": _records(first),
+        "first_records": records(first),
     }
     if before is not None and after is not None:
         row["bytes_read"] = after - before
