@@ -6,6 +6,33 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+TRIAL_TESTS = """
+import torch
+from detsamplers.loader import DataLoader
+from detsamplers.trial import Trial
+
+
+class Fit(Trial):
+    def __init__(self, context):
+        super().__init__(context)
+        self.w = context.wrap_model(torch.nn.Linear(1, 1))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.w.parameters(), 0.1))
+
+    def build_training_data_loader(self):
+        return DataLoader(torch.arange(8.0).view(8, 1), batch_size=2, shuffle=True)
+
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        loss = (self.w(batch) - 1).pow(2).mean()
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return loss
+
+
+def test_fit_resumes(trial_resume_check, tmp_path):
+    trial_resume_check(Fit, {"global_batch_size": 2}, pauses=[1, 2], batches=4)
+    assert list(tmp_path.iterdir())
+"""
+
 USER_TESTS = """
 import torch.utils.data as tud
 from detsamplers.loader import DataLoader
@@ -46,12 +73,13 @@ def test_bad_pipeline(resume_check):
 """
 
 
-def test_the_fixture_comes_from_the_installed_entry_point(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_user=USER_TESTS)
+def test_the_fixtures_come_from_the_installed_entry_point(pytester: pytest.Pytester) -> None:
+    # One subprocess for both fixtures: each run of pytest imports torch afresh.
+    pytester.makepyfile(test_user=USER_TESTS, test_trial=TRIAL_TESTS)
     result = pytester.runpytest_subprocess(
         "-p", "no:randomly", "-p", "no:cacheprovider", timeout=180
     )
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
             "plugins: *detsamplers-*",
@@ -66,36 +94,3 @@ def test_the_plugin_can_be_turned_off_like_any_other(pytester: pytest.Pytester) 
     result = pytester.runpytest_subprocess("-p", "no:detsamplers", timeout=180)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'resume_check' not found*"])
-
-
-def test_the_trial_fixture_keeps_checkpoints_in_tmp_path(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_trial="""
-import torch
-from detsamplers.loader import DataLoader
-from detsamplers.trial import Trial
-
-
-class Fit(Trial):
-    def __init__(self, context):
-        super().__init__(context)
-        self.w = context.wrap_model(torch.nn.Linear(1, 1))
-        self.opt = context.wrap_optimizer(torch.optim.SGD(self.w.parameters(), 0.1))
-
-    def build_training_data_loader(self):
-        return DataLoader(torch.arange(8.0).view(8, 1), batch_size=2, shuffle=True)
-
-    def train_batch(self, batch, epoch_idx, batch_idx):
-        loss = (self.w(batch) - 1).pow(2).mean()
-        self.context.backward(loss)
-        self.context.step_optimizer(self.opt)
-        return loss
-
-
-def test_fit_resumes(trial_resume_check, tmp_path):
-    trial_resume_check(Fit, {"global_batch_size": 2}, pauses=[1, 2], batches=4)
-    assert list(tmp_path.iterdir())
-"""
-    )
-    result = pytester.runpytest_subprocess("-p", "no:randomly", timeout=180)
-    result.assert_outcomes(passed=1)
