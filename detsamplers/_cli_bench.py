@@ -18,9 +18,11 @@ Three kinds of input, each measured against what the user would run otherwise:
 Each cell times ``--batches`` batches after the first (whose time, worker start-up
 included, is reported apart), with the same bare loop the scripts in ``benchmarks/``
 use: the progress bar advances per cell, never per batch, so it adds no cost to the
-rates measured. "bytes read" is the ``rchar`` of ``/proc/self/io`` over a cell with
-``num_workers=0`` (Linux only: what the process read, cache hits included). ``--json``
-prints the rows for CI.
+rates measured. "bytes read" is measured over a cell with ``num_workers=0``: the
+``rchar`` of ``/proc/self/io`` (Linux: what the process read from files and pipes, cache
+hits included) plus the bytes its sockets received (remote shards over fsspec; counted by
+wrapping ``socket.socket.recv``/``recv_into`` during the cell, as ``rchar`` leaves sockets
+out). ``--json`` prints the rows for CI.
 """
 
 from __future__ import annotations
@@ -50,6 +52,33 @@ def _rchar() -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def _counted_sockets() -> Iterator[list[int]]:
+    """Count the bytes this process's sockets receive (remote shards; not in ``rchar``)."""
+    import socket
+
+    counted = [0]
+    originals = socket.socket.recv, socket.socket.recv_into
+
+    def recv(self: socket.socket, *args: Any) -> bytes:
+        data = originals[0](self, *args)
+        counted[0] += len(data)
+        return data
+
+    def recv_into(self: socket.socket, *args: Any) -> int:
+        size = originals[1](self, *args)
+        counted[0] += size
+        return size
+
+    # socket.socket is a Python subclass of the C type: its methods can be swapped.
+    cls: Any = socket.socket
+    cls.recv, cls.recv_into = recv, recv_into
+    try:
+        yield counted
+    finally:
+        cls.recv, cls.recv_into = originals
+
+
 def _records(batch: Any) -> int:
     from .testing._compare import records_of
 
@@ -72,6 +101,15 @@ def measure(
     make: Callable[[], Iterable[Any]], batches: int, bytes_read: bool = False
 ) -> dict[str, Any]:
     """Time the first batch of ``make()``, then ``batches`` more: the bare loop of benchmarks/."""
+    with contextlib.ExitStack() as stack:
+        sockets = stack.enter_context(_counted_sockets()) if bytes_read else None
+        row = _measure(make, batches, bytes_read)
+    if sockets is not None and "bytes_read" in row:
+        row["bytes_read"] += sockets[0]
+    return row
+
+
+def _measure(make: Callable[[], Iterable[Any]], batches: int, bytes_read: bool) -> dict[str, Any]:
     before = _rchar() if bytes_read else None
     started = time.perf_counter()
     iterator: Iterator[Any] = iter(make())
