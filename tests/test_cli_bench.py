@@ -30,6 +30,15 @@ def build():
 
 def not_a_dataset():
     return 3
+
+
+class Broken(Squares):
+    def __getitem__(self, index):
+        raise OSError(f"cannot open record {index}")
+
+
+def broken():
+    return Broken()
 """
 
 
@@ -139,6 +148,11 @@ def test_the_terminal_table_and_the_command_line(module: Path) -> None:
         (["--dataset", "user_data:nothing"], "--dataset: user_data has no callable 'nothing'"),
         (["--dataset", "user_data:not_a_dataset"], "--dataset should build a map-style dataset"),
         (["--shards", "/no/such/shard-{0..1}.tar"], "/no/such/shard-0.tar"),
+        (
+            ["--dataset", "user_data:broken", "--workers", "0"],
+            "bench failed in 'detsamplers DataLoader, num_workers=0: samples/s': OSError: cannot "
+            "open record",
+        ),
     ],
 )
 def test_bad_arguments_are_usage_errors_not_tracebacks(
