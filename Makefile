@@ -68,6 +68,8 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/preemption_table.py --quick
 	$(PY) benchmarks/peers_table.py --quick
 	$(PY) benchmarks/resume_table.py --quick
+	$(PY) benchmarks/testing_table.py --quick
+	$(PY) benchmarks/bench_overhead.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 
 bench: $(STAMP)

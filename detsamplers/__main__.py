@@ -1,7 +1,9 @@
-"""``python -m detsamplers``: the ``demo`` and ``index`` commands.
+"""``python -m detsamplers``: the ``demo``, ``index``, ``inspect`` and ``bench`` commands.
 
 ``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
-index files of webdataset shards (NOTE [ index file format ]).
+index files of webdataset shards (NOTE [ index file format ]); ``inspect`` reports what a
+checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a user's own
+pipeline (NOTE [ bench ]).
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument("--out", default=None, help="write the files into this folder")
     index.add_argument("--timeout", type=float, default=60.0, help="remote stall timeout (60 s)")
     index.add_argument("--retries", type=int, default=5, help="remote retries (5)")
+    from . import _cli_bench, _cli_inspect
+
+    _cli_inspect.add_parser(commands)
+    _cli_bench.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "inspect":
+        return _cli_inspect.run(parser, args)
+    if args.command == "bench":
+        return _cli_bench.run(parser, args)
     if args.command == "index":
         return _index(parser, args.urls, args.out, args.timeout, args.retries)
 

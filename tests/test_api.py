@@ -88,3 +88,16 @@ def test_a_torch_dataloader_accepts_the_chain_as_batch_sampler() -> None:
     )
     assert [batch[0].tolist() for batch in loader] == [[10, 30], [50, 70], [90]]
     assert len(loader) == 3
+
+
+def test_the_testing_kit_lists_its_public_names_sorted_each_with_an_example() -> None:
+    import detsamplers.testing as kit
+
+    assert kit.__all__ == sorted(kit.__all__)
+    # (pytest's assertion rewriting adds "@py_builtins" to modules of its plugins)
+    public = {name for name in vars(kit) if not name.startswith(("_", "@"))}
+    # configs and pause_points load on first use (they need hypothesis).
+    assert public - {"Any"} <= set(kit.__all__)
+    for name in kit.__all__:
+        doc = inspect.getdoc(getattr(kit, name)) or ""
+        assert ">>>" in doc, f"detsamplers.testing.{name} has no runnable example"

@@ -1,0 +1,384 @@
+"""``python -m detsamplers inspect PATH``: what a checkpoint or a saved state holds.
+
+NOTE [ inspect ]
+PATH is a checkpoint folder (``batch-000120/``, NOTE [ checkpoint layout ]), a
+checkpoint directory (its newest complete folder is inspected), or a saved state: a
+loader or chain state as ``.json``, or a ``.pth``/``.pt`` file (a rank file's ``loader``
+entry is used). Files are read as data only: JSON with a size limit, torch files with
+``torch.load(weights_only=True, mmap=True)``; an unreadable file is an error naming it.
+The report gives the position, epoch, samples trained, world size, batch-size history,
+the chain and its fingerprint, and the contract's table of what a resume may change
+(docs/contract.md) filled in with this state's values. ``--against`` builds a loader from
+a factory (``module:function`` or ``path/to/script.py:function``, called as
+``factory(rank=0, world_size=W, num_workers=0)`` like ``detsamplers.testing``'s) and
+says whether it would resume this state exactly, and if not which field differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "inspect_path", "run"]
+
+#: The largest metadata or JSON state read (a real one is a few KiB).
+MAX_JSON_BYTES = 16 << 20
+
+# Links of a chain that a resume may change (NOTE [ sample positions ]).
+_ELASTIC_STAGES = ("shard", "batch", "skip")
+
+
+class InspectError(Exception):
+    """A file that cannot be read as a checkpoint or a state; the message names it."""
+
+
+def _read_json(path: str) -> Any:
+    size = os.path.getsize(path)
+    if size > MAX_JSON_BYTES:
+        raise InspectError(
+            f"{path}: {size} bytes, more than the {MAX_JSON_BYTES} a checkpoint's JSON may "
+            "have; this is not a detsamplers metadata or state file"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InspectError(f"{path}: not a readable JSON file ({error})") from error
+
+
+def _read_torch(path: str) -> Any:
+    import pickle
+
+    import torch
+
+    try:
+        try:  # mmap: a rank file's tensors (saved gradients) stay on disk
+            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+        except RuntimeError as error:
+            if "mmap can only be used" not in str(error):
+                raise
+            return torch.load(path, weights_only=True, map_location="cpu")  # legacy format
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, EOFError) as error:
+        text = str(error).strip() or type(error).__name__
+        first = text.splitlines()[0][:160]
+        raise InspectError(
+            f"{path}: not a checkpoint file that loads as data with "
+            f"torch.load(weights_only=True) ({first})"
+        ) from error
+
+
+def _loader_state(obj: Any, path: str) -> dict[str, Any] | None:
+    """The loader or chain state in ``obj`` (a state, or a rank file's dict)."""
+    if isinstance(obj, dict) and isinstance(obj.get("loader"), dict) and "chain" in obj["loader"]:
+        state: dict[str, Any] = obj["loader"]  # a rank file: {"rng": ..., "loader": state}
+        return state
+    if isinstance(obj, dict) and "chain" in obj and "position" in obj:
+        return obj
+    if isinstance(obj, dict) and ("rng" in obj or "loader" in obj):
+        return None  # a rank file of a loader the trial skips itself
+    raise InspectError(
+        f"{path}: neither a checkpoint folder nor a saved state (a dict with 'chain' and "
+        f"'position', or a rank file with 'loader'); got {type(obj).__name__}"
+        + (f" with keys {sorted(map(str, obj))[:8]}" if isinstance(obj, dict) else "")
+    )
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """Read PATH into ``{"kind", "path", "metadata", "states"}`` (NOTE [ inspect ]).
+
+    The one place that reads files: it can switch to the trial's metadata validator.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "metadata.json")):
+        from .trial import find_latest_checkpoint
+
+        latest = find_latest_checkpoint(path)
+        if latest is None:
+            raise InspectError(
+                f"{path}: a folder without metadata.json and without a complete "
+                "checkpoint folder (batch-NNNNNN/ with its metadata.json) inside"
+            )
+        path = latest
+    if os.path.isdir(path):
+        metadata = _read_json(os.path.join(path, "metadata.json"))
+        if not isinstance(metadata, dict):
+            raise InspectError(f"{os.path.join(path, 'metadata.json')}: not a JSON object")
+        states: dict[int, dict[str, Any]] = {}
+        world = metadata.get("world_size")
+        ranks = range(world) if isinstance(world, int) and 0 < world <= 4096 else range(1)
+        for rank in ranks:
+            file = os.path.join(path, f"rank-{rank}.pth")
+            if os.path.exists(file):
+                state = _loader_state(_read_torch(file), file)
+                if state is not None:
+                    states[rank] = state
+        return {"kind": "checkpoint", "path": path, "metadata": metadata, "states": states}
+    obj = _read_json(path) if path.endswith(".json") else _read_torch(path)
+    state = _loader_state(obj, path)
+    rank = state.get("loader", {}).get("rank", 0) if state else 0
+    return {"kind": "state", "path": path, "metadata": {}, "states": {rank: state} if state else {}}
+
+
+def _link_text(link: dict[str, Any]) -> str:
+    name = link.get("stage") or link.get("source") or "?"
+    args = ", ".join(f"{k}={v}" for k, v in link.items() if k not in ("stage", "source"))
+    return f"{name}({args})" if args else str(name)
+
+
+def _history(metadata: dict[str, Any]) -> str:
+    segments = metadata.get("batch_segments")
+    if isinstance(segments, list) and segments:
+        parts = []
+        for segment in segments:
+            if isinstance(segment, list) and len(segment) == 3:
+                sample, batch, size = segment
+                parts.append(f"{size} from sample {sample} (batch {batch})")
+        if parts:
+            return "; ".join(parts)
+    size = metadata.get("global_batch_size")
+    return "?" if size is None else str(size)
+
+
+def _contract(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The contract's table (docs/contract.md) with this state's values."""
+    m, state = report["metadata"], next(iter(report["states"].values()), None)
+    rows: list[tuple[str, str]] = []
+    chain = state.get("chain", []) if state else []
+    fixed = [link for link in chain if link.get("stage") not in _ELASTIC_STAGES]
+    elastic = state is not None and state.get("samples") is not None
+    rows.append(
+        (
+            "world size and rank" + ("" if elastic else " (no: this chain has no sample grid)"),
+            f"seed {m.get('seed', state and state.get('loader', {}).get('seed'))}, data seed "
+            f"{m.get('data_seed', '-')}, dataset length "
+            f"{m.get('dataset_length', state and state.get('loader', {}).get('dataset_length'))}",
+        )
+    )
+    rows.append(
+        (
+            "num_workers, prefetching, worker options",
+            "the source, shuffle and repeat: " + (" > ".join(map(_link_text, fixed)) or "-"),
+        )
+    )
+    rows.append(
+        (
+            "the global batch size given as an int" + ("" if elastic else " (no: fixed batches)"),
+            f"aggregation_frequency {m.get('aggregation_frequency', 1)}",
+        )
+    )
+    samples = m.get("samples_trained", state.get("samples") if state else None)
+    rows.append(
+        (
+            f"a schedule's future: segments starting after sample {samples}",
+            f"a schedule's past: the batch segments {_history(m)}",
+        )
+    )
+    growth = m.get("dataset_growth")
+    rows.append(
+        (
+            f"a larger dataset with fit(dataset_growth=True): a growth at sample {samples}",
+            f"the growth history {growth if growth is not None else '-'}; a smaller dataset never",
+        )
+    )
+    rows.append(("max_length, periods, checkpoint_policy, retention", ""))
+    return rows
+
+
+def inspect_path(path: str) -> dict[str, Any]:
+    """The report of PATH as a JSON-able dict (NOTE [ inspect ])."""
+    report = read_checkpoint(path)
+    m = report["metadata"]
+    out: dict[str, Any] = {"kind": report["kind"], "path": report["path"]}
+    if m:
+        out["checkpoint"] = {
+            key: m.get(key)
+            for key in (
+                "format_version", "batches_trained", "samples_trained", "epoch_index",
+                "epoch_start_sample", "world_size", "global_batch_size", "batch_segments",
+                "seed", "data_seed", "dataset_length", "dataset_growth",
+                "aggregation_frequency", "data_fingerprint", "data_global_digest",
+            )
+        }  # fmt: skip
+    out["ranks"] = {
+        str(rank): {
+            "position": state.get("position"),
+            "samples": state.get("samples"),
+            "chain": state.get("chain"),
+            "chain_text": " > ".join(_link_text(link) for link in state.get("chain", [])),
+            "fingerprint": state.get("fingerprint"),
+            "digest": state.get("digest"),
+            "loader": state.get("loader"),
+        }
+        for rank, state in sorted(report["states"].items())
+    }
+    out["resume"] = [{"may_change": a, "must_match": b} for a, b in _contract(report)]
+    out["_states"] = report["states"]
+    return out
+
+
+def _print(out: dict[str, Any]) -> None:
+    print(f"{out['kind']} {out['path']}")
+    c = out.get("checkpoint")
+    if c:
+        rows = [
+            ("format version", c["format_version"]),
+            ("batches trained", c["batches_trained"]),
+            ("samples trained", c["samples_trained"]),
+            ("epoch", f"{c['epoch_index']} (started at sample {c['epoch_start_sample']})"),
+            ("world size", c["world_size"]),
+            ("global batch size", c["global_batch_size"]),
+            ("batch-size history", _history(c)),
+            ("seed", f"{c['seed']} (data seed {c['data_seed']})"),
+            ("dataset length", f"{c['dataset_length']} (growth {c['dataset_growth']})"),
+            ("aggregation", c["aggregation_frequency"]),
+            ("data fingerprint", f"{c['data_fingerprint']} (digest {c['data_global_digest']})"),
+        ]
+        for name, value in rows:
+            print(f"  {name:<20}{value}")
+    for rank, state in out["ranks"].items():
+        print(f"loader state of rank {rank}")
+        print(f"  {'position':<20}{state['position']} batches on this rank")
+        print(f"  {'samples':<20}{state['samples']} (every rank's, before the next batch)")
+        print(f"  {'chain':<20}{state['chain_text']}")
+        print(f"  {'fingerprint':<20}{state['fingerprint']} (digest {state['digest']})")
+    if not out["ranks"]:
+        print("  no loader state (a loader the trial skips itself, or a non-detsamplers loader)")
+    print("what a resume may change (docs/contract.md), for this state")
+    for row in out["resume"]:
+        print(f"  may change: {row['may_change']}")
+        if row["must_match"]:
+            print(f"    must match: {row['must_match']}")
+
+
+def _load_factory(spec: str) -> Any:
+    import importlib
+    import importlib.util
+
+    module_name, sep, attribute = spec.rpartition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(
+            f"--against should be module:function or path/to/script.py:function, but got {spec!r}"
+        )
+    if module_name.endswith(".py"):
+        if not os.path.isfile(module_name):
+            raise ValueError(f"--against names the script {module_name!r}, which does not exist")
+        loaded = importlib.util.spec_from_file_location("_detsamplers_against", module_name)
+        assert loaded is not None and loaded.loader is not None
+        module = importlib.util.module_from_spec(loaded)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(module_name)))
+        loaded.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ValueError(f"--against: cannot import {module_name!r} ({error})") from error
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ValueError(f"--against: {module_name} has no function {attribute!r}")
+    return factory
+
+
+def _differences(saved: list[dict[str, Any]], here: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for k in range(max(len(saved), len(here))):
+        a = saved[k] if k < len(saved) else {}
+        b = here[k] if k < len(here) else {}
+        name = a.get("stage") or a.get("source") or b.get("stage") or b.get("source")
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                kind = "may change" if name in _ELASTIC_STAGES else "must match"
+                out.append(f"{name}.{key}: {a.get(key)!r} saved, {b.get(key)!r} here ({kind})")
+    return out
+
+
+def against(out: dict[str, Any], spec: str, world_size: int) -> tuple[bool, list[str]]:
+    """Whether the factory's loader would resume the inspected state exactly, and why."""
+    import copy
+
+    from .testing._resume import Config, _build
+    from .testing._route import choose_route
+
+    states = out["_states"]
+    if not states:
+        return False, ["the checkpoint holds no loader state to compare with"]
+    factory = _load_factory(spec)
+    loader = _build(factory, 0, Config(world_size=world_size))
+    route = choose_route(loader, "auto")
+    state = states[min(states)]
+    lines = []
+    fresh = None
+    try:
+        fresh = route.save(loader)
+    except Exception:  # a loader whose state needs an iterator first
+        fresh = None
+    chain = fresh.get("chain") if isinstance(fresh, dict) else None
+    if isinstance(chain, list):
+        lines += _differences(state.get("chain", []), chain)
+    try:
+        route.load(loader, copy.deepcopy(state))
+    except Exception as error:
+        lines.append(f"would not resume: {type(error).__name__}: {error}")
+        return False, lines
+    lines.append(
+        f"would resume exactly at sample {state.get('samples')} (position "
+        f"{state.get('position')} of the saved rank) through {route.name}"
+    )
+    return True, lines
+
+
+def add_parser(commands: Any) -> None:
+    """Add the ``inspect`` command to the CLI's subparsers."""
+    inspect = commands.add_parser(
+        "inspect",
+        help="what a checkpoint folder or a saved loader state holds",
+        description="Print a checkpoint's or a saved state's position, epoch, samples "
+        "trained, world size and batch-size history, its chain and fingerprint, and what a "
+        "resume may change. Files are read as data, never run.",
+    )
+    inspect.add_argument("path", help="a checkpoint folder or directory, or a .json/.pth state")
+    inspect.add_argument(
+        "--against",
+        default=None,
+        help="module:function or script.py:function building a loader (rank, world_size, "
+        "num_workers): would it resume this state exactly?",
+    )
+    inspect.add_argument("--world-size", type=int, default=None, help="for --against (saved)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run ``inspect``; the exit status (2 for a usage error, 1 for a failed check)."""
+    if args.world_size is not None and args.world_size < 1:
+        parser.error(f"--world-size should be a positive integer, but got {args.world_size}")
+    try:
+        out = inspect_path(args.path)
+    except FileNotFoundError:
+        parser.error(f"inspect: {args.path} does not exist")
+    except InspectError as error:
+        print(f"inspect failed: {error}", file=sys.stderr)
+        return 1
+    ok = True
+    if args.against is not None:
+        world = args.world_size or (out.get("checkpoint") or {}).get("world_size") or 1
+        try:
+            ok, lines = against(out, args.against, int(world))
+        except (ValueError, TypeError) as error:
+            parser.error(str(error))
+        except AssertionError as error:  # the loader has no state route
+            ok, lines = False, [str(error)]
+        out["against"] = {"spec": args.against, "world_size": world, "ok": ok, "lines": lines}
+    states = out.pop("_states")
+    del states
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        _print(out)
+        if "against" in out:
+            print(f"against {args.against} (world size {out['against']['world_size']})")
+            for line in out["against"]["lines"]:
+                print(f"  {line}")
+    return 0 if ok else 1
