@@ -1,17 +1,76 @@
-"""The resume state of a shard source, and the checks made when it is loaded."""
+"""The resume state of a shard source, and the checks made when it is loaded.
+
+NOTE [ counts summary ]
+A state must let a resume notice a shard whose sample count changed since it was saved
+(the positions after it would then name other samples), and name that shard. Version 1
+states carried one count per shard: 6 KB of JSON at 2,000 shards, megabytes at 1e6, in
+every checkpoint of every rank. Since version 2, ``state["counts"]`` is a summary of fixed
+size whatever the number of shards ``n`` (about 150 bytes of JSON at 1e6 shards):
+
+- ``shards``: ``n``; ``samples``: the total ``S = sum(c_i)``;
+- ``digest``: BLAKE2b (16 bytes, hex) of the counts as little-endian int64, so any change
+  of any count, or of their order, is noticed;
+- ``moments``: ``[W, Q]`` with ``W = sum(i * c_i)`` and ``Q = sum(i * i * c_i)``, both
+  modulo the prime ``P = 2**61 - 1``.
+
+When the digest differs, the moments name the shard: if exactly one count changed, by
+``d = S_now - S_saved != 0``, at shard ``i``, then ``W_now - W_saved = i * d`` and
+``Q_now - Q_saved = i * i * d`` (mod ``P``), so ``i = dW / d`` (mod ``P``), confirmed by
+``dQ = i * dW``. A change that these do not explain (several shards, or counts that
+moved without changing the total) is still refused, naming the totals instead.
+``load_state_dict`` reads both versions: a version 1 list is compared count by count.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..._errors import ReproducibilityError
 from ..._state import check_header
 
-__all__ = ["STATE_VERSION", "check_state"]
+__all__ = ["STATE_VERSION", "check_state", "summarize_counts"]
 
-#: The format version of ``WebDatasetSource.state_dict()``.
-STATE_VERSION = 1
+#: The format version of ``WebDatasetSource.state_dict()`` (1: a count per shard).
+STATE_VERSION = 2
+_PRIME = (1 << 61) - 1
+_SUMMARY_KEYS = ("shards", "samples", "digest", "moments")
+
+
+def summarize_counts(counts: Sequence[int]) -> dict[str, Any]:
+    """The fixed-size summary of the shards' sample counts (NOTE [ counts summary ]).
+
+    Examples:
+        >>> summarize_counts([3, 20, 7])
+        {'shards': 3, 'samples': 30, 'digest': 'a6e27bca731a91b93ab03ac0fe56f1a4', 'moments': [34, 48]}
+    """  # noqa: E501
+    data = np.asarray(counts, dtype="<i8").tobytes()
+    first = sum(i * c for i, c in enumerate(counts)) % _PRIME
+    second = sum(i * i * c for i, c in enumerate(counts)) % _PRIME
+    return {
+        "shards": len(counts),
+        "samples": int(sum(counts)),
+        "digest": hashlib.blake2b(data, digest_size=16).hexdigest(),
+        "moments": [first, second],
+    }
+
+
+def _changed_shard(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(shard, its change in count)`` if one shard's change explains the summaries."""
+    delta = now["samples"] - saved["samples"]
+    if delta == 0:
+        return None
+    d_first = (now["moments"][0] - saved["moments"][0]) % _PRIME
+    d_second = (now["moments"][1] - saved["moments"][1]) % _PRIME
+    shard = d_first * pow(delta % _PRIME, -1, _PRIME) % _PRIME
+    if shard >= now["shards"] or d_second != shard * d_first % _PRIME:
+        return None
+    return shard, delta
+
+
 _STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
 
 
@@ -24,6 +83,7 @@ def check_state(
     counts: Sequence[int],
     global_batch: int | None,
     end: int | None,
+    summary: Mapping[str, Any] | None = None,
 ) -> int:
     """The position of a saved state, once it is checked against the source here.
 
@@ -33,6 +93,7 @@ def check_state(
         fingerprint: The source's fingerprint (configuration and shard names).
         paths: The shards' paths, to name one whose count changed.
         counts: The shards' sample counts now.
+        summary: :func:`summarize_counts` of ``counts`` (computed if ``None``).
         global_batch: ``batch_size * world_size`` here, which must divide the position
             of a ``repeat=False`` pass; ``None`` for a repeated stream, which resumes at
             any position (NOTE [ shard stream split ]).
@@ -45,24 +106,31 @@ def check_state(
             not a multiple of ``global_batch`` (when given) or past ``end``.
         ReproducibilityError: a shard's count, the shard list or the configuration changed.
     """
-    position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", STATE_VERSION)
+    old = isinstance(state_dict, Mapping) and state_dict.get("version") == 1
+    version = 1 if old else STATE_VERSION
+    position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", version)
     unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS)
     if unknown:
         raise ValueError(
             f"state has keys {', '.join(unknown)} that WebDatasetSource.state_dict() never "
             "writes; it was saved by another object or edited: pass the state it saved"
         )
-    if not isinstance(state_dict["counts"], list):
+    saved_counts = state_dict["counts"]
+    summary_ok = isinstance(saved_counts, Mapping) and _valid_summary(saved_counts)
+    if not (isinstance(saved_counts, list) or summary_ok):
         raise TypeError(
-            "state['counts'] should be the list of samples per shard from "
-            f"WebDatasetSource.state_dict(), but got {state_dict['counts']!r}"
+            "state['counts'] should be the list of samples per shard (version 1) or its "
+            f"summary from WebDatasetSource.state_dict(), but got {saved_counts!r}"
         )
     if not isinstance(state_dict["config"], Mapping):
         raise TypeError(
             "state['config'] should be the dict of settings from "
             f"WebDatasetSource.state_dict(), but got {state_dict['config']!r}"
         )
-    _check_counts(list(state_dict["counts"]), paths, counts)
+    if isinstance(saved_counts, list):
+        _check_counts(list(saved_counts), paths, counts)
+    else:
+        _check_summary(saved_counts, paths, counts, summary or summarize_counts(counts))
     saved = dict(state_dict["config"])
     changed = [
         f"{key} is {saved.get(key)!r} in the state but {value!r} here"
@@ -106,3 +174,48 @@ def _check_counts(saved: list[Any], paths: Sequence[str], counts: Sequence[int])
             f"cannot resume WebDatasetSource: {'; '.join(changed)}; the stream after the "
             "checkpoint would differ. Restore the original shards or start a new run."
         )
+
+
+def _valid_summary(summary: Mapping[str, Any]) -> bool:
+    if set(summary) != set(_SUMMARY_KEYS) or not isinstance(summary["digest"], str):
+        return False
+    moments = summary["moments"]
+    numbers = [
+        summary["shards"],
+        summary["samples"],
+        *(moments if isinstance(moments, list) else []),
+    ]
+    valid = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in numbers)
+    return valid and isinstance(moments, list) and len(moments) == 2
+
+
+def _check_summary(
+    saved: Mapping[str, Any],
+    paths: Sequence[str],
+    counts: Sequence[int],
+    now: Mapping[str, Any],
+) -> None:
+    if saved["shards"] != now["shards"]:
+        raise ReproducibilityError(
+            f"cannot load this state into WebDatasetSource: it was saved with "
+            f"{saved['shards']} shards, but urls name {now['shards']}; pass the same urls"
+        )
+    if saved["digest"] == now["digest"]:
+        return
+    found = _changed_shard(saved, now)
+    if found is not None:
+        shard, delta = found
+        changed = (
+            f"shard {paths[shard]!r} had {counts[shard] - delta} samples when the state "
+            f"was saved but has {counts[shard]} now"
+        )
+    else:
+        changed = (
+            f"the shards' sample counts changed ({saved['samples']} samples in all then, "
+            f"{now['samples']} now; counts digest {saved['digest']} then, "
+            f"{now['digest']} now)"
+        )
+    raise ReproducibilityError(
+        f"cannot resume WebDatasetSource: {changed}; the stream after the checkpoint "
+        "would differ. Restore the original shards or start a new run."
+    )
