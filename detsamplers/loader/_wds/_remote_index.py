@@ -33,6 +33,7 @@ from typing import Any
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
 from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
 from ._index_file import decode_index, encode_index
+from ._object_store import checked_on_read, same_version
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index"]
@@ -89,8 +90,8 @@ def _cache_file(url: str, size: int, version: str | None, index_dir: str | None)
 def _check(url: str, size: int, version: str | None, indexed: tuple[int, str | None]) -> None:
     if indexed[0] != size:
         raise changed_error(url, f"it has {size} bytes, its index file says {indexed[0]}")
-    if indexed[1] is not None and version is not None and indexed[1] != version:
-        raise changed_error(url, f"its ETag is {version}, its index file says {indexed[1]}")
+    if not same_version(indexed[1], version):
+        raise changed_error(url, f"its version is {version}, its index file says {indexed[1]}")
 
 
 def _sibling(url: str, options: RemoteOptions) -> bytes | None:
@@ -108,19 +109,13 @@ def _scan(url: str, size: int, version: str | None, options: RemoteOptions) -> S
     return ShardInfo(url, url, keys, members, size, version)
 
 
-def _checked_on_read(url: str, etag: str | None) -> bool:
-    """Whether every read of ``url`` checks ``etag`` (``If-Match``), so no lookup is needed."""
-    http = url.split("://", 1)[0] in ("http", "https")
-    return http and etag is not None and etag.startswith('"')
-
-
 _NOT_FETCHED = b""
 
 
 def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
     """The index in an index file, and whether reads will check it is still current."""
     keys, members, size, etag = decode_index(data, url)
-    return ShardInfo(url, url, keys, members, size, etag), _checked_on_read(url, etag)
+    return ShardInfo(url, url, keys, members, size, etag), checked_on_read(url, etag)
 
 
 async def _cat_all(fs: Any, paths: list[str]) -> list[Any]:
