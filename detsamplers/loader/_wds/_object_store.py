@@ -21,12 +21,12 @@ A body cut short is asked for again from its first missing byte, as over HTTP(S)
 The source's ``timeout`` and ``retries`` reach these filesystems: s3fs gets botocore's
 ``connect_timeout`` and ``read_timeout`` set to ``timeout`` and is left one attempt per
 call (its ``retries`` attribute 1, botocore's ``total_max_attempts=1``), so that the
-source's own retry loop (NOTE [ remote reads ]) is the only one: ``retries`` retries with the documented
-backoff, for connection errors (botocore's ``EndpointConnectionError``,
-``ConnectionClosedError``, read and connect timeouts, aiohttp's), throttling (503
-``SlowDown``, 429) and 5xx answers alike. gcsfs gets ``requests_timeout=timeout``; it
-retries each request itself (a fixed number of times) before the source's loop does.
-Anything in ``storage_options`` wins over these defaults.
+source's own retry loop (NOTE [ remote reads ]) is the only one: ``retries`` retries
+with the documented backoff, for connection errors (botocore's
+``EndpointConnectionError``, ``ConnectionClosedError``, read and connect timeouts,
+aiohttp's), throttling (503 ``SlowDown``, 429) and 5xx answers alike. gcsfs gets
+``requests_timeout=timeout``; it retries each request itself (a fixed number of times)
+before the source's loop does. Anything in ``storage_options`` wins over these defaults.
 """
 
 from __future__ import annotations
