@@ -123,17 +123,59 @@ def test_an_endpoint_that_refuses_connections_is_retried_then_named(
         next(iter(unreachable))
 
 
-def test_the_index_command_takes_an_endpoint_and_the_source_then_sends_no_lookups(
+def test_the_index_command_takes_an_endpoint_and_a_build_then_sends_one_request(
     s3: S3Server, shards: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = upload(s3, shards)
     argv = ["index", url, "--endpoint-url", s3.endpoint]
     argv += ["--storage-option", "key=testing", "--storage-option", "secret=testing"]
     assert main(argv) == 0
-    assert capsys.readouterr().out.count(" samples\n") == len(COUNTS)
+    printed = capsys.readouterr().out
+    assert printed.count(" samples\n") == len(COUNTS)
+    assert f"detsamplers-set.index.npz: the set index of {len(COUNTS)} shards" in printed
     s3.reset()
-    source = on_s3(s3, url, tmp_path)
+    source = on_s3(s3, url, tmp_path, batch_size=4)
     assert [len(s) for s in source.shards] == COUNTS
-    assert s3.served.bytes == {}  # no shard was scanned
-    assert sum(n for key, n in s3.served.requests.items() if key.endswith(".tar")) == 0
-    assert not (tmp_path / "cache").exists()
+    assert sum(s3.served.requests.values()) == 1  # the set index, for all 7 shards
+    assert not (tmp_path / "cache").exists()  # nothing scanned, nothing cached
+    steps = TOTAL // 4
+    assert simulate(source, 0, steps) == simulate(make(shards, batch_size=4), 0, steps)
+    index_files = [k for k in s3.served.requests if k.endswith(".tar.index.npz")]
+    assert len(index_files) == len(COUNTS)  # each fetched once, when its shard was opened
+
+
+def test_a_shard_rewritten_after_its_set_index_was_written_is_refused_by_name(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    url = upload(s3, shards)
+    bucket = url.split("/")[2]
+    assert (
+        main(
+            [
+                "index",
+                url,
+                "--endpoint-url",
+                s3.endpoint,
+                "--storage-option",
+                "key=testing",
+                "--storage-option",
+                "secret=testing",
+            ]
+        )
+        == 0
+    )
+    original = (Path(shards).parent / "data-000002.tar").read_bytes()
+    s3.put(bucket, "s/data-000002.tar", tampered(original))
+    source = on_s3(s3, url, tmp_path, batch_size=1, shuffle_shards=False, repeat=False)
+    with pytest.raises(
+        ShardChangedError, match=rf"shard 's3://{bucket}/s/data-000002\.tar' changed"
+    ):
+        list(source)
+
+
+def test_the_index_command_refuses_a_storage_option_without_a_value(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["index", "s3://b/a.tar", "--storage-option", "anon"])
+    assert "--storage-option should be KEY=VALUE, but got 'anon'" in capsys.readouterr().err

@@ -43,6 +43,7 @@ __all__ = [
     "read_pinned",
     "same_version",
     "split_version",
+    "whole_file_kwargs",
 ]
 
 _PINS = ("?versionId=", "?generation=")
@@ -96,6 +97,16 @@ def one_attempt(fs: Any, url: str) -> Any:
     if protocol(url) in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1
     return fs
+
+
+def whole_file_kwargs(url: str) -> dict[str, Any]:
+    """Arguments of ``cat_file`` that read a small file in one request (s3fs: no ``HEAD``).
+
+    Examples:
+        >>> whole_file_kwargs("s3://b/a.tar.index.npz"), whole_file_kwargs("https://h/a")
+        ({'max_concurrency': 1}, {})
+    """
+    return {"max_concurrency": 1} if protocol(url) in ("s3", "s3a") else {}
 
 
 def pinned_version(url: str, info: dict[str, Any]) -> str | None:

@@ -33,10 +33,11 @@ from typing import Any
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
 from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
 from ._index_file import decode_index, encode_index
-from ._object_store import checked_on_read, same_version
+from ._object_store import checked_on_read, same_version, whole_file_kwargs
+from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
 from ._urls import is_remote, local_path
 
-__all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index"]
+__all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index", "write_indexes"]
 
 #: The index file of shard ``u`` is ``u + INDEX_SUFFIX``.
 INDEX_SUFFIX = ".index.npz"
@@ -97,7 +98,10 @@ def _check(url: str, size: int, version: str | None, indexed: tuple[int, str | N
 def _sibling(url: str, options: RemoteOptions) -> bytes | None:
     fs, path = remote_fs(url + INDEX_SUFFIX, options)
     try:
-        data: bytes = retrying(url, "reading the index file of", options, lambda: fs.cat(path))
+        whole = whole_file_kwargs(url)
+        data: bytes = retrying(
+            url, "reading the index file of", options, lambda: fs.cat_file(path, **whole)
+        )
     except FileNotFoundError:
         return None
     return data
@@ -118,13 +122,13 @@ def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
     return ShardInfo(url, url, keys, members, size, etag), checked_on_read(url, etag)
 
 
-async def _cat_all(fs: Any, paths: list[str]) -> list[Any]:
+async def _cat_all(fs: Any, paths: list[str], whole: dict[str, Any]) -> list[Any]:
     """``fs._cat_file`` of each path, at most ``_CONCURRENT`` at a time; errors as values."""
     limit = asyncio.Semaphore(_CONCURRENT)
 
     async def cat(path: str) -> Any:
         async with limit:
-            return await fs._cat_file(path)
+            return await fs._cat_file(path, **whole)
 
     return await asyncio.gather(*(cat(p) for p in paths), return_exceptions=True)
 
@@ -146,7 +150,8 @@ def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]
     for fs, slots, paths in groups.values():
         from fsspec.asyn import sync
 
-        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths), strict=True):
+        whole = whole_file_kwargs(urls[slots[0]])  # one filesystem: one protocol
+        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths, whole), strict=True):
             if isinstance(got, bytes) and got:
                 out[slot] = got
             elif isinstance(got, FileNotFoundError):
@@ -202,6 +207,23 @@ def index_remote(
 def index_remote_shards(
     urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
 ) -> list[ShardInfo]:
+    """Each URL's index, in the order given: from a set index, else :func:`index_remote`.
+
+    A folder's set index (NOTE [ set index ]) costs one request for all its shards; the
+    others are indexed on threads.
+    """
+    known = from_set_indexes(urls, options)
+    rest = [i for i, info in enumerate(known) if info is None]
+    if rest:
+        built = _index_each([urls[i] for i in rest], options, index_dir, progress)
+        for i, info in zip(rest, built, strict=True):
+            known[i] = info
+    return [info for info in known if info is not None]
+
+
+def _index_each(
+    urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
+) -> list[ShardInfo]:
     """:func:`index_remote` for each URL, overlapped on threads, in the order given."""
     siblings = _siblings(urls, options)
     out: list[ShardInfo | None] = [None] * len(urls)
@@ -230,6 +252,52 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
     Returns:
         Where the file was written, and the shard's number of samples.
     """
+    target, info = _write_one(url, options, out)
+    return target, len(info)
+
+
+def _put(target: str, data: bytes, options: RemoteOptions) -> None:
+    if is_remote(target):
+        fs, path = remote_fs(target, options)
+        fs.pipe_file(path, data)
+    else:
+        with open(target, "wb") as handle:
+            handle.write(data)
+
+
+def write_indexes(
+    urls: Sequence[str], options: RemoteOptions, out: str | None = None
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """:func:`write_index` for each shard, then one set index per folder (NOTE [ set index ]).
+
+    The set index of a folder goes into it (or into ``out``) as ``detsamplers-set.index.npz``.
+
+    Returns:
+        Where each shard's file was written and its number of samples; where each set
+        index was written and its number of shards.
+    """
+    written: list[tuple[str, int]] = []
+    sets: list[tuple[str, int]] = []
+    folders: dict[str, list[SetEntry]] = {}
+    for url in urls:
+        target, info = _write_one(url, options, out)
+        written.append((target, len(info)))
+        folder, _, name = url.rstrip("/").rpartition("/")
+        folders.setdefault(folder, []).append((name, info.size, info.version, len(info)))
+    for folder, entries in folders.items():
+        if out is not None:
+            target = os.path.join(out, SET_INDEX_NAME)
+        elif is_remote(folder + "/"):
+            target = folder + "/" + SET_INDEX_NAME
+        else:
+            target = os.path.join(local_path(folder or "."), SET_INDEX_NAME)
+        _put(target, encode_set(entries), options)
+        sets.append((target, len(entries)))
+    return written, sets
+
+
+def _write_one(url: str, options: RemoteOptions, out: str | None) -> tuple[str, ShardInfo]:
+    """Scan a shard, write its index file; where, and its index."""
     mtime_ns = None  # recorded for a local shard: its index is then current while it is
     if is_remote(url):
         size, version = stat_remote(url, options)
@@ -247,10 +315,5 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
         target = os.path.join(out, name)
     else:
         target = info.path + INDEX_SUFFIX
-    if is_remote(target):
-        fs, path = remote_fs(target, options)
-        fs.pipe_file(path, data)
-    else:
-        with open(target, "wb") as handle:
-            handle.write(data)
-    return target, len(info)
+    _put(target, data, options)
+    return target, info
