@@ -15,7 +15,7 @@ from s3_server import S3Server
 from wds_helpers import COUNTS, PATTERN, TOTAL, make, simulate
 
 from detsamplers.__main__ import main
-from detsamplers.loader import WebDatasetSource
+from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.loader._wds._fetch import ShardChangedError
 
 _buckets = itertools.count()
@@ -179,3 +179,47 @@ def test_the_index_command_refuses_a_storage_option_without_a_value(
     with pytest.raises(SystemExit):
         main(["index", "s3://b/a.tar", "--storage-option", "anon"])
     assert "--storage-option should be KEY=VALUE, but got 'anon'" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_dataloader_workers_read_set_indexed_s3_shards_as_the_main_process_does(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    url = upload(s3, shards)
+    argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
+    assert main([*argv, "--storage-option", "secret=testing"]) == 0
+    source = on_s3(s3, url, tmp_path, batch_size=3, shuffle_window=4)
+    got = [
+        [int(x) for x in batch]
+        for _, batch in zip(range(30), WebDataLoader(source, 2), strict=False)
+    ]
+    assert got == simulate(make(shards, batch_size=3, shuffle_window=4), 0, 30)
+
+
+def test_a_damaged_set_index_is_refused_naming_the_file(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    url = upload(s3, shards)
+    bucket = url.split("/")[2]
+    s3.put(bucket, "s/detsamplers-set.index.npz", b"PK\x03\x04 not a zip")
+    with pytest.raises(
+        ValueError, match=rf"the set index 's3://{bucket}/s/detsamplers-set\.index\.npz' is not"
+    ):
+        on_s3(s3, url, tmp_path)
+
+
+def test_a_compressed_set_index_is_refused_before_anything_is_inflated() -> None:
+    import io
+    import zipfile
+
+    from detsamplers.loader._wds._set_index import decode_set, encode_set
+
+    buffer = io.BytesIO()
+    plain = zipfile.ZipFile(io.BytesIO(encode_set([("a.tar", 10, '"e"', 1)])))
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive, plain:
+        for entry in plain.infolist():
+            archive.writestr(entry.filename, plain.read(entry))
+    with pytest.raises(
+        ValueError, match=r"'s3://b/detsamplers-set\.index\.npz' is not .* compressed"
+    ):
+        decode_set(buffer.getvalue(), "s3://b/")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,9 @@ def decode_set(data: bytes, folder: str) -> list[SetEntry]:
         ValueError: the bytes are not a set index of this format (naming ``folder``).
     """
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:  # stored entries only: no bomb
+            if any(entry.compress_type != zipfile.ZIP_STORED for entry in archive.infolist()):
+                raise ValueError("it holds compressed entries")
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             header = json.loads(npz["header"].tobytes())
             if not isinstance(header, dict) or header.get("format") != _FORMAT:
@@ -102,7 +106,7 @@ def decode_set(data: bytes, folder: str) -> list[SetEntry]:
             (n, int(s), v or None, int(c))
             for n, s, v, c in zip(names, sizes, versions, counts, strict=True)
         ]
-    except (ValueError, KeyError, OSError, EOFError, TypeError) as exn:
+    except (ValueError, KeyError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exn:
         raise ValueError(
             f"the set index {folder + SET_INDEX_NAME!r} is not a detsamplers set index "
             f"({_FORMAT} version {_VERSION}): {exn}; delete it and rebuild it with "
