@@ -270,7 +270,8 @@ def write_indexes(
 ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """:func:`write_index` for each shard, then one set index per folder (NOTE [ set index ]).
 
-    The set index of a folder goes into it (or into ``out``) as ``detsamplers-set.index.npz``.
+    The set index of a folder of remote shards goes into it (or into ``out``) as
+    ``detsamplers-set.index.npz``; local shards get none (a local source does not read it).
 
     Returns:
         Where each shard's file was written and its number of samples; where each set
@@ -283,14 +284,10 @@ def write_indexes(
         target, info = _write_one(url, options, out)
         written.append((target, len(info)))
         folder, _, name = url.rstrip("/").rpartition("/")
-        folders.setdefault(folder, []).append((name, info.size, info.version, len(info)))
+        if is_remote(url):  # a local source never reads a set index: it reads no network
+            folders.setdefault(folder, []).append((name, info.size, info.version, len(info)))
     for folder, entries in folders.items():
-        if out is not None:
-            target = os.path.join(out, SET_INDEX_NAME)
-        elif is_remote(folder + "/"):
-            target = folder + "/" + SET_INDEX_NAME
-        else:
-            target = os.path.join(local_path(folder or "."), SET_INDEX_NAME)
+        target = folder + "/" + SET_INDEX_NAME if out is None else os.path.join(out, SET_INDEX_NAME)
         _put(target, encode_set(entries), options)
         sets.append((target, len(entries)))
     return written, sets

@@ -2,7 +2,8 @@
 
 NOTE [ set index ]
 ``python -m detsamplers index URLS`` writes, besides each shard's ``<shard>.index.npz``
-(NOTE [ index file format ]), one file per folder of shards, ``detsamplers-set.index.npz``,
+(NOTE [ index file format ]), one file per folder of remote shards,
+``detsamplers-set.index.npz``,
 listing for each shard it indexed: its file name, size, version (ETag, S3 version id, GCS
 generation: NOTE [ object storage ]) and number of samples. It is an uncompressed numpy
 ``.npz`` read with ``allow_pickle=False``:
