@@ -91,6 +91,35 @@ def test_any_one_changed_count_is_named_with_its_old_and_new_value(
         _check(saved, changed)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 10**9), min_size=2, max_size=200),
+    data=st.data(),
+)
+def test_any_two_changed_counts_a_swap_included_are_named_with_their_values(
+    counts: list[int], data: st.DataObject
+) -> None:
+    first, second = sorted(
+        data.draw(st.lists(st.integers(0, len(counts) - 1), min_size=2, max_size=2, unique=True))
+    )
+    changed = list(counts)
+    if data.draw(st.booleans()):  # the two shards' contents swapped: the total is kept
+        changed[first], changed[second] = counts[second], counts[first]
+    else:
+        changed[first] = data.draw(st.integers(0, 10**9))
+        changed[second] = data.draw(st.integers(0, 10**9))
+    if changed == counts:
+        return
+    named = [
+        rf"shard 'd-{i}\.tar' had {counts[i]} samples when the state was saved but has "
+        rf"{changed[i]} now"
+        for i in (first, second)
+        if changed[i] != counts[i]
+    ]
+    with pytest.raises(ReproducibilityError, match="; ".join(named)):
+        _check(summarize_counts(counts), changed)
+
+
 @settings(max_examples=100, deadline=None)
 @given(counts=st.lists(st.integers(0, 1000), min_size=2, max_size=50), data=st.data())
 def test_any_other_change_of_the_counts_is_refused(counts: list[int], data: st.DataObject) -> None:

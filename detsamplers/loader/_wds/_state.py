@@ -5,25 +5,29 @@ A state must let a resume notice a shard whose sample count changed since it was
 (the positions after it would then name other samples), and name that shard. Version 1
 states carried one count per shard: 6 KB of JSON at 2,000 shards, megabytes at 1e6, in
 every checkpoint of every rank. Since version 2, ``state["counts"]`` is a summary of fixed
-size whatever the number of shards ``n`` (about 150 bytes of JSON at 1e6 shards):
+size whatever the number of shards ``n`` (about 300 bytes of JSON for a whole state):
 
 - ``shards``: ``n``; ``samples``: the total ``S = sum(c_i)``;
 - ``digest``: BLAKE2b (16 bytes, hex) of the counts as little-endian int64, so any change
   of any count, or of their order, is noticed;
-- ``moments``: ``[W, Q]`` with ``W = sum(i * c_i)`` and ``Q = sum(i * i * c_i)``, both
-  modulo the prime ``P = 2**61 - 1``.
+- ``moments``: ``M_k = sum(i**k * c_i)`` for ``k = 1..5``, modulo the prime
+  ``P = 2**61 - 1``.
 
-When the digest differs, the moments name the shard: if exactly one count changed, by
-``d = S_now - S_saved != 0``, at shard ``i``, then ``W_now - W_saved = i * d`` and
-``Q_now - Q_saved = i * i * d`` (mod ``P``), so ``i = dW / d`` (mod ``P``), confirmed by
-``dQ = i * dW``. A change that these do not explain (several shards, or counts that
-moved without changing the total) is still refused, naming the totals instead.
+When the digest differs, the moments name the shards, as a BCH code names the symbols in
+error: the changes ``d_t`` at shards ``x_t`` give the syndromes
+``D_k = M_k(now) - M_k(saved) = sum(d_t * x_t**k)`` (``D_0``: the change of ``S``). One
+changed shard is ``x = D_1 / D_0``, confirmed by ``D_k = x**k * D_0`` for ``k = 2..5``.
+Two (a swap of two shards' contents keeps ``S``) are the roots of ``x**2 - s x + p``,
+where ``s`` and ``p`` solve ``D_{k+2} = s D_{k+1} - p D_k`` for ``k = 0, 1``; the roots
+must be integers in ``[0, n)``, and ``D_4``, ``D_5`` confirm them. A change these do not
+explain (three shards or more) is still refused, naming the totals and digests instead.
 ``load_state_dict`` reads both versions: a version 1 list is compared count by count.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +41,7 @@ __all__ = ["STATE_VERSION", "check_state", "summarize_counts"]
 #: The format version of ``WebDatasetSource.state_dict()`` (1: a count per shard).
 STATE_VERSION = 2
 _PRIME = (1 << 61) - 1
+_MOMENTS = 5
 _SUMMARY_KEYS = ("shards", "samples", "digest", "moments")
 
 
@@ -44,31 +49,65 @@ def summarize_counts(counts: Sequence[int]) -> dict[str, Any]:
     """The fixed-size summary of the shards' sample counts (NOTE [ counts summary ]).
 
     Examples:
-        >>> summarize_counts([3, 20, 7])
-        {'shards': 3, 'samples': 30, 'digest': 'a6e27bca731a91b93ab03ac0fe56f1a4', 'moments': [34, 48]}
-    """  # noqa: E501
+        >>> summary = summarize_counts([3, 20, 7])
+        >>> summary["shards"], summary["samples"], summary["moments"]
+        (3, 30, [34, 48, 76, 132, 244])
+    """
     data = np.asarray(counts, dtype="<i8").tobytes()
-    first = sum(i * c for i, c in enumerate(counts)) % _PRIME
-    second = sum(i * i * c for i, c in enumerate(counts)) % _PRIME
+    moments = [0] * _MOMENTS
+    for i, count in enumerate(counts):
+        term = count
+        for k in range(_MOMENTS):
+            term = term * i % _PRIME
+            moments[k] += term
     return {
         "shards": len(counts),
         "samples": int(sum(counts)),
         "digest": hashlib.blake2b(data, digest_size=16).hexdigest(),
-        "moments": [first, second],
+        "moments": [m % _PRIME for m in moments],
     }
 
 
-def _changed_shard(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[int, int] | None:
-    """``(shard, its change in count)`` if one shard's change explains the summaries."""
-    delta = now["samples"] - saved["samples"]
-    if delta == 0:
-        return None
-    d_first = (now["moments"][0] - saved["moments"][0]) % _PRIME
-    d_second = (now["moments"][1] - saved["moments"][1]) % _PRIME
-    shard = d_first * pow(delta % _PRIME, -1, _PRIME) % _PRIME
-    if shard >= now["shards"] or d_second != shard * d_first % _PRIME:
-        return None
-    return shard, delta
+def _signed(value: int) -> int:
+    return value - _PRIME if value > _PRIME // 2 else value
+
+
+def _changed_shards(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """``[(shard, its change in count)]`` if one or two changes explain the summaries, else []."""
+    n = now["shards"]
+    syndromes = [(now["samples"] - saved["samples"]) % _PRIME]
+    syndromes += [(a - b) % _PRIME for a, b in zip(now["moments"], saved["moments"], strict=True)]
+
+    def explains(found: list[tuple[int, int]]) -> bool:
+        return all(
+            sum(d * pow(x, k, _PRIME) for x, d in found) % _PRIME == syndrome
+            for k, syndrome in enumerate(syndromes)
+        )
+
+    d0, d1, d2, d3 = syndromes[:4]
+    if d0:  # one shard?
+        shard = d1 * pow(d0, -1, _PRIME) % _PRIME
+        one = [(shard, now["samples"] - saved["samples"])]
+        if shard < n and explains(one):
+            return one
+    det = (d0 * d2 - d1 * d1) % _PRIME
+    if not det:
+        return []
+    inverse = pow(det, -1, _PRIME)
+    total = (d0 * d3 - d1 * d2) * inverse % _PRIME  # x + y
+    product = (d1 * d3 - d2 * d2) * inverse % _PRIME  # x * y
+    discriminant = total * total - 4 * product
+    if discriminant <= 0 or total >= 2 * n:
+        return []
+    root = math.isqrt(discriminant)
+    if root * root != discriminant or (total - root) % 2:
+        return []
+    x, y = (total - root) // 2, (total + root) // 2
+    if not 0 <= x < y < n:
+        return []
+    d_y = (d1 - x * d0) * pow(y - x, -1, _PRIME) % _PRIME
+    two = [(x, _signed((d0 - d_y) % _PRIME)), (y, _signed(d_y))]
+    return two if explains(two) else []
 
 
 _STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
@@ -186,7 +225,7 @@ def _valid_summary(summary: Mapping[str, Any]) -> bool:
         *(moments if isinstance(moments, list) else []),
     ]
     valid = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in numbers)
-    return valid and isinstance(moments, list) and len(moments) == 2
+    return valid and isinstance(moments, list) and len(moments) == _MOMENTS
 
 
 def _check_summary(
@@ -202,12 +241,12 @@ def _check_summary(
         )
     if saved["digest"] == now["digest"]:
         return
-    found = _changed_shard(saved, now)
-    if found is not None:
-        shard, delta = found
-        changed = (
+    found = _changed_shards(saved, now)
+    if found and all(counts[shard] - delta >= 0 for shard, delta in found):
+        changed = "; ".join(
             f"shard {paths[shard]!r} had {counts[shard] - delta} samples when the state "
             f"was saved but has {counts[shard]} now"
+            for shard, delta in found
         )
     else:
         changed = (
