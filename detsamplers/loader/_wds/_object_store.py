@@ -221,7 +221,10 @@ async def _s3_range(
         wanted["IfMatch"] = etag
     if pin == "versionId" and value:
         wanted["VersionId"] = value
-    kwargs = fs._get_s3_method_kwargs(client.get_object, **wanted)
+    # s3fs adds its request-wide arguments (requester pays, SSE-C keys) here; its
+    # ``_cat_file`` takes no ``IfMatch``, so the call is made on its botocore client.
+    extend = getattr(fs, "_get_s3_method_kwargs", None)
+    kwargs = extend(client.get_object, **wanted) if extend is not None else wanted
     try:
         response = await client.get_object(**kwargs)
     except Exception as exn:
