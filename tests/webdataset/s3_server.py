@@ -10,7 +10,9 @@ switches on by key, each for a bounded number of ``GetObject`` requests:
 - ``drop[key] = n``: the next ``n`` GETs send half of their body, then close the connection;
 - ``stall[key] = n``: the next ``n`` GETs send their headers, then nothing for a minute;
 - ``fail_503[key] = n``: the next ``n`` GETs answer HTTP 503 ``SlowDown``, as S3 does
-  under load.
+  under load;
+- ``forbidden``: keys whose GETs and HEADs answer HTTP 403 ``AccessDenied``, as S3 does
+  for a missing key to a caller who may not list the bucket.
 
 Usage (a session fixture in conftest.py)::
 
@@ -61,6 +63,7 @@ class S3Server:
         self.drop: Counter[str] = Counter()
         self.stall: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
+        self.forbidden: set[str] = set()
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
@@ -107,6 +110,7 @@ class S3Server:
         """Forget what was served and switch every fault off."""
         self.served = Served()
         self.drop, self.stall, self.fail_503 = Counter(), Counter(), Counter()
+        self.forbidden = set()
 
     def close(self) -> None:
         """Stop the proxy and moto."""
@@ -146,6 +150,13 @@ class S3Server:
         key = path.partition("/")[2]  # path-style: /<bucket>/<key>
         self.served.requests[key] += 1
         get = request.method == "GET" and bool(key)
+        if key in self.forbidden:
+            self.served.statuses.append((request.method, key, 403))
+            body = (
+                "<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+                "<Message>Access Denied</Message></Error>"
+            )
+            return web.Response(status=403, text=body, content_type="application/xml")
         if get:
             self.served.ranges[key].append(request.headers.get("Range", ""))
             if self._take(self.fail_503, key):

@@ -223,3 +223,15 @@ def test_a_compressed_set_index_is_refused_before_anything_is_inflated() -> None
         ValueError, match=r"'s3://b/detsamplers-set\.index\.npz' is not .* compressed"
     ):
         decode_set(buffer.getvalue(), "s3://b/")
+
+
+def test_index_files_that_s3_forbids_as_it_does_missing_keys_are_treated_as_absent(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    url = upload(s3, shards)
+    s3.forbidden = {"s/detsamplers-set.index.npz"} | {
+        f"s/data-{i:06d}.tar.index.npz" for i in range(len(COUNTS))
+    }
+    source = on_s3(s3, url, tmp_path, batch_size=4)  # scans the shards instead
+    assert [len(s) for s in source.shards] == COUNTS
+    assert ("GET", "s/detsamplers-set.index.npz", 403) in s3.served.statuses

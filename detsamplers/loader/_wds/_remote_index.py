@@ -104,6 +104,10 @@ def _sibling(url: str, options: RemoteOptions) -> bytes | None:
         )
     except FileNotFoundError:
         return None
+    except OSError as exn:
+        if isinstance(exn.__cause__, PermissionError):
+            return None  # S3 answers 403 for a missing key to a caller who cannot list
+        raise
     return data
 
 
