@@ -68,6 +68,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/preemption_table.py --quick
 	$(PY) benchmarks/peers_table.py --quick
 	$(PY) benchmarks/resume_table.py --quick
+	$(PY) benchmarks/s3_build_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 
 bench: $(STAMP)
