@@ -70,6 +70,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/resume_table.py --quick
 	$(PY) benchmarks/testing_table.py --quick
 	$(PY) benchmarks/bench_overhead.py --quick
+	$(PY) benchmarks/s3_build_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 
 bench: $(STAMP)

@@ -1,16 +1,20 @@
 """``python -m detsamplers``: the ``demo``, ``index``, ``inspect`` and ``bench`` commands.
 
 ``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
-index files of webdataset shards (NOTE [ index file format ]); ``inspect`` reports what a
-checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a user's own
-pipeline (NOTE [ bench ]).
+index files of webdataset shards (NOTE [ index file format ]) and, per folder, their set
+index (NOTE [ set index ]); ``--endpoint-url`` and ``--storage-option KEY=VALUE`` reach
+the fsspec filesystem, as ``storage_options`` do for ``WebDatasetSource``; ``inspect``
+reports what a checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a
+user's own pipeline (NOTE [ bench ]).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,6 +45,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument("--out", default=None, help="write the files into this folder")
     index.add_argument("--timeout", type=float, default=60.0, help="remote stall timeout (60 s)")
     index.add_argument("--retries", type=int, default=5, help="remote retries (5)")
+    index.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec filesystem argument, as WebDatasetSource's storage_options (repeat "
+        "it; a VALUE that parses as JSON is that JSON, e.g. anon=true)",
+    )
+    index.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="the S3 endpoint (MinIO, moto, ...): storage_options client_kwargs.endpoint_url",
+    )
     from . import _cli_bench, _cli_inspect
 
     _cli_inspect.add_parser(commands)
@@ -51,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         return _cli_bench.run(parser, args)
     if args.command == "index":
-        return _index(parser, args.urls, args.out, args.timeout, args.retries)
+        storage = _storage_options(parser, args.storage_option, args.endpoint_url)
+        return _index(parser, args.urls, args.out, args.timeout, args.retries, storage)
 
     from .trial._demo import run_demo
 
@@ -72,25 +90,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def _storage_options(
+    parser: argparse.ArgumentParser, pairs: list[str], endpoint_url: str | None
+) -> dict[str, Any]:
+    """``--storage-option KEY=VALUE`` and ``--endpoint-url`` as ``storage_options``."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            parser.error(
+                f"--storage-option should be KEY=VALUE, but got {pair!r}; for example "
+                "--storage-option anon=true"
+            )
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    if endpoint_url is not None:
+        client = options.get("client_kwargs")
+        if client is not None and not isinstance(client, dict):
+            parser.error(f"--storage-option client_kwargs should be a JSON object, got {client!r}")
+        options["client_kwargs"] = {**(client or {}), "endpoint_url": endpoint_url}
+    return options
+
+
 def _index(
-    parser: argparse.ArgumentParser, urls: list[str], out: str | None, timeout: float, retries: int
+    parser: argparse.ArgumentParser,
+    urls: list[str],
+    out: str | None,
+    timeout: float,
+    retries: int,
+    storage_options: dict[str, Any],
 ) -> int:
     from .loader._wds._fetch import make_options
-    from .loader._wds._remote_index import write_index
+    from .loader._wds._remote_index import write_indexes
     from .loader._wds._urls import expand_urls
 
     try:
-        options = make_options(timeout, retries, 4 << 20, None)
+        options = make_options(timeout, retries, 4 << 20, storage_options)
         shards = [shard for url in urls for shard in expand_urls(url)]
     except (TypeError, ValueError) as error:
         parser.error(str(error))
-    for shard in shards:
-        try:
-            target, samples = write_index(shard, options, out)
-        except (OSError, ValueError) as error:
-            print(f"index failed: {error}", file=sys.stderr)
-            return 1
+    try:
+        written, sets = write_indexes(shards, options, out)
+    except (OSError, ValueError) as error:
+        print(f"index failed: {error}", file=sys.stderr)
+        return 1
+    for target, samples in written:
         print(f"{target}: {samples} samples")
+    for target, count in sets:
+        print(f"{target}: the set index of {count} shards")
     return 0
 
 

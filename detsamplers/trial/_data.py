@@ -344,7 +344,8 @@ class ShardData:
         source = self.source
         located = source.locate(sorted({0, samples - 1})) if samples else []
         state = source.state_dict()
-        return _digest([state["fingerprint"], state["counts"], samples, located])
+        counts = [len(shard) for shard in source.shards]  # as when states listed them
+        return _digest([state["fingerprint"], counts, samples, located])
 
 
 TrainingData = MapData | ShardData

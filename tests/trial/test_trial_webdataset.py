@@ -185,7 +185,8 @@ def test_the_checkpoint_holds_the_sources_position_and_digests(
     metadata = json.loads((folder / "metadata.json").read_text())
     state = torch.load(folder / "rank-0.pth", weights_only=True)["loader"]
     assert state["position"] == BATCHES * 8
-    assert state["counts"] == COUNTS
+    assert state["counts"]["shards"] == len(COUNTS)
+    assert state["counts"]["samples"] == TOTAL
     assert metadata["dataset_length"] == TOTAL
     assert metadata["data_seed"] == 7
     assert metadata["records_consumed"] == BATCHES * 8

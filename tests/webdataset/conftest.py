@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from http_server import ShardServer
+from s3_server import S3Server
 from wds_helpers import write_shards
 
 
@@ -38,3 +39,23 @@ def server(http_server: ShardServer) -> ShardServer:
     """The session's server with its log cleared and no fault switched on."""
     http_server.reset()
     return http_server
+
+
+@pytest.fixture(scope="session")
+def s3_session() -> Iterator[S3Server]:
+    """moto's S3 server on 127.0.0.1 behind a counting proxy (s3_server.py), for the session.
+
+    Skipped when moto or s3fs is not installed (the ``s3`` extra installs them).
+    """
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    server = S3Server()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3(s3_session: S3Server) -> S3Server:
+    """The session's S3 server with its log cleared and no fault switched on."""
+    s3_session.reset()
+    return s3_session

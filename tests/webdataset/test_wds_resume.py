@@ -236,7 +236,7 @@ def test_malformed_states_are_refused_with_the_key_at_fault(shards: str) -> None
         source.load_state_dict([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="but it lacks counts"):
         source.load_state_dict({k: v for k, v in source.state_dict().items() if k != "counts"})
-    with pytest.raises(ValueError, match=r"state\['version'\] should be 1"):
+    with pytest.raises(ValueError, match=r"state\['version'\] should be 2"):
         source.load_state_dict({**source.state_dict(), "version": 9})
     with pytest.raises(ValueError, match=r"state\['position'\] should be a non-negative"):
         source.load_state_dict({**source.state_dict(), "position": -2})

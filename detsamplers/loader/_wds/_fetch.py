@@ -30,9 +30,11 @@ other 4xx is a permanent ``OSError`` naming it; a shard that runs out of retries
 error. The longest a rank can wait on one block is about
 ``(retries + 1) * timeout`` plus the backoffs (at most ``8 * retries`` seconds).
 
-Other fsspec filesystems (``s3fs``, ``gcsfs``, ...) are called through ``cat_file`` with
-the same retries; their own timeouts come from ``storage_options``, and a failed block is
-fetched again whole (the samples are still exact: a block is used only once complete).
+S3 and GCS blocks are read at the version indexed, with the same retries and the
+source's timeouts (NOTE [ object storage ]). Other fsspec filesystems are called through
+``cat_file`` with the same retries; their own timeouts come from ``storage_options``, and
+a failed block is fetched again whole (the samples are still exact: a block is used only
+once complete).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..._errors import check_int
+from ._object_store import (
+    ShardChangedError,
+    changed_error,
+    filesystem_defaults,
+    one_attempt,
+    pinned_version,
+    read_pinned,
+)
 
 __all__ = [
     "RemoteOptions",
@@ -135,7 +145,7 @@ def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
             f"reading {url!r} needs fsspec: pip install 'detsamplers[remote]' "
             "(plus s3fs for s3:// or gcsfs for gs://)"
         ) from None
-    kwargs = dict(options.storage_options)
+    kwargs = filesystem_defaults(url, options.timeout, dict(options.storage_options))
     if url.split("://", 1)[0] in ("http", "https"):
         try:
             import aiohttp
@@ -151,39 +161,73 @@ def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
             ),
         )
         kwargs["client_kwargs"] = client
-    return fsspec.core.url_to_fs(url, **kwargs)  # type: ignore[no-any-return]
+    fs, path = fsspec.core.url_to_fs(url, **kwargs)
+    return one_attempt(fs, url), path
+
+
+#: botocore's connection, timeout and cut-short-body errors (by base class name).
+_BOTOCORE_TRANSIENT = frozenset({"ConnectionError", "HTTPClientError", "IncompleteReadError"})
+#: Error codes of S3 (and S3-compatible servers) worth retrying whatever the status.
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "RequestTimeout", "Throttling", "ThrottlingException", "InternalError"}
+)
+
+
+def _causes(exn: BaseException) -> list[BaseException]:
+    """``exn`` and its causes (s3fs wraps botocore's errors in an ``OSError``), at most 8."""
+    out = [exn]
+    while out[-1].__cause__ is not None and len(out) < 8:
+        out.append(out[-1].__cause__)
+    return out
 
 
 def _status(exn: BaseException) -> int | None:
-    status = getattr(exn, "status", None)
-    return status if isinstance(status, int) else None
+    """The HTTP status of a failed request: aiohttp's, botocore's or gcsfs's error."""
+    for cause in _causes(exn):
+        status = getattr(cause, "status", None)
+        if isinstance(status, int):
+            return status
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+        code = getattr(cause, "code", None)
+        if type(cause).__name__ == "HttpError" and isinstance(code, int):  # gcsfs's
+            return code
+    return None
+
+
+def _error_code(exn: BaseException) -> str:
+    for cause in _causes(exn):
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+    return ""
 
 
 def _transient(exn: BaseException) -> bool:
     """Whether a failed attempt is worth retrying (NOTE [ remote reads ])."""
+    if _error_code(exn) in _TRANSIENT_CODES:
+        return True
     status = _status(exn)
     if status is not None:
         return status in TRANSIENT_STATUS or status >= 500
     if isinstance(exn, FileNotFoundError | PermissionError | IsADirectoryError):
         return False
-    if isinstance(exn, TimeoutError | asyncio.TimeoutError | ConnectionError | OSError):
-        return True
-    name = type(exn).__module__ + "." + type(exn).__name__
-    # aiohttp's payload and connection errors, fsspec's FSTimeoutError.
-    return name.startswith("aiohttp.") or name.endswith("FSTimeoutError")
-
-
-class ShardChangedError(ValueError):
-    """A shard's bytes changed since its index was built."""
-
-
-def changed_error(url: str, what: str) -> ShardChangedError:
-    """The error for a shard rewritten since it was indexed (the message names it)."""
-    return ShardChangedError(
-        f"shard {url!r} changed since its index was built ({what}); its sample offsets no "
-        "longer hold: restore the shard, or delete its index file (or the cached index) "
-        "and rebuild it with `python -m detsamplers index`"
-    )
+    for cause in _causes(exn):
+        if isinstance(cause, TimeoutError | asyncio.TimeoutError | ConnectionError):
+            return True
+        bases = type(cause).__mro__
+        if any(
+            k.__module__.startswith("botocore") and k.__name__ in _BOTOCORE_TRANSIENT for k in bases
+        ):
+            return True
+        name = type(cause).__module__ + "." + type(cause).__name__
+        # aiohttp's payload and connection errors, fsspec's FSTimeoutError.
+        if name.startswith("aiohttp.") or name.endswith("FSTimeoutError"):
+            return True
+    return isinstance(exn, OSError)
 
 
 def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], T]) -> T:
@@ -245,10 +289,7 @@ def stat_remote(url: str, options: RemoteOptions) -> tuple[int, str | None]:
             f"shard {url!r} has no known size (the server sent no Content-Length); the "
             "source reads byte ranges, so it needs a server that reports sizes"
         )
-    for name in ("ETag", "etag", "generation", "Last-Modified", "LastModified", "mtime"):
-        if info.get(name) is not None:
-            return size, str(info[name])
-    return size, None
+    return size, pinned_version(url, info)
 
 
 class RemoteShard:
@@ -264,6 +305,7 @@ class RemoteShard:
     def __init__(self, url: str, size: int, version: str | None, options: RemoteOptions) -> None:
         self.url = url
         self.size = size
+        self.version = version
         self.options = options
         self.fs, self.path = remote_fs(url, options)
         self.http = url.split("://", 1)[0] in ("http", "https")
@@ -354,9 +396,15 @@ class RemoteShard:
         else:
 
             def attempt() -> bytes:
-                data = self.fs.cat_file(self.path, start=start, end=end)
-                self.received += len(data)
-                return bytes(data)
+                got = read_pinned(
+                    self.fs, self.url, self.path, start, end, self.version, self.size, received
+                )
+                if got is None:  # another filesystem: the whole block again
+                    data = self.fs.cat_file(self.path, start=start, end=end)
+                    self.received += len(data)
+                    return bytes(data)
+                self.received += got
+                return bytes(received)
 
         data = retrying(self.url, "reading", self.options, attempt)
         if len(data) != end - start:

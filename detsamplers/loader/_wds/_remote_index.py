@@ -33,9 +33,11 @@ from typing import Any
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
 from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
 from ._index_file import decode_index, encode_index
+from ._object_store import checked_on_read, same_version, whole_file_kwargs
+from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
 from ._urls import is_remote, local_path
 
-__all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index"]
+__all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index", "write_indexes"]
 
 #: The index file of shard ``u`` is ``u + INDEX_SUFFIX``.
 INDEX_SUFFIX = ".index.npz"
@@ -89,16 +91,23 @@ def _cache_file(url: str, size: int, version: str | None, index_dir: str | None)
 def _check(url: str, size: int, version: str | None, indexed: tuple[int, str | None]) -> None:
     if indexed[0] != size:
         raise changed_error(url, f"it has {size} bytes, its index file says {indexed[0]}")
-    if indexed[1] is not None and version is not None and indexed[1] != version:
-        raise changed_error(url, f"its ETag is {version}, its index file says {indexed[1]}")
+    if not same_version(indexed[1], version):
+        raise changed_error(url, f"its version is {version}, its index file says {indexed[1]}")
 
 
 def _sibling(url: str, options: RemoteOptions) -> bytes | None:
     fs, path = remote_fs(url + INDEX_SUFFIX, options)
     try:
-        data: bytes = retrying(url, "reading the index file of", options, lambda: fs.cat(path))
+        whole = whole_file_kwargs(url)
+        data: bytes = retrying(
+            url, "reading the index file of", options, lambda: fs.cat_file(path, **whole)
+        )
     except FileNotFoundError:
         return None
+    except OSError as exn:
+        if isinstance(exn.__cause__, PermissionError):
+            return None  # S3 answers 403 for a missing key to a caller who cannot list
+        raise
     return data
 
 
@@ -108,28 +117,22 @@ def _scan(url: str, size: int, version: str | None, options: RemoteOptions) -> S
     return ShardInfo(url, url, keys, members, size, version)
 
 
-def _checked_on_read(url: str, etag: str | None) -> bool:
-    """Whether every read of ``url`` checks ``etag`` (``If-Match``), so no lookup is needed."""
-    http = url.split("://", 1)[0] in ("http", "https")
-    return http and etag is not None and etag.startswith('"')
-
-
 _NOT_FETCHED = b""
 
 
 def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
     """The index in an index file, and whether reads will check it is still current."""
     keys, members, size, etag = decode_index(data, url)
-    return ShardInfo(url, url, keys, members, size, etag), _checked_on_read(url, etag)
+    return ShardInfo(url, url, keys, members, size, etag), checked_on_read(url, etag)
 
 
-async def _cat_all(fs: Any, paths: list[str]) -> list[Any]:
+async def _cat_all(fs: Any, paths: list[str], whole: dict[str, Any]) -> list[Any]:
     """``fs._cat_file`` of each path, at most ``_CONCURRENT`` at a time; errors as values."""
     limit = asyncio.Semaphore(_CONCURRENT)
 
     async def cat(path: str) -> Any:
         async with limit:
-            return await fs._cat_file(path)
+            return await fs._cat_file(path, **whole)
 
     return await asyncio.gather(*(cat(p) for p in paths), return_exceptions=True)
 
@@ -151,7 +154,8 @@ def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]
     for fs, slots, paths in groups.values():
         from fsspec.asyn import sync
 
-        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths), strict=True):
+        whole = whole_file_kwargs(urls[slots[0]])  # one filesystem: one protocol
+        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths, whole), strict=True):
             if isinstance(got, bytes) and got:
                 out[slot] = got
             elif isinstance(got, FileNotFoundError):
@@ -207,6 +211,23 @@ def index_remote(
 def index_remote_shards(
     urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
 ) -> list[ShardInfo]:
+    """Each URL's index, in the order given: from a set index, else :func:`index_remote`.
+
+    A folder's set index (NOTE [ set index ]) costs one request for all its shards; the
+    others are indexed on threads.
+    """
+    known = from_set_indexes(urls, options)
+    rest = [i for i, info in enumerate(known) if info is None]
+    if rest:
+        built = _index_each([urls[i] for i in rest], options, index_dir, progress)
+        for i, info in zip(rest, built, strict=True):
+            known[i] = info
+    return [info for info in known if info is not None]
+
+
+def _index_each(
+    urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
+) -> list[ShardInfo]:
     """:func:`index_remote` for each URL, overlapped on threads, in the order given."""
     siblings = _siblings(urls, options)
     out: list[ShardInfo | None] = [None] * len(urls)
@@ -235,6 +256,49 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
     Returns:
         Where the file was written, and the shard's number of samples.
     """
+    target, info = _write_one(url, options, out)
+    return target, len(info)
+
+
+def _put(target: str, data: bytes, options: RemoteOptions) -> None:
+    if is_remote(target):
+        fs, path = remote_fs(target, options)
+        fs.pipe_file(path, data)
+    else:
+        with open(target, "wb") as handle:
+            handle.write(data)
+
+
+def write_indexes(
+    urls: Sequence[str], options: RemoteOptions, out: str | None = None
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """:func:`write_index` for each shard, then one set index per folder (NOTE [ set index ]).
+
+    The set index of a folder of remote shards goes into it (or into ``out``) as
+    ``detsamplers-set.index.npz``; local shards get none (a local source does not read it).
+
+    Returns:
+        Where each shard's file was written and its number of samples; where each set
+        index was written and its number of shards.
+    """
+    written: list[tuple[str, int]] = []
+    sets: list[tuple[str, int]] = []
+    folders: dict[str, list[SetEntry]] = {}
+    for url in urls:
+        target, info = _write_one(url, options, out)
+        written.append((target, len(info)))
+        folder, _, name = url.rstrip("/").rpartition("/")
+        if is_remote(url):  # a local source never reads a set index: it reads no network
+            folders.setdefault(folder, []).append((name, info.size, info.version, len(info)))
+    for folder, entries in folders.items():
+        target = folder + "/" + SET_INDEX_NAME if out is None else os.path.join(out, SET_INDEX_NAME)
+        _put(target, encode_set(entries), options)
+        sets.append((target, len(entries)))
+    return written, sets
+
+
+def _write_one(url: str, options: RemoteOptions, out: str | None) -> tuple[str, ShardInfo]:
+    """Scan a shard, write its index file; where, and its index."""
     mtime_ns = None  # recorded for a local shard: its index is then current while it is
     if is_remote(url):
         size, version = stat_remote(url, options)
@@ -252,10 +316,5 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
         target = os.path.join(out, name)
     else:
         target = info.path + INDEX_SUFFIX
-    if is_remote(target):
-        fs, path = remote_fs(target, options)
-        fs.pipe_file(path, data)
-    else:
-        with open(target, "wb") as handle:
-            handle.write(data)
-    return target, len(info)
+    _put(target, data, options)
+    return target, info

@@ -29,7 +29,7 @@ from ._order import ShardOrder
 from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
-from ._state import STATE_VERSION, check_state
+from ._state import STATE_VERSION, check_state, summarize_counts
 from ._urls import expand_urls
 
 __all__ = ["WebDatasetSource"]
@@ -468,8 +468,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
         ``position`` is the global sample position after the last batch handed out in
         this process (``t * batch_size * world_size``), the same on every rank;
-        ``counts`` are the shards' sample counts, so that a shard rewritten since is
-        named on load; ``fingerprint`` hashes ``config`` and the shard names.
+        ``counts`` summarizes the shards' sample counts in a fixed size, so that a shard
+        rewritten since is named on load (NOTE [ counts summary ]); ``fingerprint``
+        hashes ``config`` and the shard names.
 
         Examples:
             >>> import os, tempfile, webdataset as wds
@@ -478,16 +479,23 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ...     w.write({"__key__": "k", "cls": b"0"})
             >>> state = WebDatasetSource(os.path.join(folder, "s-0.tar"), seed=3,
             ...     batch_size=2, skip=5).state_dict()
-            >>> state["position"], state["counts"], state["config"]["seed"]
-            (10, [1], 3)
+            >>> state["position"], state["counts"]["samples"], state["config"]["seed"]
+            (10, 1, 3)
         """
         return {
             "version": STATE_VERSION,
             "position": self.position,
             "fingerprint": self._fingerprint,
             "config": dict(self._config),
-            "counts": list(self._counts),
+            "counts": dict(self._summary()),
         }
+
+    def _summary(self) -> dict[str, Any]:
+        """The counts' summary, computed once (NOTE [ counts summary ])."""
+        summary: dict[str, Any] | None = getattr(self, "_counts_summary", None)
+        if summary is None:
+            summary = self._counts_summary = summarize_counts(self._counts)
+        return summary
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at the state's position: the next ``iter()`` opens the right shard there.
@@ -508,5 +516,6 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             counts=self._counts,
             global_batch=None if self.repeat else self.global_batch,
             end=None if self.repeat else self._pass_batches() * self.global_batch,
+            summary=self._summary(),
         )
         self._seek(position)

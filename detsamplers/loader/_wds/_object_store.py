@@ -1,0 +1,296 @@
+"""Object storage (S3, GCS): the version a shard was indexed at, pinned on every read.
+
+NOTE [ object storage ]
+A shard on S3 (``s3://``, read with s3fs; MinIO and other S3-compatible servers through
+``storage_options={"client_kwargs": {"endpoint_url": ...}}``) or on GCS (``gs://``, gcsfs)
+is looked up once when indexed, and its *version* recorded with its index: the S3 ETag,
+plus ``?versionId=<id>`` when the bucket keeps versions; for GCS the object's ETag plus
+``?generation=<n>``. Every read then pins that version:
+
+- S3: each block is one ``GetObject`` with ``Range``, ``IfMatch=<ETag>`` and, if
+  recorded, ``VersionId``. With a version id the indexed bytes are read even after the key
+  is overwritten (a versioned bucket keeps them); without one, an overwrite (same size or
+  not) makes S3 answer 412, which is a :class:`ShardChangedError` naming the shard, never a
+  block of the new bytes beside blocks of the old. The ``Content-Range`` total is also
+  compared with the indexed size.
+- GCS: each block is read with ``generation=<n>``; a generation that no longer exists
+  is a :class:`ShardChangedError` naming the shard.
+
+A body cut short is asked for again from its first missing byte, as over HTTP(S).
+
+The source's ``timeout`` and ``retries`` reach these filesystems: s3fs gets botocore's
+``connect_timeout`` and ``read_timeout`` set to ``timeout`` and is left one attempt per
+call (its ``retries`` attribute 1, botocore's ``total_max_attempts=1``), so that the
+source's own retry loop (NOTE [ remote reads ]) is the only one: ``retries`` retries
+with the documented backoff, for connection errors (botocore's
+``EndpointConnectionError``, ``ConnectionClosedError``, read and connect timeouts,
+aiohttp's), throttling (503 ``SlowDown``, 429) and 5xx answers alike. gcsfs gets
+``requests_timeout=timeout``; it retries each request itself (a fixed number of times)
+before the source's loop does. Anything in ``storage_options`` wins over these defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ShardChangedError",
+    "changed_error",
+    "checked_on_read",
+    "filesystem_defaults",
+    "one_attempt",
+    "pinned_version",
+    "read_pinned",
+    "same_version",
+    "split_version",
+    "whole_file_kwargs",
+]
+
+_PINS = ("?versionId=", "?generation=")
+_CHUNK = 1 << 16
+
+
+class ShardChangedError(ValueError):
+    """A shard's bytes changed since its index was built."""
+
+
+def changed_error(url: str, what: str) -> ShardChangedError:
+    """The error for a shard rewritten since it was indexed (the message names it)."""
+    return ShardChangedError(
+        f"shard {url!r} changed since its index was built ({what}); its sample offsets no "
+        "longer hold: restore the shard, or delete its index file (or the cached index) "
+        "and rebuild it with `python -m detsamplers index`"
+    )
+
+
+def protocol(url: str) -> str:
+    """The URL's scheme, lower case (``"s3"``, ``"gs"``, ``"https"``...)."""
+    return url.split("://", 1)[0].lower()
+
+
+def filesystem_defaults(url: str, timeout: float, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for the filesystem of ``url`` with the timeouts and one attempt per call.
+
+    Keys the user set in ``storage_options`` are kept.
+
+    Examples:
+        >>> options = filesystem_defaults("s3://b/a.tar", 9.0, {"config_kwargs": {"read_timeout": 2}})
+        >>> options["config_kwargs"]
+        {'connect_timeout': 9.0, 'read_timeout': 2, 'retries': {'total_max_attempts': 1}}
+    """  # noqa: E501
+    scheme = protocol(url)
+    out = dict(kwargs)
+    if scheme in ("s3", "s3a"):
+        config = {
+            "connect_timeout": timeout,
+            "read_timeout": timeout,
+            "retries": {"total_max_attempts": 1},
+        }
+        out["config_kwargs"] = {**config, **dict(out.get("config_kwargs") or {})}
+    elif scheme in ("gs", "gcs"):
+        out.setdefault("requests_timeout", timeout)
+    return out
+
+
+def one_attempt(fs: Any, url: str) -> Any:
+    """Leave an s3fs filesystem one attempt per call: the source's loop retries."""
+    if protocol(url) in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1
+    return fs
+
+
+def whole_file_kwargs(url: str) -> dict[str, Any]:
+    """Arguments of ``cat_file`` that read a small file in one request (s3fs: no ``HEAD``).
+
+    Examples:
+        >>> whole_file_kwargs("s3://b/a.tar.index.npz"), whole_file_kwargs("https://h/a")
+        ({'max_concurrency': 1}, {})
+    """
+    return {"max_concurrency": 1} if protocol(url) in ("s3", "s3a") else {}
+
+
+def pinned_version(url: str, info: dict[str, Any]) -> str | None:
+    """The version of a shard to record, from its filesystem's ``info``.
+
+    Examples:
+        >>> pinned_version("s3://b/a.tar", {"ETag": '"9f"', "VersionId": "v1"})
+        '"9f"?versionId=v1'
+        >>> pinned_version("gs://b/a.tar", {"etag": "CJ8=", "generation": "17"})
+        'CJ8=?generation=17'
+        >>> pinned_version("https://h/a.tar", {"ETag": '"9f"'})
+        '"9f"'
+    """
+    scheme = protocol(url)
+    etag = next((str(info[k]) for k in ("ETag", "etag") if info.get(k)), None)
+    if scheme in ("s3", "s3a") and etag is not None:
+        version_id = info.get("VersionId")
+        return f"{etag}?versionId={version_id}" if version_id else etag
+    if scheme in ("gs", "gcs") and info.get("generation") not in (None, ""):
+        return f"{etag or ''}?generation={info['generation']}"
+    for name in ("ETag", "etag", "generation", "Last-Modified", "LastModified", "mtime"):
+        if info.get(name) is not None:
+            return str(info[name])
+    return None
+
+
+def checked_on_read(url: str, version: str | None) -> bool:
+    """Whether every read of ``url`` checks that it is still at ``version``.
+
+    True for a strong ETag over HTTP(S) (``If-Match``) and on S3 (``IfMatch``), and a
+    generation on GCS; such a shard needs no lookup when its index file is read.
+
+    Examples:
+        >>> checked_on_read("s3://b/a.tar", '"9f"'), checked_on_read("s3://b/a.tar", None)
+        (True, False)
+        >>> checked_on_read("gs://b/a.tar", "CJ8=?generation=17")
+        True
+    """
+    etag, pin, _ = split_version(version)
+    scheme = protocol(url)
+    strong = etag is not None and etag.startswith('"')
+    if scheme in ("http", "https", "s3", "s3a"):
+        return strong
+    return scheme in ("gs", "gcs") and pin == "generation"
+
+
+def split_version(version: str | None) -> tuple[str | None, str | None, str | None]:
+    """``(etag, pin name, pin value)`` of a recorded version.
+
+    Examples:
+        >>> split_version('"9f"?versionId=v1'), split_version('"9f"')
+        (('"9f"', 'versionId', 'v1'), ('"9f"', None, None))
+    """
+    if version is None:
+        return None, None, None
+    for pin in _PINS:
+        etag, found, value = version.partition(pin)
+        if found:
+            return etag or None, pin[1:-1], value
+    return version, None, None
+
+
+def same_version(recorded: str | None, now: str | None) -> bool:
+    """Whether two versions are of the same bytes (a side without a pin compares ETags).
+
+    Examples:
+        >>> same_version('"9f"?versionId=v1', '"9f"'), same_version('"9f"', '"a0"')
+        (True, False)
+    """
+    if recorded is None or now is None:
+        return True
+    if recorded == now:
+        return True
+    etag, pin, value = split_version(recorded)
+    etag_now, pin_now, value_now = split_version(now)
+    if etag != etag_now and etag is not None and etag_now is not None:
+        return False
+    return pin is None or pin_now is None or (pin, value) == (pin_now, value_now)
+
+
+def _client_error(exn: BaseException) -> tuple[int | None, str]:
+    """The HTTP status and error code of a botocore ``ClientError`` (else ``(None, "")``)."""
+    response = getattr(exn, "response", None)
+    if not isinstance(response, dict):
+        return None, ""
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = str(response.get("Error", {}).get("Code", ""))
+    return (status if isinstance(status, int) else None), code
+
+
+async def _s3_range(
+    fs: Any,
+    url: str,
+    path: str,
+    start: int,
+    end: int,
+    version: str | None,
+    size: int,
+    received: bytearray,
+) -> int:
+    """One ranged ``GetObject`` of ``[start + len(received), end)``, pinned; bytes got."""
+    etag, pin, value = split_version(version)
+    bucket, key, _ = fs.split_path(path)
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    wanted: dict[str, Any] = {
+        "Bucket": bucket,
+        "Key": key,
+        "Range": f"bytes={start + len(received)}-{end - 1}",
+    }
+    if etag is not None and etag.startswith('"'):
+        wanted["IfMatch"] = etag
+    if pin == "versionId" and value:
+        wanted["VersionId"] = value
+    # s3fs adds its request-wide arguments (requester pays, SSE-C keys) here; its
+    # ``_cat_file`` takes no ``IfMatch``, so the call is made on its botocore client.
+    extend = getattr(fs, "_get_s3_method_kwargs", None)
+    kwargs = extend(client.get_object, **wanted) if extend is not None else wanted
+    try:
+        response = await client.get_object(**kwargs)
+    except Exception as exn:
+        status, code = _client_error(exn)
+        if status == 412 or code == "PreconditionFailed":
+            raise changed_error(url, f"S3 no longer matches its ETag {etag}") from None
+        if code in ("NoSuchVersion", "InvalidRange") or status == 416:
+            raise changed_error(url, f"S3 has no version {value} or range of it now") from None
+        if code in ("NoSuchKey", "NoSuchBucket") or status == 404:
+            raise FileNotFoundError(url) from None
+        raise
+    total = str(response.get("ContentRange") or "").rpartition("/")[2]
+    if total.isdigit() and int(total) != size:
+        response["Body"].close()
+        raise changed_error(url, f"it has {total} bytes, {size} when indexed")
+    body = response["Body"]
+    got = 0
+    try:
+        while len(received) < end - start:
+            chunk = await body.read(_CHUNK)
+            if not chunk:
+                break
+            got += len(chunk)
+            received += chunk[: end - start - len(received)]
+    finally:
+        body.close()
+    if len(received) < end - start:
+        raise ConnectionResetError(
+            f"the response ended after {len(received)} of {end - start} bytes"
+        )
+    return got
+
+
+def read_pinned(
+    fs: Any,
+    url: str,
+    path: str,
+    start: int,
+    end: int,
+    version: str | None,
+    size: int,
+    received: bytearray,
+) -> int | None:
+    """Read ``[start, end)`` of an S3 or GCS shard at its recorded version into ``received``.
+
+    One attempt, continuing after the bytes already in ``received``; returns the bytes
+    received from the server, or ``None`` if ``url`` is neither on S3 nor on GCS (the
+    caller then reads it its own way).
+
+    Raises:
+        ShardChangedError: the shard is no longer at that version.
+        FileNotFoundError: it does not exist.
+    """
+    scheme = protocol(url)
+    if scheme in ("s3", "s3a") and hasattr(fs, "get_s3"):
+        from fsspec.asyn import sync
+
+        got: int = sync(fs.loop, _s3_range, fs, url, path, start, end, version, size, received)
+        return got
+    _, pin, value = split_version(version)
+    if scheme in ("gs", "gcs") and pin == "generation":
+        begin = start + len(received)
+        try:
+            data = fs.cat_file(path, start=begin, end=end, generation=value)
+        except FileNotFoundError:
+            raise changed_error(url, f"GCS has no generation {value} of it now") from None
+        received += data[: end - start - len(received)]
+        return len(data)
+    return None

@@ -1,0 +1,203 @@
+"""The set-level index file: every shard of a folder in one file, read with one request.
+
+NOTE [ set index ]
+``python -m detsamplers index URLS`` writes, besides each shard's ``<shard>.index.npz``
+(NOTE [ index file format ]), one file per folder of remote shards,
+``detsamplers-set.index.npz``,
+listing for each shard it indexed: its file name, size, version (ETag, S3 version id, GCS
+generation: NOTE [ object storage ]) and number of samples. It is an uncompressed numpy
+``.npz`` read with ``allow_pickle=False``:
+
+- ``header``: uint8, UTF-8 JSON ``{"format": "detsamplers-set-index", "version": 1,
+  "shards": <n>}``;
+- ``names``, ``versions``: uint8, the ``n`` file names and versions (empty: none) in
+  UTF-8, each followed by a NUL byte;
+- ``sizes``, ``counts``: int64, ``n`` entries.
+
+Building a source over remote shards first asks for this file in each folder of its
+URLs (one request per folder, not one per shard). Each shard it lists, whose version is
+checked by every read (a strong ETag over HTTP(S) or S3, a GCS generation), is then
+known without any request: its sample count comes from the set file, and its own index
+file is fetched when a reader first opens the shard, and refused by name if its size or
+version differs from the set file's. Shards it does not list, or whose version cannot be
+checked on read, are indexed one by one as before. With the counts in one file, the set
+file is also where the per-shard counts behind a state's summary are found (NOTE [ counts
+summary ]).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._fetch import RemoteOptions, changed_error, remote_fs, retrying
+from ._index import ShardInfo
+from ._index_file import LazyIndex, decode_index
+from ._object_store import checked_on_read, same_version, whole_file_kwargs
+
+__all__ = ["SET_INDEX_NAME", "SetEntry", "decode_set", "encode_set", "from_set_indexes"]
+
+SET_INDEX_NAME = "detsamplers-set.index.npz"
+_FORMAT = "detsamplers-set-index"
+_VERSION = 1
+_INDEX_SUFFIX = ".index.npz"
+
+#: One shard of a set index: file name, size, version, samples.
+SetEntry = tuple[str, int, str | None, int]
+
+
+def _joined(strings: Sequence[str]) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    data = "".join(s + "\0" for s in strings).encode(errors="surrogateescape")
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _split(array: np.ndarray[Any, Any]) -> list[str]:
+    return array.tobytes().decode(errors="surrogateescape").split("\0")[:-1]
+
+
+def encode_set(entries: Sequence[SetEntry]) -> bytes:
+    """The bytes of a set index file (NOTE [ set index ]).
+
+    Examples:
+        >>> data = encode_set([("a.tar", 3072, '"9f"', 2), ("b.tar", 1024, None, 1)])
+        >>> decode_set(data, "s3://b/s/")
+        [('a.tar', 3072, '"9f"', 2), ('b.tar', 1024, None, 1)]
+    """
+    header = {"format": _FORMAT, "version": _VERSION, "shards": len(entries)}
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+        names=_joined([e[0] for e in entries]),
+        versions=_joined([e[2] or "" for e in entries]),
+        sizes=np.array([e[1] for e in entries], dtype=np.int64),
+        counts=np.array([e[3] for e in entries], dtype=np.int64),
+    )
+    return buffer.getvalue()
+
+
+def decode_set(data: bytes, folder: str) -> list[SetEntry]:
+    """The entries of a set index file.
+
+    Raises:
+        ValueError: the bytes are not a set index of this format (naming ``folder``).
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:  # stored entries only: no bomb
+            if any(entry.compress_type != zipfile.ZIP_STORED for entry in archive.infolist()):
+                raise ValueError("it holds compressed entries")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            header = json.loads(npz["header"].tobytes())
+            if not isinstance(header, dict) or header.get("format") != _FORMAT:
+                raise ValueError("not a set index")
+            if header.get("version") != _VERSION:
+                raise ValueError(f"version {header.get('version')!r}")
+            names, versions = _split(npz["names"]), _split(npz["versions"])
+            sizes, counts = npz["sizes"].tolist(), npz["counts"].tolist()
+        if not len(names) == len(versions) == len(sizes) == len(counts) == header["shards"]:
+            raise ValueError("its arrays differ in length")
+        if any(c < 0 for c in counts) or any(s < 0 for s in sizes):
+            raise ValueError("a size or count is negative")
+        return [
+            (n, int(s), v or None, int(c))
+            for n, s, v, c in zip(names, sizes, versions, counts, strict=True)
+        ]
+    except (ValueError, KeyError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exn:
+        raise ValueError(
+            f"the set index {folder + SET_INDEX_NAME!r} is not a detsamplers set index "
+            f"({_FORMAT} version {_VERSION}): {exn}; delete it and rebuild it with "
+            "`python -m detsamplers index`"
+        ) from None
+
+
+class RemoteLazyIndex(LazyIndex):
+    """A shard's index known from a set index: its own index file is fetched when first read."""
+
+    __slots__ = ("options", "size", "version")
+
+    def __init__(
+        self, url: str, count: int, size: int, version: str | None, options: RemoteOptions
+    ) -> None:
+        super().__init__(b"", url, count)
+        self.size, self.version, self.options = size, version, options
+
+    def part(self, which: int) -> Sequence[Any]:
+        if self._decoded is None:
+            fs, path = remote_fs(self.url + _INDEX_SUFFIX, self.options)
+            whole = whole_file_kwargs(self.url)
+            data = retrying(
+                self.url,
+                "reading the index file of",
+                self.options,
+                lambda: fs.cat_file(path, **whole),
+            )
+            keys, members, size, version = decode_index(data, self.url)
+            if size != self.size or not same_version(self.version, version):
+                raise changed_error(
+                    self.url,
+                    f"its index file records {size} bytes, version {version}; the set "
+                    f"index {self.size} bytes, version {self.version}",
+                )
+            if len(keys) != self.count:
+                raise changed_error(
+                    self.url,
+                    f"its index file lists {len(keys)} samples, the set index {self.count}",
+                )
+            self._decoded = keys, members
+        return self._decoded[which]
+
+    def __getstate__(self) -> Any:
+        return self.url, self.count, self.size, self.version, self.options, self._decoded
+
+    def __setstate__(self, state: Any) -> None:
+        url, count, size, version, options, decoded = state
+        self.__init__(url, count, size, version, options)  # type: ignore[misc]
+        self._decoded = decoded
+
+
+def _fetch_set(folder: str, options: RemoteOptions) -> bytes | None:
+    fs, path = remote_fs(folder + SET_INDEX_NAME, options)
+    whole = whole_file_kwargs(folder)
+    try:
+        data: bytes = retrying(
+            folder + SET_INDEX_NAME,
+            "reading the set index",
+            options,
+            lambda: fs.cat_file(path, **whole),
+        )
+    except FileNotFoundError:
+        return None
+    except OSError as exn:
+        if isinstance(exn.__cause__, PermissionError):
+            return None  # S3 answers 403 for a missing key to a caller who cannot list
+        raise
+    return data
+
+
+def from_set_indexes(urls: Sequence[str], options: RemoteOptions) -> list[ShardInfo | None]:
+    """Each URL's :class:`ShardInfo` from its folder's set index (``None``: not there).
+
+    One request per folder of ``urls`` (NOTE [ set index ]).
+    """
+    out: list[ShardInfo | None] = [None] * len(urls)
+    folders: dict[str, list[int]] = {}
+    for i, url in enumerate(urls):
+        folders.setdefault(url.rsplit("/", 1)[0] + "/", []).append(i)
+    for folder, slots in folders.items():
+        data = _fetch_set(folder, options)
+        if data is None:
+            continue
+        entries = {e[0]: e for e in decode_set(data, folder)}
+        for i in slots:
+            entry = entries.get(urls[i].rsplit("/", 1)[1])
+            if entry is None or not checked_on_read(urls[i], entry[2]):
+                continue
+            _, size, version, count = entry
+            lazy = RemoteLazyIndex(urls[i], count, size, version, options)
+            out[i] = ShardInfo(urls[i], urls[i], lazy.keys, lazy.members, size, version)
+    return out
