@@ -95,7 +95,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
 
     Each shard is read into memory first, so that only parsing is timed, not the disk.
     """
-    from detsamplers.loader._wds import _index
+    from detsamplers.loader._wds import _index, _tar_headers
 
     shards = []
     for name in sorted(os.listdir(folder)):
@@ -103,7 +103,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
             with open(os.path.join(folder, name), "rb") as handle:
                 shards.append(handle.read())
     start = time.process_time()
-    listings = [_index._walk_headers(data, len(data)) for data in shards]
+    listings = [_tar_headers.walk_headers(data, len(data)) for data in shards]
     walked = time.process_time() - start
     if any(listing is None for listing in listings):
         raise RuntimeError("the numpy header walk declined a shard webdataset wrote")
