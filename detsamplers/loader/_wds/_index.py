@@ -44,7 +44,8 @@ import os
 import re
 import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from stat import S_ISREG
 from typing import Any
 
 from ._fetch import RemoteOptions
@@ -54,6 +55,8 @@ from ._tar_headers import listing as _listing
 from ._tar_headers import read_headers as _read_headers
 from ._tar_headers import walk_headers as _walk_headers
 from ._urls import is_remote, local_path
+from ._verify import Stamp, index_file_limit, open_regular
+from ._verify import stamp as make_stamp
 
 __all__ = ["INDEX_SUFFIX", "ShardInfo", "index_shards", "scan_shard"]
 
@@ -87,6 +90,9 @@ class ShardInfo:
         members: Each sample's members as ``[suffix, data offset, size]``.
         size: A remote shard's size in bytes when indexed (-1 for a local shard).
         version: A remote shard's ETag (or modification time) when indexed, or ``None``.
+        stamp: A local shard's ``(size, mtime_ns, inode)`` when the source was built,
+            compared when it is opened (NOTE [ index verification ]), or ``None``.
+        index_file: The index file the keys and members were read from (``""``: a scan).
 
     Examples:
         >>> info = ShardInfo("a.tar", "/d/a.tar", ("k0",), [[["cls", 512, 1]]])
@@ -100,6 +106,8 @@ class ShardInfo:
     members: Sequence[list[Member]]
     size: int = -1
     version: str | None = None
+    stamp: Stamp | None = None
+    index_file: str = field(default="", compare=False)  # where from, not what
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -140,8 +148,13 @@ def scan_shard(
         ValueError: it is compressed, truncated or corrupt, or has a
             repeated suffix within one sample.
     """
-    size = os.path.getsize(path) if remote is None else remote[1]
-    with open(path, "rb") if remote is None else remote[0] as handle:
+    opened: Any
+    if remote is None:  # a FIFO or a device is refused by name, never waited on
+        opened = open_regular(path, "shard", path)
+        size = os.fstat(opened.fileno()).st_size
+    else:
+        opened, size = remote
+    with opened as handle:
         listed = None
         if remote is None and size >= _BLOCK:
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -276,23 +289,40 @@ def _load(file: str, url: str, path: str, stat: os.stat_result) -> ShardInfo | N
     Only the header is decoded here (NOTE [ index file format ]): keys and members wait
     until the shard is read.
     """
+    data = _read_bounded(file, path, index_file_limit(stat.st_size))
+    if data is None:
+        return None
     try:
-        with open(file, "rb") as handle:
-            data = handle.read()
         header, count = read_header(data, path)
-    except (OSError, ValueError):
+    except ValueError:
         return None
     if header.get("size") != stat.st_size or header.get("mtime_ns") != stat.st_mtime_ns:
         return None  # written for another state of the shard (or without its mtime): rebuild
-    lazy = LazyIndex(data, path, count)
-    return ShardInfo(url, path, lazy.keys, lazy.members)
+    lazy = LazyIndex(data, path, count, file)
+    return ShardInfo(url, path, lazy.keys, lazy.members, index_file=file)
+
+
+def _read_bounded(file: str, path: str, limit: int) -> bytes | None:
+    """The bytes of the index file ``file`` of shard ``path``, if it holds at most ``limit``.
+
+    ``None`` if it is absent, unreadable or larger (the index is then rebuilt); a FIFO or
+    a device is a ``ValueError`` naming it (NOTE [ index verification ]).
+    """
+    try:
+        with open_regular(file, "index file", path) as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    return data if len(data) <= limit else None
 
 
 def _load_json(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
     """An index cached as JSON by detsamplers 0.x before ``.index.npz`` (converted once)."""
+    raw = _read_bounded(file, path, 4 * index_file_limit(stat.st_size))
+    if raw is None:
+        return None
     try:
-        with open(file, encoding="utf-8") as handle:
-            entry = json.load(handle)
+        entry = json.loads(raw)
         if (
             not isinstance(entry, dict)
             or entry.get("version") != _JSON_VERSION
@@ -386,8 +416,10 @@ def index_shards(
             raise FileNotFoundError(
                 f"shard {path!r} (from urls entry {url!r}) does not exist; check urls"
             ) from None
+        if not S_ISREG(stat.st_mode):
+            open_regular(path, "shard", path).close()  # raises, naming it
         found = _find(url, path, index_dir, stat)
-        out.append(found)
+        out.append(None if found is None else replace(found, stamp=make_stamp(stat)))
         if found is None:
             todo.append((len(out) - 1, url, path, stat))
     # tqdm ships no type stubs (pyproject's mypy config lists none for it): load it untyped.
@@ -396,7 +428,7 @@ def index_shards(
     bar = tqdm(todo, desc="indexing shards", disable=quiet)
     for slot, url, path, stat in bar:
         keys, members = scan_shard(path)
-        info = ShardInfo(url, path, keys, members)
+        info = ShardInfo(url, path, keys, members, stamp=make_stamp(stat))
         _save(_candidates(path, index_dir), info, stat)
         out[slot] = info
     if remote:

@@ -9,7 +9,9 @@ from typing import Any, BinaryIO
 from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
 from ._index_file import PackedMembers, resolved
+from ._tar_headers import BLOCK
 from ._urls import is_remote
+from ._verify import check_stamp, header_mismatch, open_regular
 
 __all__ = ["ShardReader"]
 
@@ -68,7 +70,7 @@ class ShardReader:
         if self.packed is not None and not self.remote[shard]:
             return self._read_packed(sample, self.packed, index, shard)
         members = self.members[index]
-        if self.remote[shard]:
+        if self.remote[shard]:  # checked by its ETag and size instead (NOTE [ index verification ])
             if self.stream is None:
                 self.stream = RemoteShard(info.url, info.size, info.version, self.options)
             start = min(m[1] for m in members) if members else 0
@@ -78,9 +80,13 @@ class ShardReader:
                 sample[suffix] = data[offset - start : offset - start + size]
             return sample
         if members:  # one read per sample: its members are consecutive in the tar
-            start = min(m[1] for m in members)
+            # From the block before the first member: its header (NOTE [ index verification ]).
+            start = max(0, min(m[1] for m in members) - BLOCK)
             end = max(m[1] + m[2] for m in members)
             data = self._span(shard, start, end)
+            suffixes, offsets, sizes = zip(*members, strict=True)
+            keys = [sample["__key__"]] * len(members)
+            self._verify(shard, data, start, keys, suffixes, offsets, sizes)
             for suffix, offset, size in members:
                 sample[suffix] = data[offset - start : offset - start + size]
         sample["__local_path__"] = self.local[shard]
@@ -174,15 +180,30 @@ class ShardReader:
                     elif tail > end:
                         end = tail
                 last += 1
-            data = self._span(shard, begin, end) if begin >= 0 else b""
+            base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+            data = self._span(shard, base, end) if begin >= 0 else b""
+            checked: list[int] = []
+            owners: list[str] = []
             for i in order[position:last]:
                 index = indexes[i]
-                sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+                key = keys[index]
+                sample: dict[str, Any] = {"__key__": key, "__url__": url}
                 for j in range(starts[index], starts[index + 1]):
-                    at = offsets[j] - begin
+                    at = offsets[j] - base
                     sample[suffixes[j]] = data[at : at + sizes[j]]
+                    checked.append(j)
+                    owners.append(key)
                 sample["__local_path__"] = local
                 out[i] = sample
+            self._verify(
+                shard,
+                data,
+                base,
+                owners,
+                [suffixes[j] for j in checked],
+                [offsets[j] for j in checked],
+                [sizes[j] for j in checked],
+            )
             position = last
 
     def _consecutive(
@@ -206,12 +227,21 @@ class ShardReader:
         begin, end = offsets[head], offsets[tail - 1] + sizes[tail - 1]
         if end - begin > RUN_BYTES:
             return False
-        data = self._span(shard, begin, end)
+        base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+        data = self._span(shard, base, end)
         blobs = [
-            data[at - begin : at - begin + size]
+            data[at - base : at - base + size]
             for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
         ]
         suffixes, keys = packed.suffixes, self.keys
+        owners = [
+            keys[i]
+            for i in range(low, low + stop - first)
+            for _ in range(starts[i + 1] - starts[i])
+        ]
+        self._verify(
+            shard, data, base, owners, suffixes[head:tail], offsets[head:tail], sizes[head:tail]
+        )
         url, local = self.shards[shard].url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
@@ -223,10 +253,48 @@ class ShardReader:
         return True
 
     def _open(self, shard: int) -> BinaryIO:
+        """The open local shard, opened (and checked to be the one indexed) on first use."""
         if self.handle is None:
-            path = self.shards[shard].path
-            self.handle = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
+            info = self.shards[shard]
+            handle = open_regular(info.path, "shard", info.path, buffering=_READ_BUFFER)
+            try:
+                check_stamp(info.path, info.stamp, handle)
+            except BaseException:
+                handle.close()
+                raise
+            self.handle = handle
         return self.handle
+
+    def _verify(
+        self,
+        shard: int,
+        data: bytes,
+        base: int,
+        keys: Sequence[str],
+        suffixes: Sequence[str],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+    ) -> None:
+        """Check the tar header of each member read (NOTE [ index verification ])."""
+        found = header_mismatch(data, base, keys, suffixes, offsets, sizes)
+        if found is None:
+            return
+        row, why = found
+        info = self.shards[shard]
+        where = (
+            f"sample {keys[row]!r} (member {suffixes[row]!r}, {sizes[row]} bytes at byte "
+            f"{offsets[row]})"
+        )
+        if info.index_file:
+            fix = (
+                f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
+                f"index file and rebuild it with `python -m detsamplers index {info.url}`"
+            )
+        else:
+            fix = "it changed since it was indexed: build the source again"
+        raise ValueError(
+            f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
+        )
 
     def _span(self, shard: int, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
@@ -252,9 +320,18 @@ class ShardReader:
         first, stop = packed.starts[index], packed.starts[index + 1]
         if stop > first:
             offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
-            start = min(offsets[first:stop])
+            start = max(0, min(offsets[first:stop]) - BLOCK)  # with the first member's header
             end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
             data = self._span(shard, start, end)
+            self._verify(
+                shard,
+                data,
+                start,
+                [sample["__key__"]] * (stop - first),
+                suffixes[first:stop],
+                offsets[first:stop],
+                sizes[first:stop],
+            )
             for j in range(first, stop):
                 at = offsets[j] - start
                 sample[suffixes[j]] = data[at : at + sizes[j]]

@@ -1,0 +1,437 @@
+"""Index and shard files that cannot lie: what is checked before either is trusted.
+
+NOTE [ index verification ]
+An index file (NOTE [ index file format ]) says where each sample of a shard lies; a
+wrong one would hand out the wrong bytes as a sample, and nothing downstream could tell.
+So nothing in an index or a shard is trusted before it is checked, and a check that fails
+is an error naming the file and the fix, never a rescan that hides it:
+
+- *The files are regular files.* A shard or index file is opened without blocking
+  (``O_NONBLOCK``) and refused unless ``fstat`` says it is a regular file, so a FIFO, a
+  device or a symlink to one is a ``ValueError`` naming it, never a hang (opening a FIFO
+  for reading blocks until a writer comes) or an endless read (``/dev/zero``).
+- *Sizes before allocations.* An index file larger than any index of its shard could be
+  (:func:`index_file_limit`) is refused before it is read; its arrays are read without
+  pickle, and each ``.npy`` header's shape is checked against the bytes its zip entry
+  holds before an array is made (:func:`load_arrays`), so an entry that claims 1e12
+  entries allocates nothing.
+- *The layout is a tar's* (:func:`check_layout`, once per decoded index): the sample
+  starts begin at 0 and increase, the counts agree, every member's data starts on a
+  512-byte block after room for its header, lies inside the shard's recorded size, and
+  comes after the previous member's data and a header.
+- *The tar header at each member's offset says so* (:func:`header_mismatch`, on every
+  read of a sample): the reader reads the 512 bytes before the first member it reads,
+  so each member's header is in the bytes read anyway; its checksum is right (unsigned or
+  signed, as :mod:`tarfile` accepts), it is a regular file, its size is the indexed size,
+  and its name is the sample's key and the member's suffix (a name too long for the
+  header, carried by a pax or GNU record before it, is not compared). The checksums, types
+  and sizes of a read's members are checked in a few numpy calls and the names by one list
+  comparison: the cost is measured by ``benchmarks/webdataset_table.py``.
+- *The shard is the one indexed.* A local shard's size, modification time and inode are
+  recorded when the source is built and compared with ``fstat`` of the opened file, once
+  per shard opened; over HTTP each ranged response's ``ETag`` (or ``Last-Modified``) is
+  compared with the one recorded (:func:`check_http_version`), besides ``If-Match``.
+- *Decoded ``.npy`` members* (:func:`npy_loads`): a header that claims more bytes than the
+  member holds is refused before numpy allocates the array.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import stat
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ._fetch import ShardChangedError, changed_error
+from ._tar_headers import BLOCK, octal
+
+__all__ = [
+    "MemberError",
+    "check_http_version",
+    "check_layout",
+    "check_stamp",
+    "header_mismatch",
+    "index_file_limit",
+    "load_arrays",
+    "npy_loads",
+    "open_regular",
+    "stamp",
+]
+
+#: The fix for an index file that fails a check.
+REBUILD = "delete it and rebuild it with `python -m detsamplers index {shard}`"
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _kind(path: str, mode: int) -> str:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    try:
+        if os.path.islink(path):
+            return f"a symlink to {kind}"
+    except OSError:  # pragma: no cover - the path vanished meanwhile
+        pass
+    return kind
+
+
+def not_regular(path: str, what: str, mode: int, fix: str) -> ValueError | IsADirectoryError:
+    """The error for a shard or index file that is a FIFO, a device, a folder, ...
+
+    A folder is an ``IsADirectoryError`` (an ``OSError``, as :func:`open` raises), so
+    that a folder in an index file's place counts as no index file there.
+    """
+    message = f"{what} {path!r} is {_kind(path, mode)}, not a regular file; {fix}"
+    return IsADirectoryError(message) if stat.S_ISDIR(mode) else ValueError(message)
+
+
+def _fix(what: str, shard: str) -> str:
+    if what == "shard":
+        return (
+            "the source seeks into shards, so it reads regular files only: copy the shard "
+            "to a file and list that path in urls"
+        )
+    return "remove it, then rebuild the index with `python -m detsamplers index " + shard + "`"
+
+
+def open_regular(path: str, what: str, shard: str, buffering: int = -1) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file, never blocking on a FIFO.
+
+    Args:
+        path: The file (a symlink is followed).
+        what: ``"shard"`` or ``"index file"``, for the message.
+        shard: The shard the file belongs to, for the fix.
+        buffering: As for :func:`open`.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        IsADirectoryError: it is a folder (the message names it).
+        ValueError: it is a FIFO, a device or a socket (the message names it).
+
+    Examples:
+        >>> open_regular("/dev/null", "shard", "/dev/null")
+        Traceback (most recent call last):
+        ...
+        ValueError: shard '/dev/null' is a character device, not a regular file; ...
+    """
+    mode = os.stat(path).st_mode  # cheap, and no device is opened on the common refusals
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, what, mode, _fix(what, shard))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode  # what was opened, if the path was swapped meanwhile
+        if not stat.S_ISREG(mode):
+            raise not_regular(path, what, mode, _fix(what, shard))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+#: What a local shard's state is compared by: size, modification time (ns), inode.
+Stamp = tuple[int, int, int]
+
+
+def stamp(result: os.stat_result) -> Stamp:
+    """The ``(size, mtime_ns, inode)`` of a ``stat`` result."""
+    return result.st_size, result.st_mtime_ns, result.st_ino
+
+
+def check_stamp(path: str, recorded: Stamp | None, handle: BinaryIO) -> None:
+    """Refuse an opened shard that is not the file the source was built over.
+
+    Raises:
+        ShardChangedError: its size, modification time or inode differ (naming it).
+    """
+    if recorded is None:
+        return
+    now = stamp(os.fstat(handle.fileno()))
+    if now == recorded:
+        return
+    parts = []
+    for name, was, got in zip(("size", "mtime_ns", "inode"), recorded, now, strict=True):
+        if was != got:
+            parts.append(f"{name} {got}, {was} when the source was built")
+    raise ShardChangedError(
+        f"shard {path!r} was replaced or rewritten after the source was built ("
+        + "; ".join(parts)
+        + "), so its samples are no longer where its index says: build the source again "
+        "(its index is then rebuilt from the shard as it is now), or restore the shard"
+    )
+
+
+def check_http_version(url: str, version: str | None, headers: Mapping[str, str]) -> None:
+    """Refuse a response from a shard whose ETag (or Last-Modified) is not the one indexed.
+
+    A strong ETag is also sent as ``If-Match`` (NOTE [ remote reads ]); this catches weak
+    ETags and ``Last-Modified`` dates, which ``If-Match`` cannot.
+
+    Raises:
+        ShardChangedError: the response names another version of the shard.
+
+    Examples:
+        >>> check_http_version("http://h/a.tar", 'W/"1"', {"ETag": 'W/"1"'})
+        >>> check_http_version("http://h/a.tar", 'W/"1"', {"ETag": 'W/"2"'})
+        Traceback (most recent call last):
+        ...
+        detsamplers.loader._wds._fetch.ShardChangedError: shard 'http://h/a.tar' changed ...
+    """
+    if version is None:
+        return
+    field = "ETag" if version.startswith(('"', 'W/"')) else "Last-Modified"
+    got = headers.get(field)
+    if got is not None and got != version:
+        raise changed_error(url, f"the server now sends {field} {got}, {version} when indexed")
+
+
+def index_file_limit(shard_size: int) -> int:
+    """The most bytes an index file of a shard of ``shard_size`` bytes can hold.
+
+    Each member costs the shard a 512-byte header and its name; the index, 16 bytes of
+    offset and size, its suffix and at most 9 bytes for its sample: about 1.1 times the
+    shard at most, plus the zip's few hundred bytes. Twice the shard plus 64 KiB is safe.
+
+    Examples:
+        >>> index_file_limit(1 << 20)
+        2162688
+    """
+    return 2 * shard_size + (64 << 10)
+
+
+_DTYPES = {"|u1": np.dtype(np.uint8), "<i8": np.dtype("<i8")}
+
+
+def load_arrays(data: bytes, names: Sequence[str], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """The named 1-d arrays of an ``.npz`` held in ``data``, each size checked first.
+
+    Each entry must be stored uncompressed, no larger than ``data`` itself, and hold a
+    ``.npy`` (format 1.0 or 2.0) of the dtype ``kinds[name]`` whose shape is exactly its
+    remaining bytes; only then is the array read (bounded by ``len(data)``). No pickle.
+
+    Raises:
+        ValueError: anything else, saying which array and why.
+        KeyError: an array is missing.
+        zipfile.BadZipFile: not a zip.
+    """
+    out: dict[str, Any] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for name in names:
+            info = archive.getinfo(name + ".npy")
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+                raise ValueError(
+                    f"array {name!r} is compressed or claims {info.file_size} bytes in a file "
+                    f"of {len(data)}"
+                )
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                else:
+                    raise ValueError(f"array {name!r} has .npy format {version}")
+                left = info.file_size - member.tell()
+                if dtype != _DTYPES[kinds[name]] or len(shape) != 1:
+                    raise ValueError(f"array {name!r} is {dtype} of shape {shape}")
+                if shape[0] * dtype.itemsize != left:
+                    raise ValueError(
+                        f"array {name!r} claims {shape[0]} entries of {dtype.itemsize} bytes "
+                        f"but holds {left} bytes"
+                    )
+                out[name] = np.frombuffer(member.read(left), dtype=dtype)
+    return out
+
+
+def check_layout(
+    count: int,
+    starts: np.ndarray[Any, Any],
+    offsets: np.ndarray[Any, Any],
+    sizes: np.ndarray[Any, Any],
+    size: int,
+) -> str | None:
+    """What is wrong with an index's arrays for a tar of ``size`` bytes, or ``None``.
+
+    ``count`` samples, their ``starts`` (``count + 1`` entries) and each member's data
+    ``offsets`` and ``sizes`` (NOTE [ index verification ]).
+
+    Examples:
+        >>> a = np.asarray
+        >>> check_layout(2, a([0, 1, 2]), a([512, 1536]), a([10, 10]), 3072) is None
+        True
+        >>> check_layout(2, a([0, 1, 2]), a([512, 1024]), a([10, 10]), 3072)
+        'member 1 starts at byte 1024, inside the previous member or its header'
+    """
+    if len(starts) != count + 1 or starts[0] != 0 or starts[-1] != len(offsets):
+        return f"{count} samples need {count + 1} starts from 0 to {len(offsets)}"
+    if len(sizes) != len(offsets):
+        return f"{len(offsets)} member offsets but {len(sizes)} sizes"
+    if count and np.any(starts[1:] <= starts[:-1]):
+        return "the sample starts do not increase"
+    if not len(offsets):
+        return None
+    # Bounds first, so that the sums below cannot overflow.
+    for name, values, low in (("offset", offsets, BLOCK), ("size", sizes, 0)):
+        bad = np.flatnonzero((values < low) | (values > size))
+        if len(bad):
+            return f"member {bad[0]} has {name} {values[bad[0]]}, outside the {size}-byte shard"
+    ends = offsets + sizes
+    bad = np.flatnonzero((ends > size) | (offsets % BLOCK != 0))
+    if len(bad):
+        j = int(bad[0])
+        return f"member {j} (bytes {offsets[j]}..{ends[j]}) is not a tar member's data"
+    after = offsets[:-1] + -(-sizes[:-1] // BLOCK) * BLOCK + BLOCK
+    bad = np.flatnonzero(offsets[1:] < after)
+    if len(bad):
+        j = int(bad[0]) + 1
+        return f"member {j} starts at byte {offsets[j]}, inside the previous member or its header"
+    return None
+
+
+_SPAN = np.arange(BLOCK, dtype=np.int64)
+_SUM_FIELD = slice(148, 156)
+_REGULAR = np.array([48, 0, 55], dtype=np.uint8)  # REGTYPE, AREGTYPE, CONTTYPE
+#: webdataset's key and suffix rule (``base_plus_ext``), as in the scan.
+_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_USTAR = b"ustar"
+_NAME_MAX = 99  # longer names go to a pax or GNU record before the header
+
+
+def header_mismatch(
+    data: bytes,
+    base: int,
+    keys: Sequence[str],
+    suffixes: Sequence[str],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+) -> tuple[int, str] | None:
+    """The first member whose tar header disagrees with the index, and how; else ``None``.
+
+    ``data`` holds the shard's bytes from offset ``base``, including the 512 bytes before
+    each member's data; ``keys[r]``, ``suffixes[r]``, ``offsets[r]`` and ``sizes[r]`` are
+    what the index says of member ``r`` (NOTE [ index verification ]).
+    """
+    count = len(offsets)
+    if not count:
+        return None
+    at = np.fromiter(offsets, dtype=np.int64, count=count) - (base + BLOCK)
+    low, high = int(at.min()), int(at.max())
+    if low < 0 or high + BLOCK > len(data):
+        row = int(at.argmin()) if low < 0 else int(at.argmax())
+        return row, "no tar header fits before its data"
+    array = np.frombuffer(data, dtype=np.uint8)
+    blocks = array[at[:, None] + _SPAN]
+    stored, lengths = octal(blocks[:, _SUM_FIELD]), octal(blocks[:, 124:136])
+    computed = blocks.sum(axis=1, dtype=np.int64) - blocks[:, _SUM_FIELD].sum(axis=1) + 256
+    expected = np.fromiter(sizes, dtype=np.int64, count=count)
+    if stored is None or lengths is None:  # unusual numbers: each row is read one by one
+        ok = np.zeros(count, dtype=bool)
+    else:
+        ok = np.isin(blocks[:, 156], _REGULAR) & (stored == computed) & (lengths == expected)
+    names: list[bytes] = np.ascontiguousarray(blocks[:, :100]).view("S100").ravel().tolist()
+    wanted = [
+        (k + "." + s).encode("utf-8", "surrogateescape")
+        for k, s in zip(keys, suffixes, strict=True)
+    ]
+    if names == wanted and ok.all():
+        return None
+    for row in range(count):
+        block = data[int(at[row]) : int(at[row]) + BLOCK]
+        why = _row_mismatch(block, keys[row], suffixes[row], sizes[row])
+        if why is not None:
+            return row, why
+    return None
+
+
+def _number(field: bytes) -> int | None:
+    """A tar number field as :mod:`tarfile` reads it (octal, or GNU base-256)."""
+    if field[:1] in (b"\x80", b"\xff"):
+        value = int.from_bytes(field[1:], "big")
+        return value - 256 ** (len(field) - 1) if field[:1] == b"\xff" else value
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return None
+
+
+def _row_mismatch(block: bytes, key: str, suffix: str, size: int) -> str | None:
+    """How one member's 512-byte header disagrees with the index (``None``: it agrees)."""
+    stored = _number(block[148:156])
+    unsigned = sum(block) - sum(block[148:156]) + 256
+    signed = unsigned - 2 * sum(b for b in block if b >= 128)
+    signed += 2 * sum(b for b in block[148:156] if b >= 128)
+    if stored is None or stored not in (unsigned, signed):
+        return "the tar header there has a wrong checksum (it is not a header)"
+    if block[156] not in _REGULAR:
+        return f"the tar header there is of type {chr(block[156])!r}, not a regular file"
+    length = _number(block[124:136])
+    if length != size and not (size >= 8**11 and length == 0):  # pax: the size is a record
+        return f"the tar header there gives {length} bytes, the index {size}"
+    name = block[:100].split(b"\0", 1)[0]
+    prefix = block[345:500].split(b"\0", 1)[0] if block[257:262] == _USTAR else b""
+    full = (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
+    match = _BASE_PLUS_EXT.match(full)
+    if match is not None and match.group(1) == key and match.group(2).lower() == suffix:
+        return None
+    wanted = key + "." + suffix
+    if len(wanted.encode("utf-8", "surrogateescape")) > _NAME_MAX or not wanted.isascii():
+        return None  # the full name is in a pax or GNU record before this header
+    return f"the tar header there names {full!r}, not member {suffix!r} of sample {key!r}"
+
+
+class MemberError(ValueError):
+    """A member of a sample that cannot be what it claims (never retried by a fallback)."""
+
+
+def npy_loads(data: bytes) -> Any:
+    """Decode a ``.npy`` member as webdataset does, unless its header claims too much.
+
+    The array is :func:`numpy.lib.format.read_array` of the bytes, as webdataset decodes
+    it, but only once the header's shape times its item size fits in the bytes after it:
+    numpy allocates the whole array before it reads, so a 100-byte member claiming
+    ``(10**12,)`` float64 would otherwise ask for 8 TB.
+
+    Raises:
+        MemberError: the header claims more than the member holds.
+
+    Examples:
+        >>> stream = io.BytesIO(); np.save(stream, np.arange(3)); data = stream.getvalue()
+        >>> npy_loads(data).tolist()
+        [0, 1, 2]
+        >>> head = io.BytesIO()
+        >>> claim = {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+        >>> np.lib.format.write_array_header_1_0(head, claim)
+        >>> npy_loads(head.getvalue() + bytes(100))
+        Traceback (most recent call last):
+        ...
+        detsamplers.loader._wds._verify.MemberError: its .npy header claims 1000000000000 ...
+    """
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:  # 2.0, or 3.0: the same layout, its header UTF-8 (read as Latin-1 for its shape)
+        try:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        except ValueError as exn:
+            raise MemberError(f"its .npy header is unreadable ({exn})") from None
+    if not dtype.hasobject:  # object arrays: numpy refuses them without pickle
+        need = math.prod(shape) * dtype.itemsize
+        left = len(data) - stream.tell()
+        if need > left:
+            raise MemberError(
+                f"its .npy header claims {math.prod(shape)} items of {dtype} ({need} bytes) "
+                f"but the member holds {left} bytes after the header"
+            )
+    return np.lib.format.read_array(io.BytesIO(data))
