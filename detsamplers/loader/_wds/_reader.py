@@ -6,12 +6,12 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from ._fetch import RemoteOptions, RemoteShard
+from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
 from ._index import ShardInfo
 from ._index_file import PackedMembers, resolved
 from ._tar_headers import BLOCK
 from ._urls import is_remote
-from ._verify import check_stamp, header_mismatch, open_regular
+from ._verify import header_mismatch, open_regular, stamp_mismatch
 
 __all__ = ["ShardReader"]
 
@@ -258,10 +258,13 @@ class ShardReader:
             info = self.shards[shard]
             handle = open_regular(info.path, "shard", info.path, buffering=_READ_BUFFER)
             try:
-                check_stamp(info.path, info.stamp, handle)
+                changed = stamp_mismatch(info.path, info.stamp, handle)
             except BaseException:
                 handle.close()
                 raise
+            if changed is not None:
+                handle.close()
+                raise ShardChangedError(changed)
             self.handle = handle
         return self.handle
 

@@ -30,7 +30,7 @@ is an error naming the file and the fix, never a rescan that hides it:
 - *The shard is the one indexed.* A local shard's size, modification time and inode are
   recorded when the source is built and compared with ``fstat`` of the opened file, once
   per shard opened; over HTTP each ranged response's ``ETag`` (or ``Last-Modified``) is
-  compared with the one recorded (:func:`check_http_version`), besides ``If-Match``.
+  compared with the one recorded (:func:`version_mismatch`), besides ``If-Match``.
 - *Decoded ``.npy`` members* (:func:`npy_loads`): a header that claims more bytes than the
   member holds is refused before numpy allocates the array.
 """
@@ -48,20 +48,19 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._fetch import ShardChangedError, changed_error
 from ._tar_headers import BLOCK, octal
 
 __all__ = [
     "MemberError",
-    "check_http_version",
     "check_layout",
-    "check_stamp",
     "header_mismatch",
     "index_file_limit",
     "load_arrays",
     "npy_loads",
     "open_regular",
     "stamp",
+    "stamp_mismatch",
+    "version_mismatch",
 ]
 
 #: The fix for an index file that fails a check.
@@ -149,22 +148,22 @@ def stamp(result: os.stat_result) -> Stamp:
     return result.st_size, result.st_mtime_ns, result.st_ino
 
 
-def check_stamp(path: str, recorded: Stamp | None, handle: BinaryIO) -> None:
-    """Refuse an opened shard that is not the file the source was built over.
+def stamp_mismatch(path: str, recorded: Stamp | None, handle: BinaryIO) -> str | None:
+    """Why an opened shard is not the file the source was built over (``None``: it is).
 
-    Raises:
-        ShardChangedError: its size, modification time or inode differ (naming it).
+    Its size, modification time and inode, compared with ``recorded`` (``None``: none
+    was recorded, nothing to compare).
     """
     if recorded is None:
-        return
+        return None
     now = stamp(os.fstat(handle.fileno()))
     if now == recorded:
-        return
+        return None
     parts = []
     for name, was, got in zip(("size", "mtime_ns", "inode"), recorded, now, strict=True):
         if was != got:
             parts.append(f"{name} {got}, {was} when the source was built")
-    raise ShardChangedError(
+    return (
         f"shard {path!r} was replaced or rewritten after the source was built ("
         + "; ".join(parts)
         + "), so its samples are no longer where its index says: build the source again "
@@ -172,28 +171,25 @@ def check_stamp(path: str, recorded: Stamp | None, handle: BinaryIO) -> None:
     )
 
 
-def check_http_version(url: str, version: str | None, headers: Mapping[str, str]) -> None:
-    """Refuse a response from a shard whose ETag (or Last-Modified) is not the one indexed.
+def version_mismatch(version: str | None, headers: Mapping[str, str]) -> str | None:
+    """How a response's ETag (or Last-Modified) differs from the one indexed, or ``None``.
 
     A strong ETag is also sent as ``If-Match`` (NOTE [ remote reads ]); this catches weak
     ETags and ``Last-Modified`` dates, which ``If-Match`` cannot.
 
-    Raises:
-        ShardChangedError: the response names another version of the shard.
-
     Examples:
-        >>> check_http_version("http://h/a.tar", 'W/"1"', {"ETag": 'W/"1"'})
-        >>> check_http_version("http://h/a.tar", 'W/"1"', {"ETag": 'W/"2"'})
-        Traceback (most recent call last):
-        ...
-        detsamplers.loader._wds._fetch.ShardChangedError: shard 'http://h/a.tar' changed ...
+        >>> version_mismatch('W/"1"', {"ETag": 'W/"1"'}) is None
+        True
+        >>> version_mismatch('W/"1"', {"ETag": 'W/"2"'})
+        'the server now sends ETag W/"2", W/"1" when indexed'
     """
     if version is None:
-        return
+        return None
     field = "ETag" if version.startswith(('"', 'W/"')) else "Last-Modified"
     got = headers.get(field)
     if got is not None and got != version:
-        raise changed_error(url, f"the server now sends {field} {got}, {version} when indexed")
+        return f"the server now sends {field} {got}, {version} when indexed"
+    return None
 
 
 def index_file_limit(shard_size: int) -> int:
