@@ -380,9 +380,17 @@ def _row_mismatch(block: bytes, key: str, suffix: str, size: int) -> str | None:
     match = _BASE_PLUS_EXT.match(full)
     if match is not None and match.group(1) == key and match.group(2).lower() == suffix:
         return None
-    wanted = key + "." + suffix
-    if len(wanted.encode("utf-8", "surrogateescape")) > _NAME_MAX or not wanted.isascii():
-        return None  # the full name is in a pax or GNU record before this header
+    # A name the header cannot hold is in a pax or GNU record before it; the header then
+    # holds it cut to 100 bytes, in UTF-8 (GNU) or in ASCII with "?" for the rest (pax).
+    for encoding, errors in (("utf-8", "surrogateescape"), ("ascii", "replace")):
+        head = (key + ".").encode(encoding, errors)
+        whole = head + suffix.encode(encoding, errors)
+        if len(whole) <= _NAME_MAX and whole.isascii():
+            continue  # it fits: the header holds it whole, as compared above
+        cut = whole[:100]
+        same_key = len(name) == len(cut) and name[: len(head)] == cut[: len(head)]
+        if same_key and name[len(head) :].lower() == cut[len(head) :]:
+            return None
     return f"the tar header there names {full!r}, not member {suffix!r} of sample {key!r}"
 
 
