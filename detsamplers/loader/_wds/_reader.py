@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
+
+import numpy as np
 
 from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
 from ._index import ShardInfo
 from ._index_file import PackedMembers, resolved
 from ._tar_headers import BLOCK
 from ._urls import is_remote
-from ._verify import header_mismatch, open_regular, stamp_mismatch
+from ._verify import HeaderTable, header_mismatch, open_regular, stamp_mismatch
 
 __all__ = ["ShardReader"]
 
@@ -61,6 +63,7 @@ class ShardReader:
         self.packed: PackedMembers | None = None
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
+        self.table: HeaderTable | None = None
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
         """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
@@ -141,6 +144,7 @@ class ShardReader:
             info = self.shards[shard]
             self.keys, self.members = resolved(info.keys), resolved(info.members)
             self.packed = self.members if isinstance(self.members, PackedMembers) else None
+            self.table = None
 
     def _read_runs(
         self,
@@ -182,28 +186,16 @@ class ShardReader:
                 last += 1
             base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
             data = self._span(shard, base, end) if begin >= 0 else b""
-            checked: list[int] = []
-            owners: list[str] = []
+            run = [indexes[i] for i in order[position:last]]
+            self._verify_many(shard, data, base, self._table().members_of(run))
             for i in order[position:last]:
                 index = indexes[i]
-                key = keys[index]
-                sample: dict[str, Any] = {"__key__": key, "__url__": url}
+                sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
                 for j in range(starts[index], starts[index + 1]):
                     at = offsets[j] - base
                     sample[suffixes[j]] = data[at : at + sizes[j]]
-                    checked.append(j)
-                    owners.append(key)
                 sample["__local_path__"] = local
                 out[i] = sample
-            self._verify(
-                shard,
-                data,
-                base,
-                owners,
-                [suffixes[j] for j in checked],
-                [offsets[j] for j in checked],
-                [sizes[j] for j in checked],
-            )
             position = last
 
     def _consecutive(
@@ -234,14 +226,7 @@ class ShardReader:
             for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
         ]
         suffixes, keys = packed.suffixes, self.keys
-        owners = [
-            keys[i]
-            for i in range(low, low + stop - first)
-            for _ in range(starts[i + 1] - starts[i])
-        ]
-        self._verify(
-            shard, data, base, owners, suffixes[head:tail], offsets[head:tail], sizes[head:tail]
-        )
+        self._verify_many(shard, data, base, np.arange(head, tail))
         url, local = self.shards[shard].url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
@@ -268,6 +253,21 @@ class ShardReader:
             self.handle = handle
         return self.handle
 
+    def _table(self) -> HeaderTable:
+        """The open shard's :class:`HeaderTable`, built on its first batch read."""
+        if self.table is None:
+            self.table = HeaderTable(self.keys, self.packed)
+        return self.table
+
+    def _verify_many(self, shard: int, data: bytes, base: int, members: Any) -> None:
+        """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
+        table = self._table()
+        found = table.mismatch(data, base, members)
+        if found is not None:
+            j, why = found
+            key, suffix = table.keys[table.owner[j]], table.suffixes[j]
+            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
+
     def _verify(
         self,
         shard: int,
@@ -283,11 +283,14 @@ class ShardReader:
         if found is None:
             return
         row, why = found
+        self._refuse(shard, keys[row], suffixes[row], offsets[row], sizes[row], why)
+
+    def _refuse(
+        self, shard: int, key: str, suffix: str, offset: int, size: int, why: str
+    ) -> NoReturn:
+        """Raise the error for a member whose tar header is not what the index says."""
         info = self.shards[shard]
-        where = (
-            f"sample {keys[row]!r} (member {suffixes[row]!r}, {sizes[row]} bytes at byte "
-            f"{offsets[row]})"
-        )
+        where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
         if info.index_file:
             fix = (
                 f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
