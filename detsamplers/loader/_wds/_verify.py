@@ -24,9 +24,11 @@ is an error naming the file and the fix, never a rescan that hides it:
   so each member's header is in the bytes read anyway; its checksum is right (unsigned or
   signed, as :mod:`tarfile` accepts), it is a regular file, its size is the indexed size,
   and its name is the sample's key and the member's suffix (a name too long for the
-  header, carried by a pax or GNU record before it, is not compared). The checksums, types
-  and sizes of a read's members are checked in a few numpy calls and the names by one list
-  comparison: the cost is measured by ``benchmarks/webdataset_table.py``.
+  header, carried by a pax or GNU record before it, is compared up to the 100 bytes the
+  header holds). A batch's members are checked together (:class:`HeaderTable`: a dozen
+  numpy calls over the headers, compared as words with what tarfile writes), a single
+  sample's in pure Python; a member that differs is then read the way tarfile reads it,
+  which decides. The cost is measured by ``benchmarks/webdataset_table.py``.
 - *The shard is the one indexed.* A local shard's size, modification time and inode are
   recorded when the source is built and compared with ``fstat`` of the opened file, once
   per shard opened; over HTTP each ranged response's ``ETag`` (or ``Last-Modified``) is
@@ -338,10 +340,6 @@ def header_mismatch(
 
 
 _FEW = 8
-_WEIGHTS = np.zeros((BLOCK, 2))  # the size (11 digits) and checksum (6 digits), as tar writes
-_WEIGHTS[124:135, 0] = 8.0 ** np.arange(10, -1, -1)
-_WEIGHTS[148:154, 1] = 8.0 ** np.arange(5, -1, -1)
-_DIGITS = np.r_[124:135, 148:154]
 
 
 def _few_ok(
@@ -392,11 +390,11 @@ class HeaderTable:
     Examples:
         >>> from detsamplers.loader._wds._index_file import PackedMembers
         >>> table = HeaderTable(("k0",), PackedMembers(["cls"], [512], [1], [0, 1]))
-        >>> bytes(table.names[0, :6]), int(table.names[0, 6])
-        (b'k0.cls', 0)
+        >>> bytes(table.names[0, :6]), int(table.names[0, 6]), bytes(table.size_words[0])
+        (b'k0.cls', 0, b'00000000001\x00')
     """
 
-    __slots__ = ("keys", "names", "offsets", "owner", "sizes", "starts", "suffixes")
+    __slots__ = ("keys", "names", "offsets", "owner", "size_words", "sizes", "starts", "suffixes")
 
     def __init__(self, keys: Sequence[str], packed: Any) -> None:
         self.keys, self.suffixes = keys, packed.suffixes
@@ -408,12 +406,17 @@ class HeaderTable:
         key_start, key_length, key_bytes = _joined(keys)
         suffix_start, suffix_length, suffix_bytes = _joined(self.suffixes)
         members = len(self.offsets)
-        names = np.zeros((members, 101), dtype=np.uint8)  # a spare column for the cut
+        names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
         owner_length = key_length[self.owner]
         _place(names, np.zeros(members, np.int64), key_bytes, key_start[self.owner], owner_length)
         names[np.arange(members), np.minimum(owner_length, 100)] = 46  # "."
         _place(names, owner_length + 1, suffix_bytes, suffix_start, suffix_length)
-        self.names = names[:, :100]
+        names[:, 100:] = 0
+        self.names = names
+        # The size field as tarfile writes it, "%011o\0", as three 32-bit words.
+        field = np.zeros((members, 12), dtype=np.uint8)
+        field[:, :11] = (self.sizes[:, None] >> _SIZE_SHIFTS) % 8 + 48
+        self.size_words = field.view("<u4")
 
     def members_of(self, samples: Sequence[int]) -> np.ndarray[Any, Any]:
         """The member numbers of ``samples``, in order."""
@@ -434,15 +437,17 @@ class HeaderTable:
         else:
             rows = np.frombuffer(data, dtype=np.uint8, count=len(data) // BLOCK * BLOCK)
             blocks = rows.reshape(-1, BLOCK)[at // BLOCK]
-            digits = blocks[:, _DIGITS]
+            words = blocks.view("<u8")
+            expected = self.names.view("<u8")[members]
+            ok = np.all((words[:, :13] & _NAME_MASK) == expected, axis=1)
+            ok &= np.all(blocks.view("<u4")[:, 31:34] == self.size_words[members], axis=1)
+            digits = blocks[:, 148:154]  # the checksum, as tarfile writes it: "%06o\0 "
             kinds = blocks[:, 156]
-            ok = blocks[:, :100].view("S100")[:, 0] == self.names[members].view("S100")[:, 0]
             ok &= np.all(digits - np.uint8(48) <= 7, axis=1)  # octal digits (wraps below "0")
-            ok &= (blocks[:, 135] == 0) & (blocks[:, 154] == 0) & ((kinds == 48) | (kinds == 0))
-            numbers = (digits - 48.0) @ _WEIGHTS[_DIGITS]
-            computed = _byte_sums(blocks) + 256
+            ok &= (blocks[:, 154] == 0) & ((kinds == 48) | (kinds == 0))
+            computed = _byte_sums(words) + 256
             computed -= blocks[:, _SUM_FIELD].sum(axis=1, dtype=np.int64)
-            ok &= (numbers[:, 1] == computed) & (numbers[:, 0] == self.sizes[members])
+            ok &= (digits - 48.0) @ _CHECKSUM_WEIGHTS == computed
             suspects = members[~ok]
         for j in suspects.tolist():
             at_j = int(self.offsets[j]) - base - BLOCK
@@ -455,12 +460,16 @@ class HeaderTable:
         return None
 
 
+_SIZE_SHIFTS = np.arange(30, -1, -3, dtype=np.int64)  # 11 octal digits
+_CHECKSUM_WEIGHTS = 8.0 ** np.arange(5, -1, -1)
+#: The name field's 100 bytes in 13 words: all of 12, the low half of the 13th.
+_NAME_MASK = np.array([2**64 - 1] * 12 + [2**32 - 1], dtype=np.uint64)
 _LANES = np.uint64(0x00FF00FF00FF00FF)
 _FOLD = np.uint64(0x0001000100010001)
 
 
-def _byte_sums(blocks: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Each 512-byte row's byte sum, over 64-bit words: 8 times fewer elements than bytes.
+def _byte_sums(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each 512-byte row's byte sum, from its 64 words: 8 times fewer elements than bytes.
 
     The even and the odd bytes of each word are added in 16-bit lanes (at most 64 * 255
     per lane), and each word's four lanes folded by one multiplication (at most 65,280:
@@ -469,10 +478,9 @@ def _byte_sums(blocks: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     Examples:
         >>> rows = np.random.default_rng(0).integers(0, 256, (3, 512), dtype=np.uint8)
         >>> rows[0] = 255  # the largest sum, 130,560
-        >>> bool(np.array_equal(_byte_sums(rows), rows.sum(axis=1)))
+        >>> bool(np.array_equal(_byte_sums(rows.view("<u8")), rows.sum(axis=1)))
         True
     """
-    words = np.ascontiguousarray(blocks).view("<u8")
     even = (words & _LANES).sum(axis=1)
     odd = ((words >> np.uint64(8)) & _LANES).sum(axis=1)
     top = np.uint64(48)
