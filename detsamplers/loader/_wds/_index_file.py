@@ -45,6 +45,7 @@ from ._verify import check_layout, load_arrays
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "IndexLieError",
     "LazyIndex",
     "PackedMembers",
     "decode_checked",
@@ -233,13 +234,13 @@ def _decode(
             raise ValueError(f"the recorded shard size is {size!r}")
         if file is not None:
             offsets_array, sizes_array = arrays["offsets"], arrays["sizes"]
-            if len(suffixes) != len(offsets_array):
-                raise ValueError(f"{len(suffixes)} suffixes for {len(offsets_array)} members")
             wrong = check_layout(len(keys), starts_array, offsets_array, sizes_array, size)
-            if wrong is not None:
-                raise ValueError(wrong)
+            if len(suffixes) != len(offsets_array):
+                wrong = f"{len(suffixes)} suffixes for {len(offsets_array)} members"
             if header.get("samples", len(keys)) != len(keys):
-                raise ValueError(f"{len(keys)} keys, the header says {header['samples']}")
+                wrong = f"{len(keys)} keys, the header says {header['samples']}"
+            if wrong is not None:
+                raise IndexLieError(wrong)
         starts = starts_array.tolist()
         offsets = arrays["offsets"].tolist()
         sizes = arrays["sizes"].tolist()
@@ -256,11 +257,16 @@ def _decode(
             if file
             else f"the index file of shard {url!r}"
         )
-        raise ValueError(
+        kind = IndexLieError if isinstance(exn, IndexLieError) else ValueError
+        raise kind(
             f"{named} is not a detsamplers index "
             f"({FORMAT} version {FORMAT_VERSION}) of it: {exn}; delete it and rebuild it with "
             f"`python -m detsamplers index {url}`"
         ) from None
+
+
+class IndexLieError(ValueError):
+    """A well-formed index file that describes no tar of its shard's size (never rescanned)."""
 
 
 _ZIP_ENTRY = struct.Struct("<4s22xHH")
@@ -419,12 +425,23 @@ class LazyIndex:
         """The decoded keys (0) or members (1), checked (NOTE [ index verification ]).
 
         Raises:
-            ValueError: the file is damaged past its header (read when the source was
-                built) or describes no tar of the shard's size: an error naming the file
-                and the fix, never a rescan that would hide it.
+            IndexLieError: the file is well formed but describes no tar of the shard's
+                size: an error naming the file and the fix, never a rescan that would
+                hide it. (A file damaged past its header, failing its own CRC or format
+                checks, is replaced by a scan of the shard, as a damaged cache file.)
         """
         if self._decoded is None:
-            keys, members, *_ = decode_checked(self.data, self.url, self.file)
+            try:
+                keys, members, *_ = decode_checked(self.data, self.url, self.file)
+            except IndexLieError:
+                raise  # well formed but wrong: its writer is at fault, say so
+            except ValueError:
+                # Damaged past its header (which was read when the source was built): it
+                # fails its own checks (a CRC, a dtype, a length), so, as any damaged cache
+                # file, it is never trusted and the local shard is scanned instead.
+                from ._index import scan_shard
+
+                keys, members = scan_shard(self.url)
             if len(keys) != self.count:
                 raise ValueError(
                     f"the index file {self.file!r} of shard {self.url!r} lists {len(keys)} "

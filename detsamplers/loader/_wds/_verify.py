@@ -18,7 +18,10 @@ is an error naming the file and the fix, never a rescan that hides it:
 - *The layout is a tar's* (:func:`check_layout`, once per decoded index): the sample
   starts begin at 0 and increase, the counts agree, every member's data starts on a
   512-byte block after room for its header, lies inside the shard's recorded size, and
-  comes after the previous member's data and a header.
+  comes after the previous member's data and a header. A local index file that fails
+  its own integrity (a zip CRC, a dtype, an array's length) is a damaged cache file: the
+  shard is scanned instead, giving the true samples; one that is well formed but fails
+  these checks, or the header check below, was written wrong: an error names it.
 - *The tar header at each member's offset says so* (:func:`header_mismatch`, on every
   read of a sample): the reader reads the 512 bytes before the first member it reads,
   so each member's header is in the bytes read anyway; its checksum is right (unsigned or
