@@ -202,15 +202,16 @@ def decode_checked(
     each member's data on a block boundary, inside the shard, after the previous one.
 
     Raises:
-        ValueError: the bytes are not an index file of this format, or describe no tar of
-            the recorded size (the message names the shard, the file and the fix).
+        ValueError: the bytes are not an index file of this format (the message names the
+            shard, the file and the fix).
+        IndexLieError: they are, but describe no tar of the recorded size (likewise).
 
     Examples:
         >>> data = encode_index(("k0",), [[["cls", 100, 1]]], 2048, None)
         >>> decode_checked(data, "a.tar", "a.tar.index.npz")
         Traceback (most recent call last):
         ...
-        ValueError: the index file 'a.tar.index.npz' of shard 'a.tar' is not a detsamplers ...
+        detsamplers.loader._wds._index_file.IndexLieError: the index file 'a.tar.index.npz' ...
     """
     return _decode(data, url, file or "")
 

@@ -288,7 +288,7 @@ def check_layout(
     for name, values, low in (("offset", offsets, BLOCK), ("size", sizes, 0)):
         bad = np.flatnonzero((values < low) | (values > size))
         if len(bad):
-            return f"member {bad[0]} has {name} {values[bad[0]]}, outside the {size}-byte shard"
+            return f"member {bad[0]} has {name} {values[bad[0]]}, outside {low}..{size} (the shard)"
     ends = offsets + sizes
     bad = np.flatnonzero((ends > size) | (offsets % BLOCK != 0))
     if len(bad):
