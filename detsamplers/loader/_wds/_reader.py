@@ -9,11 +9,12 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
+from ._header_check import HeaderTable, header_mismatch
 from ._index import ShardInfo
 from ._index_file import PackedMembers, resolved
 from ._tar_headers import BLOCK
 from ._urls import is_remote
-from ._verify import HeaderTable, header_mismatch, open_regular, stamp_mismatch
+from ._verify import open_regular, stamp_mismatch
 
 __all__ = ["ShardReader"]
 
