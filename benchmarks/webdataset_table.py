@@ -18,16 +18,24 @@ shards, 100,000 samples of a tiny PNG plus a label), then measures:
    ``detsamplers.loader.ShardWriter`` (which also writes each shard's index file), in
    alternating rounds, and the first open of a source over each result: after
    webdataset's writer it scans every shard, after ours it scans none (counted).
+5. the cost of checking each sample's tar header on read (NOTE [ index verification ]):
+   paired rounds, alternating which goes first, of the same reads with the check and
+   with it switched off (reads from the first member's data, no header compared): the
+   shard reader's batches of 64 in shard order, its single reads in a random order, and
+   the source's epoch as in 1 (main process); CPU time, the median of the per-round
+   ratios (a shared machine's load slows wall time unevenly).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import random
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch.utils.data as tud
@@ -95,7 +103,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
 
     Each shard is read into memory first, so that only parsing is timed, not the disk.
     """
-    from detsamplers.loader._wds import _index
+    from detsamplers.loader._wds import _index, _tar_headers
 
     shards = []
     for name in sorted(os.listdir(folder)):
@@ -103,7 +111,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
             with open(os.path.join(folder, name), "rb") as handle:
                 shards.append(handle.read())
     start = time.process_time()
-    listings = [_index._walk_headers(data, len(data)) for data in shards]
+    listings = [_tar_headers.walk_headers(data, len(data)) for data in shards]
     walked = time.process_time() - start
     if any(listing is None for listing in listings):
         raise RuntimeError("the numpy header walk declined a shard webdataset wrote")
@@ -113,6 +121,75 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
         _index._group("bench", listing[0], len(data))
     grouped = time.process_time() - start
     return total / walked, total / (walked + grouped)
+
+
+@contextlib.contextmanager
+def header_check(enabled: bool) -> Iterator[None]:
+    """The shard reader as it is (``True``), or without its tar header check (``False``)."""
+    from detsamplers.loader._wds import _reader
+
+    namespace = vars(_reader)
+    saved = {name: namespace[name] for name in ("BLOCK", "header_mismatch")}
+    checked = _reader.ShardReader._verify_many
+    if not enabled:  # read from the data on, compare nothing: the reader before the check
+        namespace.update(BLOCK=0, header_mismatch=lambda *args: None)
+        _reader.ShardReader._verify_many = lambda *args: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        namespace.update(saved)
+        _reader.ShardReader._verify_many = checked  # type: ignore[method-assign]
+
+
+def header_check_cost(urls: str, rounds: int) -> None:
+    """Paired rounds of reads with and without the tar header check; print the cost."""
+    from detsamplers.loader._wds._index import index_shards
+    from detsamplers.loader._wds._reader import ShardReader
+    from detsamplers.loader._wds._urls import expand_urls
+
+    shards = index_shards(expand_urls(urls))
+    places = [(s, i) for s, info in enumerate(shards) for i in range(len(info))]
+    shuffled = random.Random(0).sample(places, len(places))
+
+    def batches() -> None:
+        reader = ShardReader(shards)
+        for s, info in enumerate(shards):
+            for first in range(0, len(info), BATCH):
+                indexes = list(range(first, min(len(info), first + BATCH)))
+                reader.read_many([s] * len(indexes), indexes)
+        reader.close()
+
+    def singles() -> None:
+        reader = ShardReader(shards)
+        for s, i in shuffled:
+            reader.read(s, i)
+        reader.close()
+
+    def source() -> None:
+        count(ours(urls, repeat=False))
+
+    print(f"tar header check on read, {rounds} paired rounds, CPU time (load {load_average()}):")
+    print(f"{'reads':>35}  {'checked (samples/s)':>19}  {'unchecked':>9}  cost")
+    for name, job in (
+        ("reader, batches of 64 in order", batches),
+        ("reader, single reads at random", singles),
+        ("source epoch (decode, map, collate)", source),
+    ):
+        ratios: list[float] = []
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for round_ in range(rounds):
+            took = {}
+            for enabled in (True, False) if round_ % 2 == 0 else (False, True):
+                with header_check(enabled):
+                    start = time.process_time()  # CPU time: the reads are all in this process
+                    job()
+                    took[enabled] = time.process_time() - start
+                rates[enabled].append(len(places) / took[enabled])
+            ratios.append(took[True] / took[False])
+        print(
+            f"{name:>35}  {statistics.median(rates[True]):>19,.0f}  "
+            f"{statistics.median(rates[False]):>9,.0f}  {statistics.median(ratios) - 1:+.1%}"
+        )
 
 
 def writers(shards: int, per_shard: int, runs: int) -> None:
@@ -188,6 +265,8 @@ def main() -> None:
             base = rate(lambda: plain(urls), workers, total, runs)
             mine = rate(lambda: ours(urls, repeat=False), workers, total, runs)
             print(f"{workers:>11}  {base:>22,.0f}  {mine:>11,.0f}  {mine / base:.2f}x")
+
+        header_check_cost(urls, 3 if args.quick else 15)
 
         target = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, at a batch boundary
         state = {**ours(urls).state_dict(), "position": target}

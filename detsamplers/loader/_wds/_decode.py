@@ -15,7 +15,8 @@ decoder's handlers in webdataset's order and knows three of them exactly:
 - ``basichandlers`` (the default post-handler): a suffix whose last part names one of
   webdataset's ``decoders`` (``cls``, ``txt``, ``json``, ``npy``, ...) is decoded by that
   entry (``int``, ``bytes.decode``, ``json.loads`` for the common ones, which are what its
-  entries call), and any other suffix is kept as bytes.
+  entries call; ``npy`` by numpy's ``read_array`` as webdataset does, after a check that
+  its header claims no more than the member holds), and any other suffix is kept as bytes.
 
 Any other handler ends the walk with webdataset's ``decode1`` for that suffix, so a
 custom handler still sees every field it would see. ``__*__`` fields that are strings are kept (the
@@ -32,6 +33,8 @@ import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
+
+from ._verify import MemberError, npy_loads
 
 __all__ = ["PlannedDecoder", "make_decoder"]
 
@@ -106,6 +109,12 @@ class PlannedDecoder:
                     out[key] = how(value)
                 else:  # a value that is not bytes: webdataset decides
                     return self.decoder(sample)  # type: ignore[no-any-return]
+        except MemberError as exn:  # never retried by webdataset, which would allocate it
+            where = sample.get("__local_path__") or sample.get("__url__")
+            raise MemberError(
+                f"member {key!r} of sample {sample.get('__key__')!r} in shard {where!r} cannot "
+                f"be decoded: {exn}; the shard is damaged or hostile: rewrite it"
+            ) from None
         except Exception:
             # The same failure through webdataset itself: its DecodingError, or its result.
             return self.decoder(sample)  # type: ignore[no-any-return]
@@ -131,6 +140,7 @@ _BASIC: dict[str, Callable[[bytes], Any]] = {
     "id": int,
     "json": json.loads,
     "jsn": json.loads,
+    "npy": npy_loads,  # read_array, once its header fits (NOTE [ index verification ])
 }
 
 

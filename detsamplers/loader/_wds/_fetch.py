@@ -57,6 +57,7 @@ from ._object_store import (
     pinned_version,
     read_pinned,
 )
+from ._verify import version_mismatch
 
 __all__ = [
     "RemoteOptions",
@@ -311,6 +312,7 @@ class RemoteShard:
         self.http = url.split("://", 1)[0] in ("http", "https")
         strong = version is not None and version.startswith('"')
         self.headers = {"If-Match": version} if self.http and strong else {}
+        self.version = version
         self.blocks: list[tuple[int, bytes]] = []
         self.block = min(_FIRST_BLOCK, options.read_ahead)
         self.pending: tuple[int, int, Future[bytes]] | None = None
@@ -423,6 +425,9 @@ class RemoteShard:
             if r.status == 404:
                 raise FileNotFoundError(self.url)
             r.raise_for_status()
+            changed = version_mismatch(self.version, r.headers)  # NOTE [ index verification ]
+            if changed is not None:
+                raise changed_error(self.url, changed)
             total = r.headers.get("Content-Range", "").rpartition("/")[2]
             if r.status == 206 and total.isdigit() and int(total) != self.size:
                 raise changed_error(self.url, f"it has {total} bytes, {self.size} when indexed")

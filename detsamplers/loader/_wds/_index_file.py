@@ -40,11 +40,15 @@ from typing import Any, overload
 
 import numpy as np
 
+from ._verify import check_layout, load_arrays
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "IndexLieError",
     "LazyIndex",
     "PackedMembers",
+    "decode_checked",
     "decode_index",
     "encode_index",
     "read_header",
@@ -186,17 +190,58 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
         ValueError: the bytes are not an index file of this format (the message names
             the shard ``url``).
     """
+    return _decode(data, url, None)
+
+
+def decode_checked(
+    data: bytes, url: str, file: str | None = None
+) -> tuple[tuple[str, ...], PackedMembers, int, str | None]:
+    """:func:`decode_index`, then the layout checked against the recorded shard size.
+
+    The checks are those of NOTE [ index verification ]: counts, increasing starts, and
+    each member's data on a block boundary, inside the shard, after the previous one.
+
+    Raises:
+        ValueError: the bytes are not an index file of this format (the message names the
+            shard, the file and the fix).
+        IndexLieError: they are, but describe no tar of the recorded size (likewise).
+
+    Examples:
+        >>> data = encode_index(("k0",), [[["cls", 100, 1]]], 2048, None)
+        >>> decode_checked(data, "a.tar", "a.tar.index.npz")
+        Traceback (most recent call last):
+        ...
+        detsamplers.loader._wds._index_file.IndexLieError: the index file 'a.tar.index.npz' ...
+    """
+    return _decode(data, url, file or "")
+
+
+def _decode(
+    data: bytes, url: str, file: str | None
+) -> tuple[tuple[str, ...], PackedMembers, int, str | None]:
+    """:func:`decode_index` (``file`` is ``None``) or :func:`decode_checked`."""
     try:
-        arrays = _stored_arrays(data)
-        if arrays is None:
-            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                arrays = {name: npz[name] for name in _ARRAYS}
+        arrays = _arrays(data)
         header = json.loads(arrays["header"].tobytes())
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
         if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
             raise ValueError(f"format {header.get('format')!r} {header.get('version')!r}")
         keys = tuple(_split(arrays["keys"]))
         suffixes = _split(arrays["suffixes"])
         starts_array = arrays["starts"]
+        size = header["size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"the recorded shard size is {size!r}")
+        if file is not None:
+            offsets_array, sizes_array = arrays["offsets"], arrays["sizes"]
+            wrong = check_layout(len(keys), starts_array, offsets_array, sizes_array, size)
+            if len(suffixes) != len(offsets_array):
+                wrong = f"{len(suffixes)} suffixes for {len(offsets_array)} members"
+            if header.get("samples", len(keys)) != len(keys):
+                wrong = f"{len(keys)} keys, the header says {header['samples']}"
+            if wrong is not None:
+                raise IndexLieError(wrong)
         starts = starts_array.tolist()
         offsets = arrays["offsets"].tolist()
         sizes = arrays["sizes"].tolist()
@@ -206,13 +251,23 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
         if np.any(np.diff(starts_array) < 0):
             raise ValueError("the sample starts decrease")
         members = PackedMembers(suffixes, offsets, sizes, starts)
-        return keys, members, int(header["size"]), header.get("etag")
+        return keys, members, size, header.get("etag")
     except _UNREADABLE as exn:
-        raise ValueError(
-            f"the index file of shard {url!r} is not a detsamplers index "
-            f"({FORMAT} version {FORMAT_VERSION}): {exn}; delete it and rebuild it with "
-            "`python -m detsamplers index`"
+        named = (
+            f"the index file {file!r} of shard {url!r}"
+            if file
+            else f"the index file of shard {url!r}"
+        )
+        kind = IndexLieError if isinstance(exn, IndexLieError) else ValueError
+        raise kind(
+            f"{named} is not a detsamplers index "
+            f"({FORMAT} version {FORMAT_VERSION}) of it: {exn}; delete it and rebuild it with "
+            f"`python -m detsamplers index {url}`"
         ) from None
+
+
+class IndexLieError(ValueError):
+    """A well-formed index file that describes no tar of its shard's size (never rescanned)."""
 
 
 _ZIP_ENTRY = struct.Struct("<4s22xHH")
@@ -222,6 +277,12 @@ _NPY_HEADER = re.compile(
     rb"\{'descr': '(\|u1|<i8)', 'fortran_order': False, 'shape': \((\d+),\), \} *\n"
 )
 _ARRAYS = ("header", "keys", "suffixes", "starts", "offsets", "sizes")
+_KINDS = {"header": "|u1", "keys": "|u1", "suffixes": "|u1"} | dict.fromkeys(_ARRAYS[3:], "<i8")
+
+
+def _arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an index file, each size checked before it is read (no pickle)."""
+    return _stored_arrays(data) or load_arrays(data, _ARRAYS, _KINDS)
 
 
 def _stored_arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]] | None:
@@ -314,8 +375,7 @@ def read_header(data: bytes, url: str) -> tuple[dict[str, Any], int]:
     try:
         raw = _first_header(data)
         if raw is None:
-            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-                raw = arrays["header"].tobytes()
+            raw = load_arrays(data, ["header"], _KINDS)["header"].tobytes()
         header = json.loads(raw)
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
@@ -323,8 +383,7 @@ def read_header(data: bytes, url: str) -> tuple[dict[str, Any], int]:
             raise ValueError(f"format {header.get('format')!r} {header.get('version')!r}")
         count = header.get("samples")
         if not isinstance(count, int) or count < 0:  # written before the count was recorded
-            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-                count = len(arrays["starts"]) - 1
+            count = len(load_arrays(data, ["starts"], _KINDS)["starts"]) - 1
         return header, count
     except _UNREADABLE as exn:
         raise ValueError(
@@ -350,10 +409,10 @@ class LazyIndex:
         ('k1', [['cls', 512, 1]], True)
     """
 
-    __slots__ = ("_decoded", "count", "data", "keys", "members", "url")
+    __slots__ = ("_decoded", "count", "data", "file", "keys", "members", "url")
 
-    def __init__(self, data: bytes, url: str, count: int) -> None:
-        self.data, self.url, self.count = data, url, count
+    def __init__(self, data: bytes, url: str, count: int, file: str = "") -> None:
+        self.data, self.url, self.count, self.file = data, url, count, file
         self._decoded: tuple[tuple[str, ...], PackedMembers] | None = None
         self.keys: Sequence[str] = _LazyPart(self, 0)
         self.members: Sequence[list[Any]] = _LazyPart(self, 1)
@@ -364,28 +423,39 @@ class LazyIndex:
         return self._decoded is not None
 
     def part(self, which: int) -> Sequence[Any]:
-        """The decoded keys (0) or members (1)."""
+        """The decoded keys (0) or members (1), checked (NOTE [ index verification ]).
+
+        Raises:
+            IndexLieError: the file is well formed but describes no tar of the shard's
+                size: an error naming the file and the fix, never a rescan that would
+                hide it. (A file damaged past its header, failing its own CRC or format
+                checks, is replaced by a scan of the shard, as a damaged cache file.)
+        """
         if self._decoded is None:
             try:
-                keys, members, *_ = decode_index(self.data, self.url)
+                keys, members, *_ = decode_checked(self.data, self.url, self.file)
+            except IndexLieError:
+                raise  # well formed but wrong: its writer is at fault, say so
             except ValueError:
-                # Damaged past its header (which was read when the source was built):
-                # scan the local shard instead, as a corrupt index file is never trusted.
+                # Damaged past its header (which was read when the source was built): it
+                # fails its own checks (a CRC, a dtype, a length), so, as any damaged cache
+                # file, it is never trusted and the local shard is scanned instead.
                 from ._index import scan_shard
 
                 keys, members = scan_shard(self.url)
             if len(keys) != self.count:
                 raise ValueError(
-                    f"the index file of shard {self.url!r} lists {len(keys)} samples but its "
-                    f"header says {self.count}; delete it so that it is rebuilt"
+                    f"the index file {self.file!r} of shard {self.url!r} lists {len(keys)} "
+                    f"samples but its header says {self.count}; delete it and rebuild it "
+                    f"with `python -m detsamplers index {self.url}`"
                 )
             self._decoded = keys, members
         return self._decoded[which]
 
-    def __getstate__(self) -> tuple[bytes, str, int]:
-        return self.data, self.url, self.count
+    def __getstate__(self) -> tuple[bytes, str, int, str]:
+        return self.data, self.url, self.count, self.file
 
-    def __setstate__(self, state: tuple[bytes, str, int]) -> None:
+    def __setstate__(self, state: tuple[bytes, str, int, str]) -> None:
         self.__init__(*state)  # type: ignore[misc]
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
-from ._fetch import RemoteOptions, RemoteShard
+import numpy as np
+
+from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
+from ._header_check import HeaderTable, header_mismatch
 from ._index import ShardInfo
 from ._index_file import PackedMembers, resolved
+from ._tar_headers import BLOCK
 from ._urls import is_remote
+from ._verify import open_regular, stamp_mismatch
 
 __all__ = ["ShardReader"]
 
@@ -59,6 +64,7 @@ class ShardReader:
         self.packed: PackedMembers | None = None
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
+        self.table: HeaderTable | None = None
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
         """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
@@ -68,7 +74,7 @@ class ShardReader:
         if self.packed is not None and not self.remote[shard]:
             return self._read_packed(sample, self.packed, index, shard)
         members = self.members[index]
-        if self.remote[shard]:
+        if self.remote[shard]:  # checked by its ETag and size instead (NOTE [ index verification ])
             if self.stream is None:
                 self.stream = RemoteShard(info.url, info.size, info.version, self.options)
             start = min(m[1] for m in members) if members else 0
@@ -78,9 +84,13 @@ class ShardReader:
                 sample[suffix] = data[offset - start : offset - start + size]
             return sample
         if members:  # one read per sample: its members are consecutive in the tar
-            start = min(m[1] for m in members)
+            # From the block before the first member: its header (NOTE [ index verification ]).
+            start = max(0, min(m[1] for m in members) - BLOCK)
             end = max(m[1] + m[2] for m in members)
             data = self._span(shard, start, end)
+            suffixes, offsets, sizes = zip(*members, strict=True)
+            keys = [sample["__key__"]] * len(members)
+            self._verify(shard, data, start, keys, suffixes, offsets, sizes)
             for suffix, offset, size in members:
                 sample[suffix] = data[offset - start : offset - start + size]
         sample["__local_path__"] = self.local[shard]
@@ -135,6 +145,7 @@ class ShardReader:
             info = self.shards[shard]
             self.keys, self.members = resolved(info.keys), resolved(info.members)
             self.packed = self.members if isinstance(self.members, PackedMembers) else None
+            self.table = None
 
     def _read_runs(
         self,
@@ -174,12 +185,15 @@ class ShardReader:
                     elif tail > end:
                         end = tail
                 last += 1
-            data = self._span(shard, begin, end) if begin >= 0 else b""
+            base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+            data = self._span(shard, base, end) if begin >= 0 else b""
+            run = [indexes[i] for i in order[position:last]]
+            self._verify_many(shard, data, base, self._table().members_of(run))
             for i in order[position:last]:
                 index = indexes[i]
                 sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
                 for j in range(starts[index], starts[index + 1]):
-                    at = offsets[j] - begin
+                    at = offsets[j] - base
                     sample[suffixes[j]] = data[at : at + sizes[j]]
                 sample["__local_path__"] = local
                 out[i] = sample
@@ -206,12 +220,14 @@ class ShardReader:
         begin, end = offsets[head], offsets[tail - 1] + sizes[tail - 1]
         if end - begin > RUN_BYTES:
             return False
-        data = self._span(shard, begin, end)
+        base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+        data = self._span(shard, base, end)
         blobs = [
-            data[at - begin : at - begin + size]
+            data[at - base : at - base + size]
             for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
         ]
         suffixes, keys = packed.suffixes, self.keys
+        self._verify_many(shard, data, base, np.arange(head, tail))
         url, local = self.shards[shard].url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
@@ -223,10 +239,69 @@ class ShardReader:
         return True
 
     def _open(self, shard: int) -> BinaryIO:
+        """The open local shard, opened (and checked to be the one indexed) on first use."""
         if self.handle is None:
-            path = self.shards[shard].path
-            self.handle = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115
+            info = self.shards[shard]
+            handle = open_regular(info.path, "shard", info.path, buffering=_READ_BUFFER)
+            try:
+                changed = stamp_mismatch(info.path, info.stamp, handle)
+            except BaseException:
+                handle.close()
+                raise
+            if changed is not None:
+                handle.close()
+                raise ShardChangedError(changed)
+            self.handle = handle
         return self.handle
+
+    def _table(self) -> HeaderTable:
+        """The open shard's :class:`HeaderTable`, built on its first batch read."""
+        if self.table is None:
+            self.table = HeaderTable(self.keys, self.packed)
+        return self.table
+
+    def _verify_many(self, shard: int, data: bytes, base: int, members: Any) -> None:
+        """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
+        table = self._table()
+        found = table.mismatch(data, base, members)
+        if found is not None:
+            j, why = found
+            key, suffix = table.keys[table.owner[j]], table.suffixes[j]
+            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
+
+    def _verify(
+        self,
+        shard: int,
+        data: bytes,
+        base: int,
+        keys: Sequence[str],
+        suffixes: Sequence[str],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+    ) -> None:
+        """Check the tar header of each member read (NOTE [ index verification ])."""
+        found = header_mismatch(data, base, keys, suffixes, offsets, sizes)
+        if found is None:
+            return
+        row, why = found
+        self._refuse(shard, keys[row], suffixes[row], offsets[row], sizes[row], why)
+
+    def _refuse(
+        self, shard: int, key: str, suffix: str, offset: int, size: int, why: str
+    ) -> NoReturn:
+        """Raise the error for a member whose tar header is not what the index says."""
+        info = self.shards[shard]
+        where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
+        if info.index_file:
+            fix = (
+                f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
+                f"index file and rebuild it with `python -m detsamplers index {info.url}`"
+            )
+        else:
+            fix = "it changed since it was indexed: build the source again"
+        raise ValueError(
+            f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
+        )
 
     def _span(self, shard: int, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
@@ -252,9 +327,18 @@ class ShardReader:
         first, stop = packed.starts[index], packed.starts[index + 1]
         if stop > first:
             offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
-            start = min(offsets[first:stop])
+            start = max(0, min(offsets[first:stop]) - BLOCK)  # with the first member's header
             end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
             data = self._span(shard, start, end)
+            self._verify(
+                shard,
+                data,
+                start,
+                [sample["__key__"]] * (stop - first),
+                suffixes[first:stop],
+                offsets[first:stop],
+                sizes[first:stop],
+            )
             for j in range(first, stop):
                 at = offsets[j] - start
                 sample[suffixes[j]] = data[at : at + sizes[j]]

@@ -32,7 +32,7 @@ from typing import Any
 
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
 from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
-from ._index_file import decode_index, encode_index
+from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
 from ._urls import is_remote, local_path
@@ -122,7 +122,7 @@ _NOT_FETCHED = b""
 
 def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
     """The index in an index file, and whether reads will check it is still current."""
-    keys, members, size, etag = decode_index(data, url)
+    keys, members, size, etag = decode_checked(data, url, url + INDEX_SUFFIX)
     return ShardInfo(url, url, keys, members, size, etag), checked_on_read(url, etag)
 
 
@@ -191,7 +191,7 @@ def index_remote(
     cache = _cache_file(url, size, version, index_dir)
     try:
         with open(cache, "rb") as handle:
-            keys, members, *_ = decode_index(handle.read(), url)
+            keys, members, *_ = decode_checked(handle.read(), url, cache)
         return ShardInfo(url, url, keys, members, size, version)
     except (OSError, ValueError):
         pass  # absent or unreadable: scan again

@@ -1,0 +1,279 @@
+"""The tar header check on read (NOTE [ index verification ], in :mod:`._verify`).
+
+Every local read starts at the 512-byte header before the first member it reads, and the
+reader checks each member's header against what the index says: its checksum, that it
+is a regular file, its size, and its name ``key.suffix``. :func:`header_mismatch` checks
+a sample's few members in pure Python; :class:`HeaderTable` a batch's many with numpy,
+compared as words with what tarfile writes. A member that differs is read the way
+tarfile reads it (:func:`_row_mismatch`), which decides.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._tar_headers import BLOCK
+
+__all__ = ["HeaderTable", "header_mismatch"]
+
+_SPAN = np.arange(BLOCK, dtype=np.int64)
+_SUM_FIELD = slice(148, 156)
+_REGULAR = np.array([48, 0, 55], dtype=np.uint8)  # REGTYPE, AREGTYPE, CONTTYPE
+_REGULAR_BYTES = frozenset(_REGULAR.tolist())
+#: webdataset's key and suffix rule (``base_plus_ext``), as in the scan.
+_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_USTAR = b"ustar"
+_NAME_MAX = 99  # longer names go to a pax or GNU record before the header
+
+
+def header_mismatch(
+    data: bytes,
+    base: int,
+    keys: Sequence[str],
+    suffixes: Sequence[str],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+) -> tuple[int, str] | None:
+    """The first member whose tar header disagrees with the index, and how; else ``None``.
+
+    ``data`` holds the shard's bytes from offset ``base``, including the 512 bytes before
+    each member's data; ``keys[r]``, ``suffixes[r]``, ``offsets[r]`` and ``sizes[r]`` are
+    what the index says of member ``r`` (NOTE [ index verification ]). The members are
+    compared one by one with what tarfile writes (no numpy call: a sample has few); one
+    that differs is then read the way tarfile reads it (:func:`_row_mismatch`), which
+    decides. :class:`HeaderTable` checks many members of a shard at once.
+    """
+    quick = _few_ok(data, base, keys, suffixes, offsets, sizes)
+    if quick is None:
+        return None
+    for row in quick:
+        at = offsets[row] - base - BLOCK
+        if at < 0 or at + BLOCK > len(data):
+            return row, "no tar header fits before its data"
+        why = _row_mismatch(data[at : at + BLOCK], keys[row], suffixes[row], sizes[row])
+        if why is not None:
+            return row, why
+    return None
+
+
+_FEW = 8
+
+
+def _few_ok(
+    data: bytes,
+    base: int,
+    keys: Sequence[str],
+    suffixes: Sequence[str],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+) -> Sequence[int] | None:
+    """The rows that fail a quick check in pure Python (``None``: all pass)."""
+    view = memoryview(data)
+    bad: list[int] = []
+    for row, (key, suffix, offset, size) in enumerate(
+        zip(keys, suffixes, offsets, sizes, strict=True)
+    ):
+        at = offset - base - BLOCK
+        name = (key + "." + suffix).encode("utf-8", "surrogateescape")
+        try:
+            ok = (
+                at >= 0
+                and len(data) >= at + BLOCK
+                and data.startswith(name, at)
+                and (len(name) == 100 or data[at + len(name)] == 0)
+                and data.startswith(b"%011o\0" % size, at + 124)
+                and data[at + 156] in _REGULAR_BYTES
+            )
+            if ok:  # the checksum: the unsigned byte sum, its own field as spaces
+                head = zlib.adler32(view[at + 156 : at + 256], zlib.adler32(view[at : at + 148]))
+                tail = zlib.adler32(view[at + 256 : at + BLOCK])
+                stored = int(data[at + 148 : at + 154], 8)
+                ok = stored == (head & 0xFFFF) + (tail & 0xFFFF) - 2 + 256
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append(row)
+    return bad or None
+
+
+class HeaderTable:
+    r"""What the tar header before each member of one shard must say, for checks in bulk.
+
+    Built once per shard opened, in a few numpy calls over the decoded index: each
+    member's offset, size and expected name (``key.suffix``, cut to the header's 100
+    bytes). :meth:`mismatch` then checks the members of a batch together, so a batch of
+    64 samples costs a dozen numpy calls, not a Python loop per member.
+
+    Examples:
+        >>> from detsamplers.loader._wds._index_file import PackedMembers
+        >>> table = HeaderTable(("k0",), PackedMembers(["cls"], [512], [1], [0, 1]))
+        >>> bytes(table.names[0, :6]), int(table.names[0, 6]), bytes(table.size_words[0])
+        (b'k0.cls', 0, b'00000000001\x00')
+    """
+
+    __slots__ = ("keys", "names", "offsets", "owner", "size_words", "sizes", "starts", "suffixes")
+
+    def __init__(self, keys: Sequence[str], packed: Any) -> None:
+        self.keys, self.suffixes = keys, packed.suffixes
+        self.starts = np.asarray(packed.starts, dtype=np.int64)
+        self.offsets = np.asarray(packed.offsets, dtype=np.int64)
+        self.sizes = np.asarray(packed.sizes, dtype=np.int64)
+        counts = np.diff(self.starts)
+        self.owner = np.repeat(np.arange(len(counts)), counts)  # each member's sample
+        key_start, key_length, key_bytes = _joined(keys)
+        suffix_start, suffix_length, suffix_bytes = _joined(self.suffixes)
+        members = len(self.offsets)
+        names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
+        owner_length = key_length[self.owner]
+        _place(names, np.zeros(members, np.int64), key_bytes, key_start[self.owner], owner_length)
+        names[np.arange(members), np.minimum(owner_length, 100)] = 46  # "."
+        _place(names, owner_length + 1, suffix_bytes, suffix_start, suffix_length)
+        names[:, 100:] = 0
+        self.names = names
+        # The size field as tarfile writes it, "%011o\0", as three 32-bit words.
+        field = np.zeros((members, 12), dtype=np.uint8)
+        field[:, :11] = (self.sizes[:, None] >> _SIZE_SHIFTS) % 8 + 48
+        self.size_words = field.view("<u4")
+
+    def members_of(self, samples: Sequence[int]) -> np.ndarray[Any, Any]:
+        """The member numbers of ``samples``, in order."""
+        chosen = np.asarray(samples, dtype=np.int64)
+        first, counts = self.starts[chosen], self.starts[chosen + 1] - self.starts[chosen]
+        shift = np.repeat(first - np.cumsum(counts) + counts, counts)
+        return np.arange(int(counts.sum()), dtype=np.int64) + shift  # type: ignore[no-any-return]
+
+    def mismatch(
+        self, data: bytes, base: int, members: np.ndarray[Any, Any]
+    ) -> tuple[int, str] | None:
+        """The first of ``members`` whose header in ``data`` (from ``base``) is wrong, and how."""
+        if not len(members):
+            return None
+        at = self.offsets[members] - (base + BLOCK)
+        if base % BLOCK or at.min() < 0 or at.max() + BLOCK > len(data):
+            suspects = members  # not block-aligned or cut short: read one by one
+        else:
+            rows = np.frombuffer(data, dtype=np.uint8, count=len(data) // BLOCK * BLOCK)
+            blocks = rows.reshape(-1, BLOCK)[at // BLOCK]
+            words = blocks.view("<u8")
+            expected = self.names.view("<u8")[members]
+            ok = np.all((words[:, :13] & _NAME_MASK) == expected, axis=1)
+            ok &= np.all(blocks.view("<u4")[:, 31:34] == self.size_words[members], axis=1)
+            digits = blocks[:, 148:154]  # the checksum, as tarfile writes it: "%06o\0 "
+            kinds = blocks[:, 156]
+            ok &= np.all(digits - np.uint8(48) <= 7, axis=1)  # octal digits (wraps below "0")
+            ok &= (blocks[:, 154] == 0) & ((kinds == 48) | (kinds == 0))
+            computed = _byte_sums(words) + 256
+            computed -= blocks[:, _SUM_FIELD].sum(axis=1, dtype=np.int64)
+            ok &= (digits - 48.0) @ _CHECKSUM_WEIGHTS == computed
+            suspects = members[~ok]
+        for j in suspects.tolist():
+            at_j = int(self.offsets[j]) - base - BLOCK
+            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            if at_j < 0 or at_j + BLOCK > len(data):
+                return j, "no tar header fits before its data"
+            why = _row_mismatch(data[at_j : at_j + BLOCK], key, suffix, size)
+            if why is not None:
+                return j, why
+        return None
+
+
+_SIZE_SHIFTS = np.arange(30, -1, -3, dtype=np.int64)  # 11 octal digits
+_CHECKSUM_WEIGHTS = 8.0 ** np.arange(5, -1, -1)
+#: The name field's 100 bytes in 13 words: all of 12, the low half of the 13th.
+_NAME_MASK = np.array([2**64 - 1] * 12 + [2**32 - 1], dtype=np.uint64)
+_LANES = np.uint64(0x00FF00FF00FF00FF)
+_FOLD = np.uint64(0x0001000100010001)
+
+
+def _byte_sums(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each 512-byte row's byte sum, from its 64 words: 8 times fewer elements than bytes.
+
+    The even and the odd bytes of each word are added in 16-bit lanes (at most 64 * 255
+    per lane), and each word's four lanes folded by one multiplication (at most 65,280:
+    no carry out of the top lane).
+
+    Examples:
+        >>> rows = np.random.default_rng(0).integers(0, 256, (3, 512), dtype=np.uint8)
+        >>> rows[0] = 255  # the largest sum, 130,560
+        >>> bool(np.array_equal(_byte_sums(rows.view("<u8")), rows.sum(axis=1)))
+        True
+    """
+    even = (words & _LANES).sum(axis=1)
+    odd = ((words >> np.uint64(8)) & _LANES).sum(axis=1)
+    top = np.uint64(48)
+    return (((even * _FOLD) >> top) + ((odd * _FOLD) >> top)).astype(np.int64)  # type: ignore[no-any-return]
+
+
+def _joined(strings: Sequence[str]) -> tuple[Any, Any, Any]:
+    """Where each string starts in their NUL-joined UTF-8 bytes, its length, and the bytes."""
+    raw = np.frombuffer(
+        ("\0".join(strings) + "\0").encode("utf-8", "surrogateescape"), dtype=np.uint8
+    )
+    ends = np.flatnonzero(raw == 0)[: len(strings)]
+    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
+    return starts, ends - starts, raw
+
+
+def _place(names: Any, column: Any, source: Any, start: Any, length: Any) -> None:
+    """Copy ``source[start[r]:][:length[r]]`` into row ``r`` of ``names`` at ``column[r]``.
+
+    Bytes past column 100 are dropped (the header holds 100; a longer name is a pax or
+    GNU record's, and :func:`_row_mismatch` decides those rows).
+    """
+    total = int(length.sum())
+    if not total:
+        return
+    row = np.repeat(np.arange(len(length)), length)
+    within = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
+    target = column[row] + within
+    keep = target < 100
+    names[row[keep], target[keep]] = source[(start[row] + within)[keep]]
+
+
+def _number(field: bytes) -> int | None:
+    """A tar number field as :mod:`tarfile` reads it (octal, or GNU base-256)."""
+    if field[:1] in (b"\x80", b"\xff"):
+        value = int.from_bytes(field[1:], "big")
+        return value - 256 ** (len(field) - 1) if field[:1] == b"\xff" else value
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return None
+
+
+def _row_mismatch(block: bytes, key: str, suffix: str, size: int) -> str | None:
+    """How one member's 512-byte header disagrees with the index (``None``: it agrees)."""
+    stored = _number(block[148:156])
+    unsigned = sum(block) - sum(block[148:156]) + 256
+    signed = unsigned - 2 * sum(b for b in block if b >= 128)
+    signed += 2 * sum(b for b in block[148:156] if b >= 128)
+    if stored is None or stored not in (unsigned, signed):
+        return "the tar header there has a wrong checksum (it is not a header)"
+    if block[156] not in _REGULAR:
+        return f"the tar header there is of type {chr(block[156])!r}, not a regular file"
+    length = _number(block[124:136])
+    if length != size and not (size >= 8**11 and length == 0):  # pax: the size is a record
+        return f"the tar header there gives {length} bytes, the index {size}"
+    name = block[:100].split(b"\0", 1)[0]
+    prefix = block[345:500].split(b"\0", 1)[0] if block[257:262] == _USTAR else b""
+    full = (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
+    match = _BASE_PLUS_EXT.match(full)
+    if match is not None and match.group(1) == key and match.group(2).lower() == suffix:
+        return None
+    # A name the header cannot hold is in a pax or GNU record before it; the header then
+    # holds it cut to 100 bytes, in UTF-8 (GNU) or in ASCII with "?" for the rest (pax).
+    for encoding, errors in (("utf-8", "surrogateescape"), ("ascii", "replace")):
+        head = (key + ".").encode(encoding, errors)
+        whole = head + suffix.encode(encoding, errors)
+        if len(whole) <= _NAME_MAX and whole.isascii():
+            continue  # it fits: the header holds it whole, as compared above
+        cut = whole[:100]
+        same_key = len(name) == len(cut) and name[: len(head)] == cut[: len(head)]
+        if same_key and name[len(head) :].lower() == cut[len(head) :]:
+            return None
+    return f"the tar header there names {full!r}, not member {suffix!r} of sample {key!r}"
