@@ -130,15 +130,16 @@ def header_check(enabled: bool) -> Iterator[None]:
 
     namespace = vars(_reader)
     saved = {name: namespace[name] for name in ("BLOCK", "header_mismatch")}
-    checked = _reader.ShardReader._verify_many
+    checked = _reader.ShardReader._verify_many, _reader.ShardReader._verify_range
     if not enabled:  # read from the data on, compare nothing: the reader before the check
         namespace.update(BLOCK=0, header_mismatch=lambda *args: None)
         _reader.ShardReader._verify_many = lambda *args: None  # type: ignore[method-assign]
+        _reader.ShardReader._verify_range = lambda *args: None  # type: ignore[method-assign]
     try:
         yield
     finally:
         namespace.update(saved)
-        _reader.ShardReader._verify_many = checked  # type: ignore[method-assign]
+        _reader.ShardReader._verify_many, _reader.ShardReader._verify_range = checked  # type: ignore[method-assign]
 
 
 def header_check_cost(urls: str, rounds: int) -> None:

@@ -27,3 +27,12 @@ def records_stride(
     out: Any,
     /,
 ) -> None: ...
+def check_headers(
+    data: Any,
+    base: int,
+    table: tuple[Any, ...],
+    members: Any,
+    first: int,
+    stop: int,
+    /,
+) -> int: ...

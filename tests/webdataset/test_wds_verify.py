@@ -28,6 +28,7 @@ from detsamplers.loader._wds._fetch import RemoteOptions, RemoteShard, ShardChan
 from detsamplers.loader._wds._index import index_shards, scan_shard
 from detsamplers.loader._wds._index_file import decode_checked, encode_index
 from detsamplers.loader._wds._reader import ShardReader
+from detsamplers.loader._wds._tar_headers import BLOCK
 from detsamplers.loader._wds._urls import expand_urls
 from detsamplers.loader._wds._verify import MemberError, npy_loads
 
@@ -463,3 +464,42 @@ def test_a_corrupt_index_file_is_refused_by_name_or_gives_exactly_the_true_sampl
         tracemalloc.stop()
     assert peak < 64 << 20
     json.dumps(how)  # the example is printable as data
+
+
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    flips=st.lists(
+        st.tuples(st.integers(0, 2**10), st.integers(-512, 1023), st.integers(1, 255)), max_size=3
+    ),
+    chosen=st.lists(st.integers(0, 2**10), min_size=1, max_size=12),
+)
+def test_the_compiled_header_check_decides_as_the_numpy_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    flips: list[tuple[int, int, int]],
+    chosen: list[int],
+) -> None:
+    from detsamplers._native import kernel
+    from detsamplers.loader._wds import _header_check
+    from detsamplers.loader._wds._header_check import HeaderTable
+
+    if kernel is None:
+        pytest.skip("the compiled kernel is not built (DETSAMPLERS_NO_KERNEL, or no C compiler)")
+    folder = tmp_path_factory.mktemp("compiled")
+    write_shards(folder, [12])
+    path = str(folder / "data-000000.tar")
+    keys, packed = scan_shard(path)
+    data = bytearray(Path(path).read_bytes())
+    table = HeaderTable(keys, packed)
+    for member, byte, delta in flips:  # mostly in a member's header, some in data around it
+        at = int(table.offsets[member % len(table.offsets)]) - BLOCK + byte
+        data[at % len(data)] ^= delta
+    members = np.array(sorted({c % len(table.offsets) for c in chosen}), dtype=np.int64)
+    compiled = table.mismatch(bytes(data), 0, members)
+    ranged = table.range_mismatch(bytes(data), 0, int(members[0]), int(members[-1]) + 1)
+    with pytest.MonkeyPatch.context() as patch:  # each example restores the kernel
+        patch.setattr(_header_check, "kernel", None)
+        assert table.mismatch(bytes(data), 0, members) == compiled
+        everything = np.arange(int(members[0]), int(members[-1]) + 1, dtype=np.int64)
+        assert table.mismatch(bytes(data), 0, everything) == ranged
+    if not flips:
+        assert compiled is None and ranged is None

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._native import kernel
 from ._tar_headers import BLOCK
 
 __all__ = ["HeaderTable", "header_mismatch"]
@@ -116,7 +117,17 @@ class HeaderTable:
         (b'k0.cls', 0, b'00000000001\x00')
     """
 
-    __slots__ = ("keys", "names", "offsets", "owner", "size_words", "sizes", "starts", "suffixes")
+    __slots__ = (
+        "_names",
+        "_size_words",
+        "columns",
+        "keys",
+        "offsets",
+        "owner",
+        "sizes",
+        "starts",
+        "suffixes",
+    )
 
     def __init__(self, keys: Sequence[str], packed: Any) -> None:
         self.keys, self.suffixes = keys, packed.suffixes
@@ -124,21 +135,85 @@ class HeaderTable:
         self.offsets = np.asarray(packed.offsets, dtype=np.int64)
         self.sizes = np.asarray(packed.sizes, dtype=np.int64)
         counts = np.diff(self.starts)
-        self.owner = np.repeat(np.arange(len(counts)), counts)  # each member's sample
+        self.owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)  # each member's
         key_start, key_length, key_bytes = _joined(keys)
         suffix_start, suffix_length, suffix_bytes = _joined(self.suffixes)
-        members = len(self.offsets)
-        names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
-        owner_length = key_length[self.owner]
-        _place(names, np.zeros(members, np.int64), key_bytes, key_start[self.owner], owner_length)
-        names[np.arange(members), np.minimum(owner_length, 100)] = 46  # "."
-        _place(names, owner_length + 1, suffix_bytes, suffix_start, suffix_length)
-        names[:, 100:] = 0
-        self.names = names
-        # The size field as tarfile writes it, "%011o\0", as three 32-bit words.
-        field = np.zeros((members, 12), dtype=np.uint8)
-        field[:, :11] = (self.sizes[:, None] >> _SIZE_SHIFTS) % 8 + 48
-        self.size_words = field.view("<u4")
+        #: What the compiled check reads (``_kernel.check_headers``): per member its offset,
+        #: size and sample, and the keys and suffixes as joined bytes with starts and lengths.
+        self.columns = (
+            self.offsets,
+            self.sizes,
+            self.owner,
+            key_bytes.tobytes(),
+            key_start.astype(np.int64),
+            key_length.astype(np.int64),
+            suffix_bytes.tobytes(),
+            suffix_start.astype(np.int64),
+            suffix_length.astype(np.int64),
+        )
+        self._names: np.ndarray[Any, Any] | None = None
+        self._size_words: np.ndarray[Any, Any] | None = None
+
+    @property
+    def names(self) -> np.ndarray[Any, Any]:
+        """Each member's expected name field, 104 bytes a row (the numpy path; built once)."""
+        if self._names is None:
+            (_, _, owner, key_bytes, key_start, key_length, suffix_bytes, suffix_start,
+             suffix_length) = self.columns  # fmt: skip
+            keys = np.frombuffer(key_bytes, dtype=np.uint8)
+            suffixes = np.frombuffer(suffix_bytes, dtype=np.uint8)
+            members = len(self.offsets)
+            names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
+            owner_length = key_length[owner]
+            _place(names, np.zeros(members, np.int64), keys, key_start[owner], owner_length)
+            names[np.arange(members), np.minimum(owner_length, 100)] = 46  # "."
+            _place(names, owner_length + 1, suffixes, suffix_start, suffix_length)
+            names[:, 100:] = 0
+            self._names = names
+        return self._names
+
+    @property
+    def size_words(self) -> np.ndarray[Any, Any]:
+        r"""The size field as tarfile writes it, ``"%011o\0"``, as three 32-bit words a row."""
+        if self._size_words is None:
+            field = np.zeros((len(self.sizes), 12), dtype=np.uint8)
+            field[:, :11] = (self.sizes[:, None] >> _SIZE_SHIFTS) % 8 + 48
+            self._size_words = field.view("<u4")
+        return self._size_words
+
+    def range_mismatch(
+        self, data: bytes, base: int, first: int, stop: int
+    ) -> tuple[int, str] | None:
+        """:meth:`mismatch` of the members ``first, ..., stop - 1``, without an index array."""
+        if kernel is not None:
+            return self._mismatch_compiled(data, base, None, first, stop)
+        return self.mismatch(data, base, np.arange(first, stop, dtype=np.int64))
+
+    def _mismatch_compiled(
+        self, data: bytes, base: int, members: np.ndarray[Any, Any] | None, first: int, stop: int
+    ) -> tuple[int, str] | None:
+        """:meth:`mismatch` through the compiled check: one C loop over the headers.
+
+        The kernel finds the next member whose header fails the same quick test as the numpy
+        path; :func:`_row_mismatch` then decides it the way tarfile reads it (a pax name or a
+        signed checksum passes there), and the search goes on after it.
+        """
+        assert kernel is not None
+        chosen = None if members is None else np.ascontiguousarray(members, dtype=np.int64)
+        while first < stop:
+            found = kernel.check_headers(data, base, self.columns, chosen, first, stop)
+            if found < 0:
+                return None
+            j = found if chosen is None else int(chosen[found])
+            at = int(self.offsets[j]) - base - BLOCK
+            if at < 0 or at + BLOCK > len(data):
+                return j, "no tar header fits before its data"
+            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            why = _row_mismatch(data[at : at + BLOCK], key, suffix, size)
+            if why is not None:
+                return j, why
+            first = found + 1
+        return None
 
     def members_of(self, samples: Sequence[int]) -> np.ndarray[Any, Any]:
         """The member numbers of ``samples``, in order."""
@@ -153,6 +228,8 @@ class HeaderTable:
         """The first of ``members`` whose header in ``data`` (from ``base``) is wrong, and how."""
         if not len(members):
             return None
+        if kernel is not None:
+            return self._mismatch_compiled(data, base, members, 0, len(members))
         at = self.offsets[members] - (base + BLOCK)
         if base % BLOCK or at.min() < 0 or at.max() + BLOCK > len(data):
             suspects = members  # not block-aligned or cut short: read one by one

@@ -6,8 +6,6 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, BinaryIO, NoReturn
 
-import numpy as np
-
 from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
 from ._header_check import HeaderTable, header_mismatch
 from ._index import ShardInfo
@@ -227,7 +225,7 @@ class ShardReader:
             for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
         ]
         suffixes, keys = packed.suffixes, self.keys
-        self._verify_many(shard, data, base, np.arange(head, tail))
+        self._verify_range(shard, data, base, head, tail)
         url, local = self.shards[shard].url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
@@ -264,6 +262,15 @@ class ShardReader:
         """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
         table = self._table()
         found = table.mismatch(data, base, members)
+        if found is not None:
+            j, why = found
+            key, suffix = table.keys[table.owner[j]], table.suffixes[j]
+            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
+
+    def _verify_range(self, shard: int, data: bytes, base: int, first: int, stop: int) -> None:
+        """:meth:`_verify_many` of the members ``first, ..., stop - 1`` of the open shard."""
+        table = self._table()
+        found = table.range_mismatch(data, base, first, stop)
         if found is not None:
             j, why = found
             key, suffix = table.keys[table.owner[j]], table.suffixes[j]
