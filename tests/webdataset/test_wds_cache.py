@@ -7,8 +7,12 @@ ranks of a node do.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +68,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield out
     finally:
         nginx.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def one_epoch(served: Served, world: int, **options: Any) -> list[int]:
@@ -168,3 +179,49 @@ def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_shards(
     # two ends can each fall inside a shard.
     assert all(n <= SHARDS // world + 3 for n in per_rank(48))
     assert per_rank(0) == [SHARDS] * world  # the plain order: every rank reads every shard
+
+
+@pytest.mark.distributed
+def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
+    served: Served, tmp_path: Path
+) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    port = _free_port()
+    mark = served.nginx.mark()
+    agents = []
+    for node in range(2):
+        (tmp_path / f"out{node}").mkdir()
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes",
+            "-m", "two_nodes", f"--urls={served.urls}", f"--cache={tmp_path / f'cache{node}'}",
+            f"--out={tmp_path / f'out{node}'}", f"--index-dir={served.index_dir}",
+        ]  # fmt: skip
+        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
+        agents.append(
+            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        )
+    try:
+        for agent, _ in agents:
+            agent.wait(timeout=180)
+    finally:
+        for agent, log in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+            log.close()
+    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
+    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+    results = [
+        json.loads(path.read_text())
+        for node in range(2)
+        for path in (tmp_path / f"out{node}").glob("*.json")
+    ]
+    assert len(results) == 2
+    assert sorted(x for r in results for x in r["labels"]) == list(range(served.total))
+    cached = [len([f for f in os.listdir(r["cache"]) if f.endswith(".tar")]) for r in results]
+    assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
+    sent, _ = served.nginx.served(mark)
+    assert sent <= served.bytes * (SHARDS + 6) / SHARDS
