@@ -30,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import webdataset as wds
 
@@ -140,7 +141,7 @@ def resume_ms(args: dict[str, Any], world: int, total: int) -> float:
     shutil.rmtree(args["cache_dir"], ignore_errors=True)
     started = time.perf_counter()
     source = make(args, 0, world, skip_samples=(total // 2 // (BATCH * world)) * BATCH * world)
-    batches = iter(source)
+    batches = cast(Generator[Any, None, None], source.iter_worker(0, 1))
     next(batches)
     took = 1000 * (time.perf_counter() - started)
     batches.close()  # stops the prefetch (its current download ends first)
