@@ -69,6 +69,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/webdataset_http_table.py --quick
 	$(PY) benchmarks/locality_table.py --quick
+	$(PY) benchmarks/part_shuffle_quality.py --quick
 	$(PY) benchmarks/webdataset_mix_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/shard_shuffle_table.py --quick
@@ -86,6 +87,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/webdataset_http_table.py
 	$(PY) benchmarks/locality_table.py
+	$(PY) benchmarks/part_shuffle_quality.py
 	$(PY) benchmarks/webdataset_mix_table.py
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/shard_shuffle_table.py

@@ -115,10 +115,12 @@ class ShardCache:
         Returns a file descriptor to ``os.pread`` from; :meth:`unpin` releases it.
         """
         path = self.path(info)
+        hit = True
         while True:
             fd = self._open(path)
             if fd is None:
                 self._download(info, path)
+                hit = False
                 continue
             fcntl.flock(fd, fcntl.LOCK_SH)
             if os.fstat(fd).st_nlink == 0:  # evicted between the open and the lock
@@ -126,6 +128,7 @@ class ShardCache:
                 continue
             with contextlib.suppress(OSError):
                 os.utime(path)
+            self.stats.hits += hit
             return fd
 
     @staticmethod
@@ -138,7 +141,6 @@ class ShardCache:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        self.stats.hits += 1
         return fd
 
     def _download(self, info: ShardInfo, path: str) -> None:

@@ -97,8 +97,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             (0: off), so that a rank of a world size dividing it reads only its parts'
             shards (NOTE [ rank-local parts ]); recommended for remote data, e.g. 720.
         cache_dir: Download remote shards whole, once per node, into this folder shared
-            by the node's ranks and workers (NOTE [ shard cache ]); ``None``: no cache,
-            except with ``parts`` over remote shards, which use
+            by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
+            in place); ``None``: no cache, except with ``parts`` over remote shards, which use
             ``$XDG_CACHE_HOME/detsamplers/shards``.
         cache_limit: Bytes the cache's shards may take (``None``: no limit); the least
             recently used unpinned shards are deleted first.
@@ -234,7 +234,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         )
         self.prefetch = prefetch
         self.cache: ShardCache | None = None
-        if any(is_remote(s.url) for s in shards) and (cache_dir is not None or self.parts):
+        # Local shards need no cache (a list mixing both is read without one).
+        if all(is_remote(s.url) for s in shards) and (cache_dir is not None or self.parts):
             folder = cache_dir if cache_dir is not None else default_cache_dir()
             self.cache = ShardCache(folder, cache_limit, self.remote)
         self._config: dict[str, Any] = {
