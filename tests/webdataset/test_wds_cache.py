@@ -23,6 +23,8 @@ from nginx_server import Nginx
 from wds_helpers import simulate
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader._wds._cache import ShardCache
+from detsamplers.loader._wds._index import ShardInfo
 
 SHARDS = 16
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -225,3 +227,19 @@ def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
     assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
     sent, _ = served.nginx.served(mark)
     assert sent <= served.bytes * (SHARDS + 6) / SHARDS
+
+
+def test_a_shard_rewritten_since_is_another_cache_entry_and_stale_temporaries_go(
+    tmp_path: Path,
+) -> None:
+    cache = ShardCache(str(tmp_path), limit=1)
+    info = ShardInfo("http://h/a.tar", "http://h/a.tar", (), [], size=10, version='"v1"')
+    assert cache.path(info) == cache.path(ShardInfo(**{**info.__dict__}))
+    assert cache.path(info) != cache.path(ShardInfo(**{**info.__dict__, "version": '"v2"'}))
+    assert cache.path(info) != cache.path(ShardInfo(**{**info.__dict__, "size": 11}))
+    stale, fresh = tmp_path / "x.tar.1.2.tmp", tmp_path / "y.tar.1.3.tmp"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (0, 0))
+    cache._evict(0)
+    assert not stale.exists() and fresh.exists()  # a running download's file is kept
