@@ -28,9 +28,11 @@ the part, so the order never leaves the part.
 NOTE [ part block shuffle ]
 Each part's ``m`` samples are cut into blocks of ``b = max(2, ceil(k N / S))`` samples (``k``
 shards' worth on average; the last block of a part shorter), and ``j`` is permuted within
-its block by one keyed Feistel permutation of ``[0, b)`` (NOTE [ keyed permutation ],
-keyed by ``derive(seed, "wds-part-block")``) whose round keys hash the triple
-``(epoch, part, block)`` (an injective integer, hashed, never added to the seed). A rank
+its block by a permutation of ``[0, b)`` keyed by ``derive(seed, "wds-part-block")`` and
+the triple ``(epoch, part, block)`` (an injective integer, hashed, never added to the
+seed): for ``b <= 256`` the order of the ``b`` keyed hashes of the block's members (a
+uniform permutation, ``b`` hashes per sample), above that a keyed Feistel permutation
+(NOTE [ keyed permutation ]) whose round keys hash the triple. A rank
 then holds, per part it reads, one block's shards at a time: it reads each shard's bytes
 once (whole, into the node's cache, NOTE [ shard cache ]) while a batch draws from
 ``C / W`` parts, each a random sample of its block.
@@ -49,11 +51,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._permute import FeistelPermutation
-from ..._seeds import derive
+from ..._seeds import derive, mix64
 
 __all__ = ["PartDeal", "prime_digits"]
 
 I64 = npt.NDArray[np.int64]
+#: Blocks up to this many samples are permuted by sorting hashes (exact, no cycle walks).
+SORTED_BLOCK = 256
 
 
 def prime_digits(parts: int) -> list[tuple[int, int]]:
@@ -106,8 +110,10 @@ class PartDeal:
         self.block = min(block, self.size) if block > 1 else 0
         self._full: FeistelPermutation | None = None
         self._tail: FeistelPermutation | None = None
+        self._key: np.uint64 | None = None
         if self.block > 1:
             key = derive(seed, "wds-part-block")
+            self._key = np.uint64(key)
             self._full = FeistelPermutation(self.block, key)
             tail = self.size % self.block
             if tail > 1:
@@ -147,10 +153,30 @@ class PartDeal:
         out = rounds.copy()
         full = (blocks + 1) * self.block <= self.size
         if full.any():
-            out[full] = blocks[full] * self.block + self._full(within[full], codes[full])
+            moved = self._permute(self._full, self.block, within[full], codes[full])
+            out[full] = blocks[full] * self.block + moved
         tail = ~full & (rounds < self.size)
         if self._tail is not None and tail.any():
-            out[tail] = blocks[tail] * self.block + self._tail(within[tail], codes[tail])
+            size = self.size % self.block
+            out[tail] = blocks[tail] * self.block + self._permute(
+                self._tail, size, within[tail], codes[tail]
+            )
+        return out
+
+    def _permute(self, perm: FeistelPermutation | None, size: int, x: I64, codes: I64) -> I64:
+        """``x`` through the permutation of ``[0, size)`` keyed by each element's code.
+
+        A small block is permuted by sorting ``size`` keyed hashes per element: a uniform
+        permutation per code, without the Feistel network's cycle walks on a small domain.
+        """
+        if size > SORTED_BLOCK:
+            assert perm is not None
+            return perm(x, codes)
+        assert self._key is not None
+        members = np.arange(size, dtype=np.uint64)
+        keyed = codes.astype(np.uint64)[:, None] * np.uint64(size) + members[None, :]
+        order = np.argsort(mix64(keyed ^ self._key), axis=1, kind="stable")
+        out: I64 = order[np.arange(len(x)), x].astype(np.int64)
         return out
 
     def sequence(self, offsets: I64, epoch: int = 0) -> I64:
