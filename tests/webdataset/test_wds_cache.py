@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import webdataset as wds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from nginx_server import Nginx
 from wds_helpers import simulate
 
@@ -243,3 +245,47 @@ def test_a_shard_rewritten_since_is_another_cache_entry_and_stale_temporaries_go
     os.utime(stale, (0, 0))
     cache._evict(0)
     assert not stale.exists() and fresh.exists()  # a running download's file is kept
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parts=st.sampled_from([0, 4, 12, 48]),
+    world=st.integers(1, 4),
+    prefetch=st.integers(1, 8),
+    limited=st.booleans(),
+    shuffle=st.sampled_from([{}, {"shuffle_block_shards": 2}, {"shuffle_window": 5}]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_cache_setting_reads_the_stream_of_local_files_and_a_roomy_one_downloads_once(
+    served: Served,
+    tmp_path_factory: pytest.TempPathFactory,
+    parts: int,
+    world: int,
+    prefetch: int,
+    limited: bool,
+    shuffle: dict[str, Any],
+    seed: int,
+) -> None:
+    folder = str(tmp_path_factory.mktemp("cache"))
+    limit = served.bytes // 3 if limited else None
+    options: dict[str, Any] = {"parts": parts, "seed": seed, **shuffle}
+    mark = served.nginx.mark()
+    got = []
+    for rank in range(world):
+        common = {"world_size": world, "rank": rank, "repeat": False, **options}
+        cached = served.make(cache_dir=folder, cache_limit=limit, prefetch=prefetch, **common)
+        assert cached.cache is not None
+        got.append([[int(x) for x in batch] for batch in cached])
+    sent, _ = served.nginx.served(mark)
+    if not limited:
+        assert served.bytes <= sent <= 1.05 * served.bytes
+    local = str(served.nginx.root / "s" / f"d-{{00..{SHARDS - 1:02d}}}.tar")
+    for rank in range(world):  # the same shards read locally: the same batches
+        plain = WebDatasetSource(
+            local, batch_size=8, decode=(), map=_label, world_size=world, rank=rank,
+            repeat=False, index_dir=served.index_dir, **options,
+        )  # fmt: skip
+        assert plain.cache is None
+        assert [[int(x) for x in batch] for batch in plain] == got[rank]
