@@ -11,7 +11,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 MOSAIC_VENV := .venv-mosaic
 MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 
-.PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic
+.PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic nginx
 
 # setup.py builds the mixture's compiled kernel (detsamplers/_kernel.c) with the C compiler;
 # the check after the install fails loudly if it did not build, since the tests compare it
@@ -40,6 +40,13 @@ $(MOSAIC_STAMP): pyproject.toml constraints.txt
 
 mosaic: $(MOSAIC_STAMP)
 
+# Debian's nginx-light, for the tests and figures that count the bytes a real web server
+# sends (tests/webdataset/nginx_server.py; they fail under CI without it).
+nginx:
+	command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nginx-light; }
+
 # Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches;
 # then SIGTERM one rank of a run and relaunch it with latest_checkpoint="auto".
 demo: $(STAMP)
@@ -61,6 +68,8 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --quick
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/webdataset_http_table.py --quick
+	$(PY) benchmarks/locality_table.py --quick
+	$(PY) benchmarks/part_shuffle_quality.py --quick
 	$(PY) benchmarks/webdataset_mix_table.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/shard_shuffle_table.py --quick
@@ -80,6 +89,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/torchdata_table.py --plot docs/torchdata.png
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/webdataset_http_table.py
+	$(PY) benchmarks/locality_table.py
+	$(PY) benchmarks/part_shuffle_quality.py
 	$(PY) benchmarks/webdataset_mix_table.py
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/shard_shuffle_table.py

@@ -67,6 +67,7 @@ class ShardTrial(Trial):
             shuffle_window=4,
             repeat=repeat,
             seeding=hparams.get("seeding", "batch"),
+            parts=hparams.get("parts", 0),
         )
 
     def build_training_data_loader(self) -> WebDataLoader:
@@ -295,9 +296,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.add_argument(name, required=True)
     parser.add_argument("--max-batches", type=int, default=20)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--parts", type=int, default=0)
     args = parser.parse_args(argv)
     os.makedirs(args.record_dir, exist_ok=True)
-    hparams = {**HPARAMS, "urls": args.urls, "record_dir": args.record_dir}
+    hparams = {**HPARAMS, "urls": args.urls, "record_dir": args.record_dir, "parts": args.parts}
     with init(hparams=hparams, seed=1) as context:
         latest = find_latest_checkpoint(args.checkpoint_dir) if args.resume else None
         Trainer(ShardTrial(context), context).fit(
@@ -326,6 +328,25 @@ def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straigh
     assert sorted(second) == list(range(9, 20))
     reference, _ = straight
     assert [first.get(b) or second[b] for b in range(20)] == reference.seen[:20]
+
+
+@pytest.mark.distributed
+def test_with_rank_local_parts_two_ranks_resumed_on_one_see_the_batches_of_a_straight_run(
+    shards: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # parts=12 (NOTE [ rank-local parts ]): each of the 2 ranks reads its 6 parts; the
+    # resume on 1 rank reads all 12, and the global batches are the straight run's.
+    reference = run(tmp_path / "straight", 20, urls=shards, parts=12)
+    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    common = [f"--urls={shards}", f"--checkpoint-dir={tmp_path / 'ckpt'}", "--parts=12"]
+    for ranks, name, extra in ((2, "first", "--max-batches=9"), (1, "second", "--resume")):
+        args = [*common, f"--record-dir={tmp_path / name}", extra]
+        launch(ranks, args, str(tmp_path / "log"), module="test_trial_webdataset")
+    first = global_batches(str(tmp_path / "first"), 2)
+    second = global_batches(str(tmp_path / "second"), 1)
+    assert sorted(first) == list(range(9)) and sorted(second) == list(range(9, 20))
+    assert [first.get(b) or second[b] for b in range(20)] == reference.seen
+    assert reference.seen != run(tmp_path / "plain", 20, urls=shards).seen  # parts change it
 
 
 if __name__ == "__main__":

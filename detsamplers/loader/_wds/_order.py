@@ -18,9 +18,14 @@ to a sample as follows, with no state other than ``p``:
    first permuted within its block of ``k`` consecutive shards of ``pi_e`` (NOTE [ shard
    block shuffle ]), so a batch mixes ``k`` shards; step 2 then finds the shard and index
    of the permuted offset.
+5. With ``parts = C > 1``, before steps 2-3 the offset is first dealt to one of ``C``
+   contiguous parts of the epoch's sequence (NOTE [ rank-local parts ]), so that the
+   ranks of a world size dividing ``C`` read disjoint runs of shards; step 3 then
+   permutes the sequence index it gives, and ``shuffle_block_shards`` permutes within
+   blocks of each part instead of step 4 (NOTE [ part block shuffle ]).
 
 Shards are named by their index in the URL list. Everything here depends only on
-``(counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards)`` and ``p``:
+``(counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts)`` and ``p``:
 resuming at ``p`` needs no replay, and splitting positions across ranks and workers
 (NOTE [ shard stream split ]) cannot lose or duplicate a sample.
 """
@@ -36,6 +41,7 @@ import numpy.typing as npt
 from ..._permute import Permutation, make_permutation
 from ..._seeds import derive
 from ._blocks import BlockShuffle
+from ._parts import PartDeal
 
 __all__ = ["ShardOrder"]
 
@@ -54,6 +60,8 @@ class ShardOrder:
         shuffle_window: Permute samples within windows of this many (0 or 1: no shuffle).
         shuffle_block_shards: Permute samples within blocks of this many consecutive
             shards of each epoch's order (0 or 1: no block shuffle).
+        parts: Deal each epoch's offsets to this many contiguous parts of it (0 or 1:
+            off; NOTE [ rank-local parts ]).
 
     Determinism:
         ``locate(p)`` depends only on the arguments and ``p``.
@@ -73,7 +81,9 @@ class ShardOrder:
         shuffle_shards: bool,
         shuffle_window: int,
         shuffle_block_shards: int = 0,
+        parts: int = 0,
     ) -> None:
+        self._args = (counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts)
         self.counts = np.asarray(counts, dtype=np.int64)
         self.total = int(self.counts.sum())
         self.seed = seed
@@ -84,8 +94,18 @@ class ShardOrder:
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int, int], I64] = OrderedDict()
         self.blocks: BlockShuffle | None = None
-        if shuffle_block_shards > 1:
+        self.parts: PartDeal | None = None
+        if parts > 1:  # with parts, the block shuffle stays within each part
+            block = 0
+            if shuffle_block_shards > 1:
+                block = -(-shuffle_block_shards * self.total // len(self.counts))
+            self.parts = PartDeal(parts, self.total, block, seed)
+        elif shuffle_block_shards > 1:
             self.blocks = BlockShuffle(seed, shuffle_block_shards)
+
+    def fork(self) -> ShardOrder:
+        """An equal order with caches of its own, for another thread."""
+        return ShardOrder(*self._args)
 
     def shard_order(self, epoch: int) -> I64:
         """The shards in the order epoch ``epoch`` reads them.
@@ -134,6 +154,8 @@ class ShardOrder:
             mask = epochs == epoch
             order, starts = self._epoch(int(epoch))
             within = offsets[mask]
+            if self.parts is not None:
+                within = self.parts.sequence(within, int(epoch))
             if self.blocks is not None:
                 within = self.blocks.permute(int(epoch), starts, within)
             # side="right" - 1 skips shards with no samples (equal consecutive starts).

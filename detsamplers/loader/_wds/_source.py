@@ -11,6 +11,7 @@ load (:mod:`._state`).
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ from ..._errors import check_bool, check_callable, check_int, check_one_of
 from ..._seeds import stream_keys
 from ..._state import fingerprint
 from .._seeding import batch_key, record_base, seed_globals
+from ._cache import ShardCache, default_cache_dir
+from ._cached import CachedReader
 from ._decode import make_decoder
 from ._fetch import make_options
 from ._index import index_shards
@@ -30,9 +33,12 @@ from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
 from ._state import STATE_VERSION, check_state, summarize_counts
-from ._urls import expand_urls
+from ._urls import expand_urls, is_remote
 
 __all__ = ["WebDatasetSource"]
+
+#: Local shards a reader keeps open at most (parts and block shuffles read among several).
+_OPEN_SHARDS = 64
 
 
 class WebDatasetSource(tud.IterableDataset[Any]):
@@ -87,6 +93,17 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             before each sample from ``(seed, its global position)``, so a sample's draws
             are the same after a resume that changes the batch size or the world size
             (NOTE [ per-batch seeding ]), at one seeding per sample.
+        parts: Deal each epoch to this many contiguous parts of its sample sequence
+            (0: off), so that a rank of a world size dividing it reads only its parts'
+            shards (NOTE [ rank-local parts ]); recommended for remote data, e.g. 720.
+        cache_dir: Download remote shards whole, once per node, into this folder shared
+            by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
+            in place); ``None``: no cache, except with ``parts`` over remote shards, which use
+            ``$XDG_CACHE_HOME/detsamplers/shards``.
+        cache_limit: Bytes the cache's shards may take (``None``: no limit); the least
+            recently used unpinned shards are deleted first.
+        prefetch: Shards each process downloads ahead of the batch it reads
+            (NOTE [ shard prefetch ]).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -140,6 +157,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
+        parts: int = 0,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        prefetch: int = 8,
     ) -> None:
         seed = check_int("seed", seed)
         seeding = check_one_of("seeding", seeding, ("batch", "record"))
@@ -171,6 +192,12 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             )
         if index_dir is not None and not isinstance(index_dir, str):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
+        parts = check_int("parts", parts, minimum=0)
+        if cache_dir is not None and not isinstance(cache_dir, str):
+            raise TypeError(f"cache_dir should be a str or None, but got cache_dir={cache_dir!r}")
+        if cache_limit is not None:
+            cache_limit = check_int("cache_limit", cache_limit, minimum=1)
+        prefetch = check_int("prefetch", prefetch, minimum=1)
         decoder = make_decoder(decode)
         expanded = expand_urls(urls)
         self.remote = make_options(timeout, retries, read_ahead, storage_options)
@@ -196,9 +223,21 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self.seeding = seeding
         self._record_base = record_base(seed)
         self.num_samples = total
+        self.parts = parts if parts > 1 else 0
         self._order = ShardOrder(
-            [len(s) for s in shards], seed, shuffle_shards, shuffle_window, shuffle_block_shards
+            [len(s) for s in shards],
+            seed,
+            shuffle_shards,
+            shuffle_window,
+            shuffle_block_shards,
+            self.parts,
         )
+        self.prefetch = prefetch
+        self.cache: ShardCache | None = None
+        # Local shards need no cache (a list mixing both is read without one).
+        if all(is_remote(s.url) for s in shards) and (cache_dir is not None or self.parts):
+            folder = cache_dir if cache_dir is not None else default_cache_dir()
+            self.cache = ShardCache(folder, cache_limit, self.remote)
         self._config: dict[str, Any] = {
             "seed": seed,
             "shuffle_shards": shuffle_shards,
@@ -207,6 +246,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         }
         if self.shuffle_block_shards:  # absent when off: states saved before it still load
             self._config["shuffle_block_shards"] = self.shuffle_block_shards
+        if self.parts:  # likewise
+            self._config["parts"] = self.parts
         names = [s.path.rsplit("/", 1)[-1] for s in shards]
         self._fingerprint = fingerprint([{"source": "webdataset", "shards": names, **self._config}])
         self._counts = [len(s) for s in shards]
@@ -348,17 +389,24 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         seed_globals(key)
         return self._stage(sample)
 
-    def _reader(self) -> ShardReader | ShardReaders:
+    def _reader(self) -> ShardReader | ShardReaders | CachedReader:
         """A reader of the shards, one per process or DataLoader worker.
 
-        With the block shuffle, a :class:`ShardReaders` keeping the block's shards open.
+        With the block shuffle, a :class:`ShardReaders` keeping the block's shards open;
+        with the cache, a :class:`CachedReader` (NOTE [ shard cache ]).
         """
-        if self.shuffle_block_shards:
-            capacity = min(2 * self.shuffle_block_shards, len(self.shards))
+        if self.cache is not None:
+            return CachedReader(self.shards, self.cache, self.prefetch)
+        if self.shuffle_block_shards or self.parts:
+            # With parts a rank reads C / W parts in turn (NOTE [ rank-local parts ]).
+            cursors = max(1, self.parts // self.world_size) * max(1, self.shuffle_block_shards)
+            capacity = min(2 * cursors, len(self.shards), _OPEN_SHARDS)
             return ShardReaders(self.shards, capacity, self.remote)
         return ShardReader(self.shards, self.remote)
 
-    def batch_at(self, batch: int, reader: ShardReader | ShardReaders | None = None) -> Any:
+    def batch_at(
+        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None = None
+    ) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
 
         Examples:
@@ -439,12 +487,24 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         end = self._end()
         batch = self._begin() + worker_id
         reader = self._reader()
+        if isinstance(reader, CachedReader):
+            reader.follow(self._plan(batch, step, end))
         try:
             while end is None or batch < end:
                 yield self.batch_at(batch, reader)
                 batch += step
         finally:
             reader.close()
+
+    def _plan(self, batch: int, step: int, end: int | None) -> Iterator[list[int]]:
+        """The shards of this rank's batches ``batch, batch + step, ...`` (for the prefetch)."""
+        order, limit = self._order.fork(), None if self.repeat else self.num_samples
+        shape = (self.batch_size, self.world_size, self.rank, limit, self._origin)
+        for t in itertools.count(batch, step):
+            if end is not None and t >= end:
+                return
+            shards: list[int] = order.locate(rank_positions(t, *shape))[0].tolist()
+            yield shards
 
     def __iter__(self) -> Iterator[Any]:
         """Yield this rank's batches from the current position (see :meth:`iter_worker`).

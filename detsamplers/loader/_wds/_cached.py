@@ -1,0 +1,158 @@
+"""``CachedReader``: read samples from the node's shard cache, prefetching the shards to come.
+
+NOTE [ shard prefetch ]
+A process reading remote shards through the cache (NOTE [ shard cache ]) knows which
+shards its next batches need: the order is a pure function of the position (NOTE [ shard
+stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...`` (NOTE
+[ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
+shards of those batches, in order; the thread pins them (downloading the absent ones,
+one at a time) while at most ``prefetch`` pinned shards lie beyond the batch being read,
+and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a pinned shard with
+``os.pread`` at the offsets of the index; a shard the thread has not reached yet is pinned
+by the reading thread itself (a resume's first batch, or a prefetch too short). A shard
+is unpinned once the plan no longer needs it after the batch just read.
+
+Memory per process: one download range (``read_ahead`` bytes) in the thread, the samples
+of the batch being read, and a file descriptor plus a few dict entries per pinned shard.
+The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
+or the block of a block shuffle) plus ``prefetch``; nothing is kept per shard of the
+dataset or per part. Disk: the node's pinned shards, within ``cache_limit`` otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ._cache import ShardCache
+from ._index import ShardInfo
+from ._index_file import resolved
+
+__all__ = ["CachedReader"]
+
+#: The prefetch thread walks at most this many batches past the one being read.
+_BATCHES_AHEAD = 256
+
+
+class CachedReader:
+    """Read samples by (shard, index) from whole shards in a :class:`ShardCache`.
+
+    Samples are the dicts the remote reader gives (``__key__``, ``__url__`` with the
+    shard's URL, one ``bytes`` entry per suffix), byte for byte.
+
+    Args:
+        shards: The indexed shards (remote ones).
+        cache: The node's cache.
+        prefetch: Shards the prefetch thread may pin beyond the batch being read.
+    """
+
+    def __init__(self, shards: Sequence[ShardInfo], cache: ShardCache, prefetch: int) -> None:
+        self.shards = shards
+        self.cache = cache
+        self.prefetch = prefetch
+        self.pins: dict[int, int] = {}
+        self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
+        self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
+        self.done = -1  # the plan's batches read so far, minus one
+        self.walked = -1
+        self.closed = False
+        self.lock = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def follow(self, plan: Iterator[Sequence[int]]) -> None:
+        """Prefetch the shards of the batches to come: ``plan`` yields each one's shards."""
+        self.thread = threading.Thread(
+            target=self._run, args=(plan,), daemon=True, name="shard-prefetch"
+        )
+        self.thread.start()
+
+    def _ahead(self) -> int:
+        return sum(1 for shard in self.pins if self.first.get(shard, -1) > self.done + 1)
+
+    def _run(self, plan: Iterator[Sequence[int]]) -> None:
+        try:
+            for batch, shards in enumerate(plan):
+                with self.lock:
+                    while not self.closed and (
+                        batch - self.done > _BATCHES_AHEAD or self._ahead() >= self.prefetch
+                    ):
+                        self.lock.wait()
+                    if self.closed:
+                        return
+                    self.walked = batch
+                    wanted = []
+                    for shard in dict.fromkeys(shards):
+                        self.last[shard] = batch
+                        if shard not in self.pins:
+                            self.first[shard] = batch
+                            wanted.append(shard)
+                for shard in wanted:
+                    self._hold(shard, self.cache.pin(self.shards[shard]))
+        except Exception:  # the reading thread pins the shard itself, and raises
+            pass
+
+    def _hold(self, shard: int, fd: int) -> None:
+        with self.lock:
+            if self.closed or shard in self.pins:
+                self.cache.unpin(fd)
+            else:
+                self.pins[shard] = fd
+            self.lock.notify_all()
+
+    def _fd(self, shard: int) -> int:
+        with self.lock:
+            fd = self.pins.get(shard)
+        if fd is None:
+            self._hold(shard, self.cache.pin(self.shards[shard]))
+            with self.lock:
+                fd = self.pins[shard]
+        return fd
+
+    def read(self, shard: int, index: int) -> dict[str, Any]:
+        """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
+        return self.read_many([shard], [index])[0]
+
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples ``(shards[i], indexes[i])``, in that order: one batch of the plan."""
+        out = [self._sample(shard, index) for shard, index in zip(shards, indexes, strict=True)]
+        with self.lock:
+            self.done += 1
+            for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
+                if self.thread is None or self.walked > self.done or shard not in self.last:
+                    self.cache.unpin(self.pins.pop(shard))
+                    self.first.pop(shard, None)
+            self.lock.notify_all()
+        return out
+
+    def _sample(self, shard: int, index: int) -> dict[str, Any]:
+        info = self.shards[shard]
+        keys, members = resolved(info.keys), resolved(info.members)
+        if not 0 <= index < len(keys):
+            raise IndexError(f"sample {index} of {len(keys)} in shard {info.url!r}")
+        sample: dict[str, Any] = {"__key__": keys[index], "__url__": info.url}
+        parts = members[index]
+        if parts:
+            start = min(m[1] for m in parts)
+            end = max(m[1] + m[2] for m in parts)
+            data = os.pread(self._fd(shard), end - start, start)
+            if len(data) != end - start:
+                raise ValueError(
+                    f"shard {info.url!r}: its cached copy is shorter than the index says; "
+                    f"delete {self.cache.path(info)!r} to download it again"
+                )
+            for suffix, offset, size in parts:
+                sample[suffix] = data[offset - start : offset - start + size]
+        return sample
+
+    def close(self) -> None:
+        """Stop prefetching and release every pin."""
+        with self.lock:
+            self.closed = True
+            for fd in self.pins.values():
+                self.cache.unpin(fd)
+            self.pins.clear()
+            self.first.clear()
+            self.last.clear()
+            self.lock.notify_all()

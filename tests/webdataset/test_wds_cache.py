@@ -1,0 +1,291 @@
+"""The node-local shard cache over a real nginx: each shard's bytes cross the network once.
+
+16 shards of 2-8 KB samples are served by nginx on 127.0.0.1 (its access log counts
+``$body_bytes_sent``); ranks are built in one process and share one cache folder, as the
+ranks of a node do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import webdataset as wds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nginx_server import Nginx
+from wds_helpers import simulate
+
+from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader._wds._cache import ShardCache
+from detsamplers.loader._wds._index import ShardInfo
+
+SHARDS = 16
+few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+
+
+def write_small_samples(folder: Path) -> int:
+    """16 shards of 30 to 50 samples of 2-8 KB; returns the number of samples."""
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    label = 0
+    for shard in range(SHARDS):
+        with wds.TarWriter(str(folder / f"d-{shard:02d}.tar")) as sink:
+            for _ in range(rng.randint(30, 50)):
+                payload = rng.randbytes(rng.randint(2048, 8192))
+                sink.write({"__key__": f"k{label:05d}", "bin": payload, "cls": label})
+                label += 1
+    return label
+
+
+class Served:
+    def __init__(self, nginx: Nginx, root: Path, total: int, index_dir: str) -> None:
+        self.nginx, self.total, self.index_dir = nginx, total, index_dir
+        self.urls = f"{nginx.url}/s/d-{{00..{SHARDS - 1:02d}}}.tar"
+        self.bytes = sum(p.stat().st_size for p in (root / "s").glob("*.tar"))
+
+    def make(self, **options: Any) -> WebDatasetSource:
+        defaults: dict[str, Any] = {"seed": 0, "batch_size": 8, "decode": (), "map": _label}
+        return WebDatasetSource(self.urls, index_dir=self.index_dir, **{**defaults, **options})
+
+
+def _label(sample: dict[str, Any]) -> int:
+    return int(sample["cls"])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("nginx-root")
+    total = write_small_samples(root / "s")
+    nginx = Nginx(root, tmp_path_factory.mktemp("nginx-run"))
+    try:
+        out = Served(nginx, root, total, str(tmp_path_factory.mktemp("index")))
+        out.make()  # index the shards once (cached in index_dir)
+        yield out
+    finally:
+        nginx.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def one_epoch(served: Served, world: int, **options: Any) -> list[int]:
+    labels: list[int] = []
+    for rank in range(world):
+        source = served.make(world_size=world, rank=rank, repeat=False, **options)
+        labels.extend(int(x) for batch in source for x in batch)
+    return labels
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("shuffle", [{}, {"shuffle_block_shards": 2}], ids=["tar", "shuffled"])
+def test_an_epoch_on_one_node_downloads_each_shard_once_on_any_world_size(
+    served: Served, tmp_path: Path, world: int, shuffle: dict[str, Any]
+) -> None:
+    options = {"parts": 48, "cache_dir": str(tmp_path / "cache"), **shuffle}
+    mark = served.nginx.mark()
+    labels = one_epoch(served, world, **options)
+    sent, requests = served.nginx.served(mark)
+    assert sorted(labels) == list(range(served.total))
+    assert sent <= 1.05 * served.bytes, (sent / served.bytes, requests)
+    assert sent >= served.bytes  # every shard was read, whole
+    # A second epoch through the warm cache (new sources, as after a restart) sends nothing.
+    mark = served.nginx.mark()
+    assert sorted(one_epoch(served, world, **options)) == list(range(served.total))
+    assert served.nginx.served(mark) == (0, 0)
+
+
+def test_the_cache_gives_the_samples_the_range_reads_give_byte_for_byte(
+    served: Served, tmp_path: Path
+) -> None:
+    plain = served.make(map=None, collate_fn=list, repeat=False, shuffle_block_shards=2)
+    cached = served.make(
+        map=None, collate_fn=list, repeat=False, shuffle_block_shards=2, cache_dir=str(tmp_path)
+    )
+    assert cached.cache is not None and plain.cache is None
+    assert list(cached) == list(plain)
+
+
+@few_workers
+def test_dataloader_workers_share_the_cache_and_yield_the_simulated_batches(
+    served: Served, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"parts": 48, "cache_dir": str(tmp_path), "world_size": 2}
+    mark = served.nginx.mark()
+    got = []
+    for rank in range(2):
+        loader = WebDataLoader(served.make(rank=rank, repeat=False, **options), num_workers=2)
+        got.append([[int(x) for x in batch] for batch in loader])
+    assert served.nginx.served(mark)[0] <= 1.05 * served.bytes
+    expected = [simulate(served.make(rank=r, repeat=False, **options), 2, 10**6) for r in (0, 1)]
+    assert got == expected
+
+
+def test_a_limit_below_the_dataset_evicts_unpinned_shards_and_reads_stay_exact(
+    served: Served, tmp_path: Path
+) -> None:
+    limit = served.bytes // 4
+    options: dict[str, Any] = {"parts": 4, "cache_dir": str(tmp_path), "cache_limit": limit}
+    source = served.make(repeat=False, prefetch=2, **options)
+    assert sorted(int(x) for batch in source for x in batch) == list(range(served.total))
+    assert source.cache is not None
+    kept = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path) if f.endswith(".tar"))
+    assert kept <= limit + served.bytes // SHARDS * 8  # the limit, plus what was pinned last
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_resume_mid_epoch_downloads_only_the_shards_still_to_read(
+    served: Served, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"parts": 4, "cache_dir": str(tmp_path)}
+    source = served.make(**options)
+    whole = served.make(repeat=False, **options)
+    steps = len(whole)
+    state = {**source.state_dict(), "position": (steps // 2) * 8}
+    resumed = served.make(**options)
+    resumed.load_state_dict(state)
+    mark = served.nginx.mark()
+    iterator = iter(resumed)
+    first = [int(x) for x in next(iterator)]
+    assert first == [int(x) for x in whole.batch_at(steps // 2)]
+    sent, _ = served.nginx.served(mark)
+    assert 0 < sent < served.bytes  # the parts' later shards only, not the epoch's start
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_shards(
+    served: Served, tmp_path: Path, world: int
+) -> None:
+    def per_rank(parts: int) -> list[int]:
+        shards = []
+        for rank in range(world):
+            cache = tmp_path / f"p{parts}-r{rank}"
+            source = served.make(
+                world_size=world, rank=rank, repeat=False, parts=parts, cache_dir=str(cache)
+            )
+            assert len([int(x) for batch in source for x in batch]) > 0
+            shards.append(len([f for f in os.listdir(cache) if f.endswith(".tar")]))
+        return shards
+
+    # The tail (fewer than 48 samples, about one shard) is read by every rank, and a run's
+    # two ends can each fall inside a shard.
+    assert all(n <= SHARDS // world + 3 for n in per_rank(48))
+    assert per_rank(0) == [SHARDS] * world  # the plain order: every rank reads every shard
+
+
+@pytest.mark.distributed
+def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
+    served: Served, tmp_path: Path
+) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    port = _free_port()
+    mark = served.nginx.mark()
+    agents = []
+    for node in range(2):
+        (tmp_path / f"out{node}").mkdir()
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes",
+            "-m", "two_nodes", f"--urls={served.urls}", f"--cache={tmp_path / f'cache{node}'}",
+            f"--out={tmp_path / f'out{node}'}", f"--index-dir={served.index_dir}",
+        ]  # fmt: skip
+        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
+        agents.append(
+            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        )
+    try:
+        for agent, _ in agents:
+            agent.wait(timeout=180)
+    finally:
+        for agent, log in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+            log.close()
+    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
+    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+    results = [
+        json.loads(path.read_text())
+        for node in range(2)
+        for path in (tmp_path / f"out{node}").glob("*.json")
+    ]
+    assert len(results) == 2
+    assert sorted(x for r in results for x in r["labels"]) == list(range(served.total))
+    cached = [len([f for f in os.listdir(r["cache"]) if f.endswith(".tar")]) for r in results]
+    assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
+    sent, _ = served.nginx.served(mark)
+    assert sent <= served.bytes * (SHARDS + 6) / SHARDS
+
+
+def test_a_shard_rewritten_since_is_another_cache_entry_and_stale_temporaries_go(
+    tmp_path: Path,
+) -> None:
+    cache = ShardCache(str(tmp_path), limit=1)
+    info = ShardInfo("http://h/a.tar", "http://h/a.tar", (), [], size=10, version='"v1"')
+    assert cache.path(info) == cache.path(ShardInfo(**{**info.__dict__}))
+    assert cache.path(info) != cache.path(ShardInfo(**{**info.__dict__, "version": '"v2"'}))
+    assert cache.path(info) != cache.path(ShardInfo(**{**info.__dict__, "size": 11}))
+    stale, fresh = tmp_path / "x.tar.1.2.tmp", tmp_path / "y.tar.1.3.tmp"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (0, 0))
+    cache._evict(0)
+    assert not stale.exists() and fresh.exists()  # a running download's file is kept
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parts=st.sampled_from([0, 4, 12, 48]),
+    world=st.integers(1, 4),
+    prefetch=st.integers(1, 8),
+    limited=st.booleans(),
+    shuffle=st.sampled_from([{}, {"shuffle_block_shards": 2}, {"shuffle_window": 5}]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_cache_setting_reads_the_stream_of_local_files_and_a_roomy_one_downloads_once(
+    served: Served,
+    tmp_path_factory: pytest.TempPathFactory,
+    parts: int,
+    world: int,
+    prefetch: int,
+    limited: bool,
+    shuffle: dict[str, Any],
+    seed: int,
+) -> None:
+    folder = str(tmp_path_factory.mktemp("cache"))
+    limit = served.bytes // 3 if limited else None
+    options: dict[str, Any] = {"parts": parts, "seed": seed, **shuffle}
+    mark = served.nginx.mark()
+    got = []
+    for rank in range(world):
+        common = {"world_size": world, "rank": rank, "repeat": False, **options}
+        cached = served.make(cache_dir=folder, cache_limit=limit, prefetch=prefetch, **common)
+        assert cached.cache is not None
+        got.append([[int(x) for x in batch] for batch in cached])
+    sent, _ = served.nginx.served(mark)
+    if not limited:
+        assert served.bytes <= sent <= 1.05 * served.bytes
+    local = str(served.nginx.root / "s" / f"d-{{00..{SHARDS - 1:02d}}}.tar")
+    for rank in range(world):  # the same shards read locally: the same batches
+        plain = WebDatasetSource(
+            local, batch_size=8, decode=(), map=_label, world_size=world, rank=rank,
+            repeat=False, index_dir=served.index_dir, **options,
+        )  # fmt: skip
+        assert plain.cache is None
+        assert [[int(x) for x in batch] for batch in plain] == got[rank]
