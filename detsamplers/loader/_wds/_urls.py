@@ -23,7 +23,8 @@ def expand_urls(urls: Any) -> list[str]:
 
     Raises:
         TypeError: ``urls`` is neither a string nor a sequence of strings.
-        ValueError: it is empty, or names a piped or compressed shard.
+        ValueError: it is empty, names an empty shard URL (``''``, a stray ``'::'``), or
+            names a piped or compressed shard.
 
     Examples:
         >>> expand_urls("https://host/data-{000..001}.tar")
@@ -32,6 +33,10 @@ def expand_urls(urls: Any) -> list[str]:
         Traceback (most recent call last):
         ...
         ValueError: urls should name uncompressed .tar files by path or fsspec URL, but got ...
+        >>> expand_urls("a.tar::")
+        Traceback (most recent call last):
+        ...
+        ValueError: urls should name shards, but got an empty shard URL ('', shard 1 of 2) in ...
     """
     if isinstance(urls, str):
         from webdataset.shardlists import expand_urls as wds_expand
@@ -46,7 +51,14 @@ def expand_urls(urls: Any) -> list[str]:
         )
     if not out:
         raise ValueError("urls should name at least one shard, but got an empty list")
-    for url in out:
+    for index, url in enumerate(out):
+        if not url.strip():
+            where = "" if isinstance(urls, str) else f"urls[{index}]="
+            raise ValueError(
+                f"urls should name shards, but got an empty shard URL ({where}{url!r}, shard "
+                f"{index} of {len(out)}) in urls={_shown(urls)}; an empty string names no "
+                "file, and '::' separates shard lists: remove the empty entry or the stray '::'"
+            )
         if url.startswith("pipe:") or url.endswith((".gz", ".tgz")):
             raise ValueError(
                 "urls should name uncompressed .tar files by path or fsspec URL, but got "
@@ -55,6 +67,12 @@ def expand_urls(urls: Any) -> list[str]:
                 "s3fs, gs://... with gcsfs, https://...) and decompress .tar.gz shards"
             )
     return out
+
+
+def _shown(urls: Any) -> str:
+    """``urls`` as a message shows it: its repr, shortened past 80 characters."""
+    text = repr(urls if isinstance(urls, str) else list(urls))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def is_remote(url: str) -> bool:
