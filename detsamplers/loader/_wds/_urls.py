@@ -4,15 +4,42 @@ A URL with a scheme of two or more letters other than ``file`` (``http://``, ``h
 ``s3://``, ``gs://``, ...) is remote and read through fsspec (NOTE [ remote reads ]);
 anything else is a local path. ``pipe:`` commands and compressed shards are refused: the
 source reads byte ranges, which a pipe or a gzip stream cannot give.
+
+webdataset is an optional extra (``pip install 'detsamplers[webdataset]'``); brace patterns
+are expanded by its own code, so :func:`expand_urls` checks first that it is installed and
+says how to install it if not (:func:`require_webdataset`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
-__all__ = ["expand_urls", "is_remote", "local_path"]
+__all__ = ["INSTALL_WEBDATASET", "expand_urls", "is_remote", "local_path", "require_webdataset"]
+
+#: What to run when webdataset is missing.
+INSTALL_WEBDATASET = "pip install 'detsamplers[webdataset]'"
+
+
+def require_webdataset() -> ModuleType:
+    """The ``webdataset`` module, or a ``ModuleNotFoundError`` that says how to install it.
+
+    Examples:
+        >>> require_webdataset().__name__
+        'webdataset'
+    """
+    try:
+        return importlib.import_module("webdataset")
+    except ImportError as error:
+        raise ModuleNotFoundError(
+            "webdataset shards need the webdataset package, which is not installed here "
+            f"({error}): {INSTALL_WEBDATASET}. WebDatasetSource, WebDatasetMix, ShardWriter "
+            "and `python -m detsamplers index` use it",
+            name="webdataset",
+        ) from None
 
 
 def expand_urls(urls: Any) -> list[str]:
@@ -22,6 +49,7 @@ def expand_urls(urls: Any) -> list[str]:
         urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings.
 
     Raises:
+        ModuleNotFoundError: webdataset is not installed (the message says how).
         TypeError: ``urls`` is neither a string nor a sequence of strings.
         ValueError: it is empty, names an empty shard URL (``''``, a stray ``'::'``), or
             names a piped or compressed shard.
@@ -38,6 +66,7 @@ def expand_urls(urls: Any) -> list[str]:
         ...
         ValueError: urls should name shards, but got an empty shard URL ('', shard 1 of 2) in ...
     """
+    require_webdataset()
     if isinstance(urls, str):
         from webdataset.shardlists import expand_urls as wds_expand
 
