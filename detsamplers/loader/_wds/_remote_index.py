@@ -7,7 +7,8 @@ For a remote shard (NOTE [ remote reads ]) the index is, in this order:
    else the source refuses the shard by name. Over HTTP(S), when the file records a strong
    ETag, that check is made by every read (``If-Match``, and the size in the response's
    ``Content-Range``) instead of a lookup now: building the source costs one request per
-   shard. Otherwise the shard is looked up (``HEAD``) and compared at once;
+   shard (plus one per host, NOTE [ range support ]). Otherwise the shard is looked up
+   (``HEAD``) and compared at once;
 2. the local cache, ``<index_dir>/<hash>.index.npz``, the hash keyed by the URL, the size
    and the ETag (or modification time) the server reports now, so a rewritten shard
    misses the cache instead of using stale offsets;
@@ -33,6 +34,7 @@ from typing import Any
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
 from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
 from ._index_file import decode_index, encode_index
+from ._ranges import check_range_support
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index"]
@@ -208,6 +210,7 @@ def index_remote_shards(
     urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
 ) -> list[ShardInfo]:
     """:func:`index_remote` for each URL, overlapped on threads, in the order given."""
+    check_range_support(urls, options)  # NOTE [ range support ]
     siblings = _siblings(urls, options)
     out: list[ShardInfo | None] = [None] * len(urls)
     for i, (url, data) in enumerate(zip(urls, siblings, strict=True)):
