@@ -26,12 +26,14 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import detsamplers as ds
 from detsamplers.loader import DataLoader, WebDatasetSource, check_reproducible
 from detsamplers.trial import init, load_trial_from_checkpoint_path
 from detsamplers.trial._demo_trial import DemoTrial
-from tests.helpers import take
+from tests.helpers import ForeignSampler, take
 
 
 @pytest.fixture(autouse=True)
@@ -1067,3 +1069,17 @@ def test_a_server_that_ignores_range_requests_is_reported_when_the_source_is_bui
         assert server.served.statuses == [("a.tar", 200), ("a.tar", 200)]  # one host, once
     finally:
         server.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(0, 12), skip=st.integers(0, 16), sized=st.booleans())
+def test_a_finite_skip_is_determineds_and_warns_exactly_when_it_empties_the_pass(
+    length: int, skip: int, sized: bool
+) -> None:
+    sampler = ForeignSampler(range(length)) if sized else Unsized(length)
+    chain = ds.SkipSampler(sampler, skip)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        passes = [list(chain), list(chain)]
+    assert passes == [list(range(length))[skip:]] * 2  # Determined's SkipSampler, every pass
+    assert len(caught) == (1 if skip and skip >= length else 0)
