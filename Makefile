@@ -6,7 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DOCS_STAMP := $(VENV)/.installed-docs
+DOCS_VENV := .venv-docs
+DOCS_PY := $(DOCS_VENV)/bin/python
+DOCS_STAMP := $(DOCS_VENV)/.installed
 
 MOSAIC_VENV := .venv-mosaic
 MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
@@ -22,9 +24,11 @@ $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c
 	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
 	touch $(STAMP)
 
-# mkdocs-material and mkdocstrings, for `make docs` only.
-$(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,docs]'
+# `make docs` in a venv of its own with the docs extra only (mkdocs-material, mkdocstrings)
+# and detsamplers' own dependencies, not the dev tools and compared peers of .venv.
+$(DOCS_STAMP): pyproject.toml constraints.txt setup.py
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	touch $(DOCS_STAMP)
 
 install: $(STAMP)
@@ -106,7 +110,7 @@ bench-mosaic: $(STAMP) $(MOSAIC_STAMP)
 
 # The documentation site, warnings as errors; its examples also run in `make test`.
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(DOCS_PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(MOSAIC_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) $(DOCS_VENV) $(MOSAIC_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

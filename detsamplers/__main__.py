@@ -129,6 +129,9 @@ def _index(
     try:
         options = make_options(timeout, retries, 4 << 20, storage_options)
         shards = [shard for url in urls for shard in expand_urls(url)]
+    except ImportError as error:  # webdataset is not installed: the message says how
+        print(f"index failed: {error}", file=sys.stderr)
+        return 1
     except (TypeError, ValueError) as error:
         parser.error(str(error))
     try:

@@ -85,12 +85,12 @@ def make_batch_sampler(
         True
     """
     mode = check_one_of("mode", mode, ("training", "validation"))
-    check_int("shuffle_seed", shuffle_seed)
+    shuffle_seed = check_int("shuffle_seed", shuffle_seed)
     size = check_int("num_workers", num_workers, minimum=1)
-    check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
-    check_int("batch_size", batch_size, minimum=1)
-    check_int("skip", skip, minimum=0)
-    check_int("skip_samples", skip_samples, minimum=0)
+    rank = check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    skip = check_int("skip", skip, minimum=0)
+    skip_samples = check_int("skip_samples", skip_samples, minimum=0)
     for name, value in (("skip", skip), ("skip_samples", skip_samples)):
         if mode == "validation" and value:
             raise ValueError(
@@ -166,11 +166,11 @@ def make_mixed_batch_sampler(
         >>> [sum(i >= 6 for i in batch) for batch in islice(batches, 3)]
         [1, 1, 1]
     """
-    check_int("shuffle_seed", shuffle_seed)
+    shuffle_seed = check_int("shuffle_seed", shuffle_seed)
     size = check_int("num_workers", num_workers, minimum=1)
-    check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
-    check_int("batch_size", batch_size, minimum=1)
-    check_int("skip", skip, minimum=0)
+    rank = check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    skip = check_int("skip", skip, minimum=0)
     if not isinstance(datasets, (list, tuple)):
         raise TypeError(
             f"datasets should be a list of map-style datasets, but got {type(datasets).__name__}"

@@ -5,7 +5,8 @@ The order is shuffle -> repeat -> shard -> batch -> skip (Determined's "Customiz
 Reproducible Dataset"). Some misorderings hang or silently corrupt the data, and a stage
 refuses them when it is constructed:
 
-- a shuffle over an infinite stream reads forever (Determined hangs here);
+- a shuffle over an infinite stream reads forever (Determined hangs here); one hidden in
+  a user's wrapper is caught when a pass outgrows the wrapper's ``len()`` (``_shuffle``);
 - a repeat over an infinite stream (repeat over repeat) is meaningless;
 - anything wrapping a skip applies the skip again on every pass (under a repeat), or
   shifts every rank's shard (under a shard);

@@ -2,11 +2,18 @@
 
 Drop-in for ``determined.pytorch.samplers.ReproducibleShuffleSampler`` and
 ``ReproducibleShuffleBatchSampler``.
+
+Over a sampler it cannot address (NOTE [ position algebra ]) a shuffle reads each pass
+whole before its first item. An endless sampler hidden in a user's wrapper would then be
+read forever, filling memory (Determined's shuffle hangs so): the wrapped sampler must have
+a ``len()``, and a pass is read up to ``len() + 1`` items, so one that does not end there
+is an error naming the repeat, never a hang (NOTE [ chain order ]).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -14,6 +21,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int, check_one_of
+from ._order import ORDER
 from ._permute import MAX_N, Permutation, make_permutation
 from ._seeds import derive
 from ._stage import Stage
@@ -33,6 +41,18 @@ class _Shuffle(Stage[T]):
         self._seed = check_int("seed", seed)
         self._kind = check_one_of("permutation", permutation, _KINDS)
         super().__init__(inner, inner_param)
+        self._inner_param = inner_param
+        if not self.indexable:
+            try:
+                len(inner)
+            except TypeError:
+                raise TypeError(
+                    f"{inner_param} should have a len() for {type(self).__name__}, but "
+                    f"{type(inner).__name__} has none: a shuffle reads a whole pass before its "
+                    "first item, and without len() an endless sampler (a RepeatSampler inside "
+                    f"a wrapper) would be read forever; give {type(inner).__name__} a __len__ "
+                    "that returns the items of one pass"
+                ) from None
         if self.indexable and self.pass_length > MAX_N:
             raise ValueError(
                 f"{type(self).__name__} can shuffle at most 2**62 items, but this "
@@ -63,7 +83,19 @@ class _Shuffle(Stage[T]):
         return out
 
     def fallback_pass(self, epoch: int) -> Iterator[Any]:
-        items = list(self._inner.fallback_pass(epoch))
+        length = len(self._inner_obj)
+        items = list(islice(self._inner.fallback_pass(epoch), length + 1))
+        if len(items) > length:
+            name = self._inner_param
+            raise ValueError(
+                f"{type(self).__name__} read more than len({name})={length} items from pass "
+                f"{epoch} of its {name} ({type(self._inner_obj).__name__}): a shuffle reads a "
+                "whole pass before its first item, so the pass must end after len() items, "
+                "and an endless one (a RepeatSampler inside a wrapper) would be read forever. "
+                f"The order is {ORDER}; shuffle first, e.g. "
+                "RepeatSampler(ReproducibleShuffleSampler(sampler, seed)), or make __len__ "
+                "return the items of one pass"
+            )
         if not items:
             return iter(())
         perm = make_permutation(self._kind, len(items), self._key)
@@ -94,9 +126,12 @@ class ReproducibleShuffleSampler(_Shuffle[T]):
             memory; for small N.
 
     Raises:
-        TypeError: ``seed`` is not an integer.
+        TypeError: ``seed`` is not an integer, or ``sampler`` cannot be addressed and has
+            no ``len()``.
         ValueError: ``permutation`` is unknown, or ``sampler`` is infinite or contains a
-            skip (NOTE [ chain order ]).
+            skip (NOTE [ chain order ]); when iterated, a pass of a sampler that cannot be
+            addressed yields more than ``len(sampler)`` items (an endless one hidden in a
+            wrapper).
 
     Determinism:
         The order depends only on ``(seed, permutation, N, epoch)``: not on torch's or

@@ -10,10 +10,16 @@ so that the first batch begins at sample ``S`` of the stream under the shard, wh
 the batch size and world size (NOTE [ sample positions ]). Its state then records the
 samples consumed, and a state saved with another batch size or world size continues at
 that sample.
+
+A skip over a *finite* chain is Determined's: every pass starts ``skip`` items in, so a skip
+at or past the end of the pass yields nothing, pass after pass. That keeps Determined's
+output, but it is nearly always a chain without its repeat, so the stage says so once, with
+a warning, the first time it iterates such a pass.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -22,6 +28,7 @@ import numpy.typing as npt
 import torch.utils.data as tud
 
 from ._errors import check_int
+from ._order import ORDER
 from ._samples import SampleGrid, check_elastic_state, check_saved_samples, sample_grid
 from ._source import chain_of
 from ._stage import Stage, _Cursor
@@ -43,6 +50,13 @@ class _Skip(Stage[T]):
         self._origin = 0
         self._shift = 0
         super().__init__(inner, inner_param)
+        self._inner_param = inner_param
+        self._warned = False
+        try:  # a foreign sampler without len() has passes of unknown length
+            len(inner)
+            self._sized = True
+        except TypeError:
+            self._sized = False
         self._grid: SampleGrid | None = sample_grid(self._inner) if self.kind == "batch" else None
         if self._grid is not None:
             self._shift, self._origin = divmod(self._skip_samples, self._grid.global_batch)
@@ -172,7 +186,38 @@ class _Skip(Stage[T]):
 
     def _pass_range(self, epoch: int) -> tuple[int, int]:
         period = self._period()
-        return epoch * period + min(self._skip, period), (epoch + 1) * period
+        skip = min(self._skip, period) if self._sized else self._skip
+        return epoch * period + skip, (epoch + 1) * period
+
+    def _on_start(self) -> None:
+        if self._sized and not self.infinite and self._skip >= self._period():
+            self._warn_past_end(str(self._period()))
+
+    def _generate_fallback(self, cursor: _Cursor, start: int, epoch: int) -> Iterator[Any]:
+        if self._sized or self.infinite or not self._skip:
+            yield from super()._generate_fallback(cursor, start, epoch)
+            return
+        empty = True  # a pass of unknown length: past its end if it yields nothing
+        for item in super()._generate_fallback(cursor, start, epoch):
+            empty = False
+            yield item
+        if empty:
+            self._warn_past_end(f"at most {self._skip}")
+
+    def _warn_past_end(self, length: str) -> None:
+        """Say once that every pass is skipped whole (Determined's output, kept)."""
+        if self._warned or not self._skip:
+            return
+        self._warned = True
+        name, items = self._inner_param, "batches" if self.kind == "batch" else "items"
+        warnings.warn(
+            f"{type(self).__name__} skips {self._skip} {items}, but a pass of its {name} "
+            f"holds {length}: every pass yields nothing, as Determined's {type(self).__name__} "
+            f"does. A skip past the end of a finite {name} usually means the repeat is "
+            f"missing: the order is {ORDER}, e.g. "
+            "SkipBatchSampler(BatchSampler(RepeatSampler(sampler), batch_size, False), skip)",
+            stacklevel=4,
+        )
 
     def fallback_pass(self, epoch: int) -> Iterator[Any]:
         return self._inner.fallback_pass(epoch)

@@ -8,22 +8,32 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import shutil
 import signal
+import subprocess
+import sys
+import sysconfig
 import tarfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import detsamplers as ds
-from detsamplers.loader import DataLoader, WebDatasetSource
+from detsamplers.loader import DataLoader, WebDatasetSource, check_reproducible
 from detsamplers.trial import init, load_trial_from_checkpoint_path
 from detsamplers.trial._demo_trial import DemoTrial
-from tests.helpers import take
+from tests.helpers import ForeignSampler, take
 
 
 @pytest.fixture(autouse=True)
@@ -590,3 +600,486 @@ def test_trial_hparams_that_are_not_a_dict_are_a_clear_error() -> None:
         init(hparams=[1]),  # type: ignore[arg-type]
     ):
         pass
+
+
+# -- the sweep's remaining findings (issue 21, items 5 and 6) ---------------------------
+
+
+class Wrapper(tud.Sampler[Any]):
+    """A user's wrapper we cannot see through, claiming 5 items a pass.
+
+    It stops the test at 1,000 items: a shuffle that read its endless stream whole would
+    fill memory, which no alarm interrupts.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Iterator[Any]:
+        for count, item in enumerate(self.inner):
+            if count == 1000:
+                raise AssertionError("the shuffle read past len() + 1 items of an endless pass")
+            yield item
+
+    def __len__(self) -> int:
+        return 5
+
+
+class Unsized(tud.Sampler[int]):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.n))
+
+
+GLOBAL_RNG = r"draws each pass's (order|indices) from torch's global RNG \(it has no generator\)"
+
+SWEEP_CASES: dict[str, Case] = {
+    "check_reproducible on a SubsetRandomSampler": (
+        lambda: check_reproducible(tud.SubsetRandomSampler(range(5))),
+        ds.ReproducibilityError,
+        r"torch's SubsetRandomSampler " + GLOBAL_RNG + r".* ReproducibleShuffleSampler\(indices",
+    ),
+    "check_reproducible on a WeightedRandomSampler": (
+        lambda: check_reproducible(tud.WeightedRandomSampler([1.0, 2.0], 4)),
+        ds.ReproducibilityError,
+        r"torch's WeightedRandomSampler " + GLOBAL_RNG + r".* draw the weighted indices once",
+    ),
+    "check_reproducible on a shuffle over a SubsetRandomSampler": (
+        lambda: check_reproducible(
+            ds.ReproducibleShuffleSampler(tud.SubsetRandomSampler(range(5)), 0)
+        ),
+        ds.ReproducibilityError,
+        r"torch's SubsetRandomSampler " + GLOBAL_RNG,
+    ),
+    "check_reproducible on torch's loader over a WeightedRandomSampler": (
+        lambda: check_reproducible(
+            tud.DataLoader(range(4), sampler=tud.WeightedRandomSampler([1.0] * 4, 4))
+        ),
+        ds.ReproducibilityError,
+        r"torch's WeightedRandomSampler " + GLOBAL_RNG,
+    ),
+    "check_reproducible on a SubsetRandomSampler with a generator": (
+        lambda: check_reproducible(tud.SubsetRandomSampler(range(5), generator=torch.Generator())),
+        ds.ReproducibilityError,
+        r"SubsetRandomSampler draws each pass's order from the current state of its generator",
+    ),
+    "our DataLoader over a SubsetRandomSampler": (
+        lambda: DataLoader(range(5), sampler=tud.SubsetRandomSampler(range(5))),
+        ds.ReproducibilityError,
+        r"torch's SubsetRandomSampler " + GLOBAL_RNG,
+    ),
+    "a shuffle over a repeat hidden in a wrapper": (
+        lambda: take(ds.ReproducibleShuffleSampler(Wrapper(ds.RepeatSampler(range(5))), 0), 1),
+        ValueError,
+        r"ReproducibleShuffleSampler read more than len\(sampler\)=5 items from pass 0 of its "
+        r"sampler \(Wrapper\).* shuffle first, e.g. RepeatSampler\(ReproducibleShuffleSampler",
+    ),
+    "a batch shuffle over a repeat hidden in a wrapper": (
+        lambda: take(
+            ds.ReproducibleShuffleBatchSampler(
+                Wrapper(tud.BatchSampler(ds.RepeatSampler(range(5)), 2, False)), 0
+            ),
+            1,
+        ),
+        ValueError,
+        r"read more than len\(batch_sampler\)=5 items from pass 0 of its batch_sampler",
+    ),
+    "a shuffle over a sampler without len()": (
+        lambda: ds.ReproducibleShuffleSampler(Unsized(5), 0),
+        TypeError,
+        r"sampler should have a len\(\) for ReproducibleShuffleSampler, but Unsized has none: "
+        r".* give Unsized a __len__",
+    ),
+    "an empty string as the shard URL": (
+        lambda: WebDatasetSource("", seed=0, batch_size=2),
+        ValueError,
+        r"urls should name shards, but got an empty shard URL \('', shard 0 of 1\) in urls=''; "
+        r".* remove the empty entry or the stray '::'",
+    ),
+    "'::' as the shard URLs": (
+        lambda: WebDatasetSource("::", seed=0, batch_size=2),
+        ValueError,
+        r"an empty shard URL \('', shard 0 of 2\) in urls='::'",
+    ),
+    "an empty entry in a list of shard URLs": (
+        lambda: WebDatasetSource(["a.tar", ""], seed=0, batch_size=2),
+        ValueError,
+        r"an empty shard URL \(urls\[1\]='', shard 1 of 2\) in urls=\['a.tar', ''\]",
+    ),
+    "np.bool_ as the batch size": (
+        lambda: DataLoader(range(4), batch_size=np.bool_(True)),  # type: ignore[arg-type]
+        TypeError,
+        r"batch_size should be a positive integer value, but got batch_size=np.True_",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SWEEP_CASES), ids=list(SWEEP_CASES))
+def test_the_sweeps_findings_are_clear_errors(case: str) -> None:
+    call, kind, message = SWEEP_CASES[case]
+    with pytest.raises(kind, match=message):
+        call()
+
+
+def writer(folder: Path, pattern: str = "d-%d.tar", **kwargs: Any) -> Any:
+    from detsamplers.loader import ShardWriter
+
+    return ShardWriter(str(folder / pattern), **{"verbose": 0, **kwargs})
+
+
+def written(folder: Path, *samples: Any) -> None:
+    sink = writer(folder)
+    try:
+        for sample in samples:
+            sink.write(sample)
+    finally:
+        sink.close()
+
+
+def write_after_close(folder: Path) -> None:
+    sink = writer(folder, maxcount=1)
+    sink.write({"__key__": "a", "cls": 1})
+    sink.write({"__key__": "b", "cls": 2})
+    sink.close()
+    sink.close()  # closing again does nothing
+    sink.write({"__key__": "c", "cls": 3})
+
+
+WRITER_CASES: dict[str, tuple[Callable[[Path], Any], type[Exception], str]] = {
+    "maxcount is 0": (
+        lambda f: writer(f, maxcount=0),
+        ValueError,
+        r"maxcount should be a positive integer value, but got maxcount=0",
+    ),
+    "maxcount is a bool": (
+        lambda f: writer(f, maxcount=True),
+        TypeError,
+        r"maxcount should be a positive integer value, but got maxcount=True of type bool",
+    ),
+    "maxsize is negative": (
+        lambda f: writer(f, maxsize=-1),
+        ValueError,
+        r"maxsize should be a positive number of bytes, but got maxsize=-1: every sample would "
+        r"start a new shard and the first would stay empty; pass .* e.g. maxsize=1e9",
+    ),
+    "maxsize is 0": (
+        lambda f: writer(f, maxsize=0),
+        ValueError,
+        r"maxsize should be a positive number of bytes, but got maxsize=0",
+    ),
+    "maxsize is a string": (
+        lambda f: writer(f, maxsize="1e9"),
+        TypeError,
+        r"maxsize should be a positive number of bytes, but got maxsize='1e9' of type str",
+    ),
+    "start_shard is negative": (
+        lambda f: writer(f, start_shard=-1),
+        ValueError,
+        r"start_shard should be a non-negative integer value, but got start_shard=-1",
+    ),
+    "a pattern without %d": (
+        lambda f: writer(f, "data.tar"),
+        ValueError,
+        r"pattern should hold one integer format for the shard number, such as %06d in "
+        r"'out/data-%06d.tar', but got pattern='.*data.tar': pattern % shard_number would fail",
+    ),
+    "a pattern in str.format style": (
+        lambda f: writer(f, "data-{}.tar"),
+        ValueError,
+        r"would fail; webdataset formats the shard number with %, not str.format: write "
+        r"'.*data-%06d.tar'",
+    ),
+    "a pattern whose format is escaped": (
+        lambda f: writer(f, "data-%%d.tar"),
+        ValueError,
+        r"but got pattern='.*data-%%d.tar': pattern % shard_number would fail",
+    ),
+    "a pattern whose format drops the number": (
+        lambda f: writer(f, "data-%.0s.tar"),
+        ValueError,
+        r"pattern % shard_number would give every shard the same file name",
+    ),
+    "a pattern with two formats": (
+        lambda f: writer(f, "%d-%d.tar"),
+        ValueError,
+        r"pattern should hold one integer format .* would fail",
+    ),
+    "write() after close()": (
+        write_after_close,
+        ValueError,
+        r"write\(\) after close\(\): this ShardWriter \(pattern='.*d-%d.tar'\) is closed; open "
+        r"a new ShardWriter\(pattern, start_shard=2\) to go on with the next shard number",
+    ),
+    "a key with a dot": (
+        lambda f: written(f, {"__key__": "img.001", "cls": 1}),
+        ValueError,
+        r"sample\['__key__'\] should not hold a dot in its last path component nor end with "
+        r"'/', but got 'img.001': .* read back under the key 'img'; replace the dots, e.g. "
+        r"key.replace\('.', '_'\)",
+    ),
+    "a key with dots in its last path component": (
+        lambda f: written(f, {"__key__": "v1.0/img.a.b", "cls": 1}),
+        ValueError,
+        r"but got 'v1.0/img.a.b': .* read back under the key 'v1.0/img'",
+    ),
+    "a key ending with a slash": (
+        lambda f: written(f, {"__key__": "dir/", "cls": 1}),
+        ValueError,
+        r"but got 'dir/': .* it would read back under no key",
+    ),
+    "a field name with a slash": (
+        lambda f: written(f, {"__key__": "a", "seg/png": b"x"}),
+        ValueError,
+        r"sample field names should not hold '/', but sample 'a' has 'seg/png': the member "
+        r"'a.seg/png' would not read back",
+    ),
+    "a key that is not a string": (
+        lambda f: written(f, {"__key__": 3, "cls": 1}),
+        TypeError,
+        r"sample\['__key__'\] should be a string, but got 3 of type int",
+    ),
+    "a sample that is not a dict": (
+        lambda f: written(f, [("__key__", "a")]),
+        TypeError,
+        r"sample should be a dict with '__key__' and one entry per member, but got list",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WRITER_CASES), ids=list(WRITER_CASES))
+def test_shard_writer_arguments_that_would_lose_or_misname_samples_are_refused(
+    tmp_path: Path, case: str
+) -> None:
+    call, kind, message = WRITER_CASES[case]
+    with pytest.raises(kind, match=message):
+        call(tmp_path)
+    if "after close" not in case:  # refused before a sample was written
+        keys = set()
+        for shard in tmp_path.glob("*.tar"):
+            with tarfile.open(shard) as archive:
+                keys |= set(archive.getnames())
+        assert keys == set()
+
+
+def test_a_key_with_a_dot_in_a_folder_name_reads_back_as_written(tmp_path: Path) -> None:
+    written(tmp_path, {"__key__": "v1.0/img", "cls": 7}, {"__key__": "v1.0/img2", "cls": 8})
+    url = str(tmp_path / "d-0.tar")
+    (batch,) = take(source(url, shuffle_shards=False, collate_fn=list, repeat=False), 1)
+    assert [sample["__key__"] for sample in batch] == ["v1.0/img", "v1.0/img2"]
+
+
+def chains_built_with(number: Callable[[int], Any]) -> dict[str, Any]:
+    """Every public constructor that takes integers, built with ``number(value)``."""
+    n = number
+    return {
+        "DataLoader": DataLoader(range(12), batch_size=n(4), seed=n(2)).get_data_loader(
+            repeat=True, num_replicas=n(2), rank=n(1), skip=n(1), skip_samples=n(2)
+        ),
+        "DataLoader with workers": DataLoader(
+            range(12), batch_size=n(4), num_workers=n(1), prefetch_factor=n(2)
+        ).get_data_loader(repeat=True),
+        "make_batch_sampler": ds.make_batch_sampler(
+            range(12), "training", n(0), n(2), n(1), n(3), n(1), skip_samples=n(2)
+        ),
+        "make_batch_sampler, validation": ds.make_batch_sampler(
+            range(12), "validation", n(0), n(2), n(1), n(3)
+        ),
+        "make_mixed_batch_sampler": ds.make_mixed_batch_sampler(
+            [range(6), range(2)], [3, 1], n(0), n(1), n(0), n(4), n(1), window=n(8)
+        ),
+        "stages": ds.SkipBatchSampler(
+            tud.BatchSampler(
+                ds.DistributedSampler(
+                    ds.RepeatSampler(ds.ReproducibleShuffleSampler(range(12), n(3))), n(2), n(1)
+                ),
+                4,
+                False,
+            ),
+            n(1),
+            skip_samples=n(2),
+        ),
+        "GrowingShuffleSampler": ds.RepeatSampler(
+            ds.GrowingShuffleSampler(range(12), n(1), initial_length=n(10), growth=[(n(15), 12)])
+        ),
+    }
+
+
+def test_numpy_integers_are_accepted_wherever_an_int_is_meant_and_give_the_same_stream() -> None:
+    ints, numpy = chains_built_with(int), chains_built_with(np.int64)
+    for name, chain in numpy.items():
+        batches = [b.tolist() if isinstance(b, torch.Tensor) else b for b in take(chain, 4)]
+        expected = [b.tolist() if isinstance(b, torch.Tensor) else b for b in take(ints[name], 4)]
+        assert batches == expected, name
+        sampler = chain.batch_sampler if isinstance(chain, tud.DataLoader) else chain
+        if name != "make_batch_sampler, validation":  # torch's BatchSampler: no state
+            state = sampler.state_dict()
+            assert json.loads(json.dumps(state)) == state, name  # plain ints, JSON-able
+    with pytest.raises(TypeError, match=r"rank should be an integer value, but got rank=np.True_"):
+        ds.DistributedSampler(range(4), 2, np.bool_(True))
+
+
+def test_a_skip_past_the_end_of_a_finite_chain_keeps_determineds_output_and_warns_once() -> None:
+    records = ds.SkipSampler(range(4), 6)
+    batches = ds.SkipBatchSampler(tud.BatchSampler(range(4), 2, False), 2)
+    unsized = ds.SkipSampler(Unsized(3), 3)
+    for chain, warning in (
+        (
+            records,
+            r"SkipSampler skips 6 items, but a pass of its sampler holds 4: every pass "
+            r"yields nothing, as Determined's SkipSampler does. .* the repeat is missing",
+        ),
+        (batches, r"SkipBatchSampler skips 2 batches, but a pass of its batch_sampler holds 2"),
+        (unsized, r"SkipSampler skips 3 items, but a pass of its sampler holds at most 3"),
+    ):
+        with pytest.warns(UserWarning, match=warning) as caught:
+            passes = [list(chain), list(chain), list(chain)]
+        assert passes == [[], [], []]
+        assert len(caught) == 1  # once per sampler
+        assert caught[0].filename == __file__  # at the line that iterates
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(ds.SkipSampler(Unsized(5), 2)) == [2, 3, 4]  # as Determined's
+        assert list(ds.SkipSampler(range(4), 3)) == [3]
+
+
+@pytest.fixture
+def no_webdataset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import webdataset as an install without the extra would: it is not there."""
+    for name in ("webdataset", "webdataset.shardlists", "webdataset.autodecode"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "detsamplers.loader._wds._writer", raising=False)
+
+
+INSTALL = r"webdataset shards need the webdataset package, which is not installed here .*: pip install 'detsamplers\[webdataset\]'"  # noqa: E501
+
+
+@pytest.mark.usefixtures("no_webdataset")
+def test_without_the_webdataset_extra_each_entry_point_says_how_to_install_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from detsamplers.__main__ import main
+
+    shard = tmp_path / "a.tar"
+    write_tar(shard, 3)
+    with pytest.raises(ModuleNotFoundError, match=INSTALL):
+        WebDatasetSource(str(shard), seed=0, batch_size=2)
+    with pytest.raises(ModuleNotFoundError, match=INSTALL):
+        ds.loader.WebDatasetMix([str(shard), str(shard)], [1, 1], seed=0, batch_size=2)
+    with pytest.raises(ModuleNotFoundError, match=INSTALL):
+        from detsamplers.loader import ShardWriter  # noqa: F401
+    assert main(["index", str(shard)]) == 1
+    assert re.search("index failed: " + INSTALL, capsys.readouterr().err)
+    assert not (tmp_path / "a.tar.index.npz").exists()
+
+
+def test_the_index_command_without_webdataset_exits_1_with_the_install_line(
+    tmp_path: Path,
+) -> None:
+    shard = tmp_path / "a.tar"
+    write_tar(shard, 3)
+    blocked = (
+        "import runpy, sys; sys.modules['webdataset'] = None; "
+        "sys.argv = ['detsamplers', 'index', sys.argv[1]]; "
+        "runpy.run_module('detsamplers', run_name='__main__', alter_sys=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, str(shard)], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 1, done.stderr
+    assert re.search(INSTALL, done.stderr), done.stderr
+
+
+def kernel_status_of(package: Path) -> str:
+    """``kernel_status()`` of the copy of detsamplers in ``package``, imported alone.
+
+    ``python -S`` keeps the editable install's finder (which would find the worktree's
+    kernel) out; site-packages is on PYTHONPATH for torch and numpy.
+    """
+    site = sysconfig.get_paths()["purelib"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            "import detsamplers as d; print(d.__file__, d.kernel_status())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=package,
+        env={**os.environ, "PYTHONPATH": f"{package}{os.pathsep}{site}"},
+    )
+    assert done.returncode == 0, done.stderr
+    where, _, status = done.stdout.strip().partition(" ")
+    assert where == str(package / "detsamplers" / "__init__.py")
+    return status
+
+
+@pytest.mark.parametrize("kernel", ["absent", "broken"])
+def test_kernel_status_says_plainly_what_an_install_without_the_kernel_costs(
+    tmp_path: Path, kernel: str
+) -> None:
+    root = Path(ds.__file__).parent
+    shutil.copytree(
+        root,
+        tmp_path / "detsamplers",
+        ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"),
+    )
+    if kernel == "broken":
+        (tmp_path / "detsamplers" / Path(ds._native.kernel.__file__).name).write_bytes(b"not ELF")  # type: ignore[union-attr]
+    status = kernel_status_of(tmp_path)
+    assert "circular import" not in status
+    cost = (
+        r"mixtures \(MixSampler, WebDatasetMix\) then compute their indices in numpy: the "
+        r"same stream, at about 0.6 to 0.7 of the plain chain's speed .*; to build it, "
+        r"install a C compiler .* and reinstall detsamplers"
+    )
+    first = {
+        "absent": r"numpy \(detsamplers was installed without its compiled kernel, most likely "
+        r"because no C compiler was found when it was installed; ",
+        "broken": r"numpy \(the compiled kernel .*_kernel.* is there but did not load: ",
+    }[kernel]
+    assert re.match(first + ".*" + cost, status), status
+
+
+def test_a_server_that_ignores_range_requests_is_reported_when_the_source_is_built(
+    tmp_path: Path,
+) -> None:
+    from tests.webdataset.http_server import ShardServer
+
+    write_tar(tmp_path / "a.tar", 5)
+    write_tar(tmp_path / "b.tar", 5)
+    server = ShardServer(tmp_path)
+    try:
+        urls = [f"{server.url}/a.tar", f"{server.url}/b.tar"]
+        built = WebDatasetSource(urls, seed=0, batch_size=5, index_dir=str(tmp_path / "cache"))
+        assert sorted(int(x) for x in next(iter(built))["txt"]) == [0, 1, 2, 3, 4]
+        server.reset()
+        server.no_range = {"a.tar", "b.tar"}
+        with pytest.raises(
+            ValueError,
+            match=r"shard 'http://127.0.0.1:\d+/a.tar': the server ignores Range requests \(it "
+            r"answered 'Range: bytes=0-0' with HTTP 200 and the whole file\), but the source "
+            r"reads byte ranges of shards; serve them from a server that honours Range "
+            r"requests .* or download the shards and pass their local paths",
+        ):  # the index is cached: nothing else would read a shard before the first batch
+            WebDatasetSource(urls, seed=0, batch_size=5, index_dir=str(tmp_path / "cache"))
+        assert server.served.statuses == [("a.tar", 200), ("a.tar", 200)]  # one host, once
+    finally:
+        server.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(0, 12), skip=st.integers(0, 16), sized=st.booleans())
+def test_a_finite_skip_is_determineds_and_warns_exactly_when_it_empties_the_pass(
+    length: int, skip: int, sized: bool
+) -> None:
+    sampler = ForeignSampler(range(length)) if sized else Unsized(length)
+    chain = ds.SkipSampler(sampler, skip)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        passes = [list(chain), list(chain)]
+    assert passes == [list(range(length))[skip:]] * 2  # Determined's SkipSampler, every pass
+    assert len(caught) == (1 if skip and skip >= length else 0)

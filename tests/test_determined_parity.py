@@ -89,6 +89,8 @@ def endless_and_empty(det_stages: list[Any]) -> bool:
     return False
 
 
+# A skip past a finite end keeps Determined's output and warns (tests/test_bad_input.py).
+@pytest.mark.filterwarnings("ignore:Skip(Batch)?Sampler skips")
 @pytest.mark.parametrize("source", list(SOURCES), ids=list(SOURCES))
 @given(chain=chains())
 def test_every_stage_has_determineds_len_and_the_chain_its_output(

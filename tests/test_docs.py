@@ -1,6 +1,7 @@
-"""Every Python example in docs/ runs as written (blocks after a skip-test marker excepted).
+"""Every Python example in docs/ runs as written, on its own (skip-test blocks excepted).
 
-The blocks of one page run in order in one namespace, as a reader would run them.
+Each block runs alone, in a fresh namespace and an empty working folder, as a reader who
+copies one block into a new file would run it: a block never relies on an earlier one.
 """
 
 from __future__ import annotations
@@ -15,18 +16,33 @@ BLOCK = re.compile(r"(<!-- skip-test[^>]*-->\s*\n)?```python\n(.*?)```", re.DOTA
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "```python" in path.read_text())
 
 
+def blocks(page: Path) -> list[tuple[int, str]]:
+    """The runnable blocks of ``page``: (the line the block starts on, its code)."""
+    text = page.read_text()
+    out = []
+    for match in BLOCK.finditer(text):
+        skipped, code = match.groups()
+        if not skipped:
+            out.append((text.count("\n", 0, match.start(2)) + 1, code))
+    return out
+
+
+BLOCKS = [(page, line, code) for page in PAGES for line, code in blocks(page)]
+
+
 def test_the_docs_have_runnable_examples() -> None:
     assert len(PAGES) >= 4
+    for page in PAGES:
+        assert blocks(page), f"{page.name} has only skipped examples"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda path: path.name)
-def test_the_examples_on_each_docs_page_run(page: Path) -> None:
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
-    ran = 0
-    for match in BLOCK.finditer(page.read_text()):
-        skipped, code = match.groups()
-        if skipped:
-            continue
-        exec(compile(code, str(page), "exec"), namespace)
-        ran += 1
-    assert ran, f"{page.name} has only skipped examples"
+@pytest.mark.parametrize(
+    "page,line,code", BLOCKS, ids=[f"{page.name}:{line}" for page, line, _ in BLOCKS]
+)
+def test_each_example_in_the_docs_runs_on_its_own(
+    page: Path, line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}_{line}"}
+    # Blank lines before the block keep the traceback's line numbers those of the page.
+    exec(compile("\n" * (line - 1) + code, str(page), "exec"), namespace)

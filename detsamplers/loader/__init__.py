@@ -39,6 +39,9 @@ def __getattr__(name: str) -> Any:
     # ShardWriter subclasses webdataset's, and webdataset is an optional extra: it is
     # imported on first use, so that the rest of detsamplers.loader works without it.
     if name == "ShardWriter":
+        from ._wds._urls import require_webdataset
+
+        require_webdataset()  # says how to install it
         from ._wds._writer import ShardWriter
 
         return ShardWriter

@@ -5,8 +5,9 @@ with one message naming the object, what breaks and the fix):
 
 1. an ``IterableDataset`` without the resume protocol (``state_dict()`` and
    ``load_state_dict()``): its stream cannot be positioned;
-2. torch's ``RandomSampler`` anywhere in the chain (``DataLoader(shuffle=True)`` builds
-   one): it draws each pass's order when iteration starts;
+2. a torch sampler that draws from an RNG when iteration starts, anywhere in the chain:
+   ``RandomSampler`` (``DataLoader(shuffle=True)`` builds one), ``SubsetRandomSampler``
+   and ``WeightedRandomSampler``, alone or under one of our stages (a shuffle over them);
 3. a chain that shards before it shuffles or repeats (NOTE [ chain order ] allows it, as
    it iterates correctly, but it is neither elastic nor resumable at a global position);
 4. a training chain (one with a repeat or a mixture) over a sampler that cannot seek: a
@@ -70,20 +71,48 @@ def check_dataset(dataset: Any) -> None:
     )
 
 
+#: torch's samplers that draw from an RNG each time iteration starts, and the fix for each.
+_RANDOM_SAMPLERS: tuple[tuple[type[Any], str, str], ...] = (
+    (tud.RandomSampler, "order", _FIX_SHUFFLE),
+    (
+        tud.SubsetRandomSampler,
+        "order",
+        "shuffle the subset's indices with ReproducibleShuffleSampler(indices, seed) instead "
+        "(a list or array of indices is an addressable source)",
+    ),
+    (
+        tud.WeightedRandomSampler,
+        "indices",
+        "draw the weighted indices once with a seeded generator, e.g. indices = "
+        "numpy.random.default_rng(seed).choice(len(weights), num_samples, p=weights / "
+        "weights.sum()), and pass ReproducibleShuffleSampler(indices, seed); to weight "
+        "whole datasets, mix them with MixSampler",
+    ),
+)
+
+
+def _check_random(obj: Any) -> None:
+    """Raise if ``obj`` is one of torch's samplers that draw from an RNG when iterated."""
+    for kind, what, fix in _RANDOM_SAMPLERS:
+        if isinstance(obj, kind):
+            origin = "the current state of its generator"
+            if getattr(obj, "generator", None) is None:
+                origin = "torch's global RNG (" + (
+                    "shuffle=True without a generator builds such a sampler)"
+                    if kind is tud.RandomSampler
+                    else "it has no generator)"
+                )
+            raise ReproducibilityError(
+                f"torch's {kind.__name__} draws each pass's {what} from {origin} when "
+                "iteration starts, so a resumed run sees another order and repeats or skips "
+                f"records within the resumed epoch; {fix}"
+            )
+
+
 def check_chain(sampler: Any) -> None:
     """Raise if the sampler or batch sampler chain ``sampler`` cannot be resumed reproducibly."""
     for obj in _objects(sampler):
-        if isinstance(obj, tud.RandomSampler):
-            origin = (
-                "torch's global RNG (shuffle=True without a generator builds such a sampler)"
-                if obj.generator is None
-                else "the current state of its generator"
-            )
-            raise ReproducibilityError(
-                f"torch's RandomSampler draws each pass's order from {origin} when iteration "
-                "starts, so a resumed run sees another order and repeats or skips records "
-                f"within the resumed epoch; {_FIX_SHUFFLE}"
-            )
+        _check_random(obj)
     links = list(reversed(chain_of(as_node(sampler))))
     verbs = [link.verb for link in links]
     if "shard" in verbs:
@@ -136,7 +165,8 @@ def check_reproducible(loader_or_sampler: Any) -> None:
     Raises:
         ReproducibilityError: an ``IterableDataset`` without ``state_dict()`` and
             ``load_state_dict()``; torch's ``RandomSampler`` (``shuffle=True`` in torch's
-            DataLoader); a chain that shards before it shuffles or repeats; a training
+            DataLoader), ``SubsetRandomSampler`` or ``WeightedRandomSampler``, alone or
+            wrapped in one of our stages; a chain that shards before it shuffles or repeats; a training
             chain over a sampler that cannot seek. The message names the fix.
         TypeError: ``loader_or_sampler`` is none of the above.
 

@@ -217,7 +217,7 @@ class DataLoader:
                     "per-batch seeding and resume count batches; pass batch_size=1 to load "
                     "single records"
                 )
-            check_int("batch_size", batch_size, minimum=1)
+            batch_size = check_int("batch_size", batch_size, minimum=1)
         if sampler is not None:
             if shuffle:
                 raise ValueError(
@@ -253,7 +253,7 @@ class DataLoader:
                 f"generator should be a torch.Generator or None, but got {type(generator).__name__}"
             )
         if prefetch_factor is not None:
-            check_int("prefetch_factor", prefetch_factor, minimum=1)
+            prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
             if num_workers == 0:
                 raise ValueError(
                     f"prefetch_factor can only be set with multi-process loading, but got "

@@ -6,7 +6,9 @@ except the faults a test switches on by file name:
 
 - ``drop``: the first GET sends half of its range, then closes the connection;
 - ``stall``: every GET sends its headers, then nothing for a minute;
-- ``fail_503``: the first GET answers HTTP 503.
+- ``fail_503``: the first GET answers HTTP 503;
+- ``no_range``: every request is answered HTTP 200 with the whole file and no
+  ``Accept-Ranges``, as from a server that ignores Range (``python -m http.server``).
 
 Missing files are 404, as from any static server.
 """
@@ -41,6 +43,7 @@ class ShardServer:
         self.drop: set[str] = set()
         self.stall: set[str] = set()
         self.fail_503: set[str] = set()
+        self.no_range: set[str] = set()
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
         self.port = 0
@@ -53,7 +56,7 @@ class ShardServer:
     def reset(self) -> None:
         """Forget what was served and switch every fault off."""
         self.served = Served()
-        self.drop, self.stall, self.fail_503 = set(), set(), set()
+        self.drop, self.stall, self.fail_503, self.no_range = set(), set(), set(), set()
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
@@ -85,6 +88,9 @@ class ShardServer:
         if not path.is_file():
             self.served.statuses.append((name, 404))
             raise web.HTTPNotFound()
+        if name in self.no_range:
+            self.served.statuses.append((name, 200))
+            return web.Response(body=path.read_bytes())
         if request.method != "GET":
             return web.FileResponse(path)
         size = os.path.getsize(path)

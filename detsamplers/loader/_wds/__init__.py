@@ -1,7 +1,8 @@
 """webdataset shards as an exactly resumable stream: one module per concern.
 
 ``_urls`` expands shard URLs and tells local from remote ones; ``_fetch`` reads byte
-ranges of remote shards with timeouts and retries (NOTE [ remote reads ]); ``_index``
+ranges of remote shards with timeouts and retries (NOTE [ remote reads ]) and ``_ranges``
+checks that their servers honour Range requests (NOTE [ range support ]); ``_index``
 lists each shard's samples and caches the list (NOTE [ shard index ]), ``_remote_index``
 does so for remote shards and ``_index_file`` is the format of their index files (NOTE
 [ index file format ]); ``_order`` maps global positions to samples (NOTE [ shard stream

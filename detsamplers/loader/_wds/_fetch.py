@@ -435,7 +435,8 @@ class RemoteShard:
                 raise ValueError(
                     f"shard {self.url!r}: the server answered a Range request with HTTP "
                     f"{r.status}, not 206 Partial Content; the source reads byte ranges, so "
-                    "it needs a server that honours Range requests"
+                    "it needs a server that honours Range requests (nginx, Apache, S3, GCS), "
+                    "or a local copy of the shards"
                 )
             async for chunk in r.content.iter_chunked(_CHUNK):
                 self.received += len(chunk)

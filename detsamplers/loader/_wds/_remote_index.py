@@ -7,7 +7,8 @@ For a remote shard (NOTE [ remote reads ]) the index is, in this order:
    else the source refuses the shard by name. Over HTTP(S), when the file records a strong
    ETag, that check is made by every read (``If-Match``, and the size in the response's
    ``Content-Range``) instead of a lookup now: building the source costs one request per
-   shard. Otherwise the shard is looked up (``HEAD``) and compared at once;
+   shard (plus one per host, NOTE [ range support ]). Otherwise the shard is looked up
+   (``HEAD``) and compared at once;
 2. the local cache, ``<index_dir>/<hash>.index.npz``, the hash keyed by the URL, the size
    and the ETag (or modification time) the server reports now, so a rewritten shard
    misses the cache instead of using stale offsets;
@@ -35,6 +36,7 @@ from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shar
 from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
+from ._ranges import check_range_support
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index", "write_indexes"]
@@ -216,6 +218,7 @@ def index_remote_shards(
     A folder's set index (NOTE [ set index ]) costs one request for all its shards; the
     others are indexed on threads.
     """
+    check_range_support(urls, options)  # NOTE [ range support ]
     known = from_set_indexes(urls, options)
     rest = [i for i, info in enumerate(known) if info is None]
     if rest:

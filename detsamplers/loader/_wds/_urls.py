@@ -4,15 +4,42 @@ A URL with a scheme of two or more letters other than ``file`` (``http://``, ``h
 ``s3://``, ``gs://``, ...) is remote and read through fsspec (NOTE [ remote reads ]);
 anything else is a local path. ``pipe:`` commands and compressed shards are refused: the
 source reads byte ranges, which a pipe or a gzip stream cannot give.
+
+webdataset is an optional extra (``pip install 'detsamplers[webdataset]'``); brace patterns
+are expanded by its own code, so :func:`expand_urls` checks first that it is installed and
+says how to install it if not (:func:`require_webdataset`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
-__all__ = ["expand_urls", "is_remote", "local_path"]
+__all__ = ["INSTALL_WEBDATASET", "expand_urls", "is_remote", "local_path", "require_webdataset"]
+
+#: What to run when webdataset is missing.
+INSTALL_WEBDATASET = "pip install 'detsamplers[webdataset]'"
+
+
+def require_webdataset() -> ModuleType:
+    """The ``webdataset`` module, or a ``ModuleNotFoundError`` that says how to install it.
+
+    Examples:
+        >>> require_webdataset().__name__
+        'webdataset'
+    """
+    try:
+        return importlib.import_module("webdataset")
+    except ImportError as error:
+        raise ModuleNotFoundError(
+            "webdataset shards need the webdataset package, which is not installed here "
+            f"({error}): {INSTALL_WEBDATASET}. WebDatasetSource, WebDatasetMix, ShardWriter "
+            "and `python -m detsamplers index` use it",
+            name="webdataset",
+        ) from None
 
 
 def expand_urls(urls: Any) -> list[str]:
@@ -22,8 +49,10 @@ def expand_urls(urls: Any) -> list[str]:
         urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings.
 
     Raises:
+        ModuleNotFoundError: webdataset is not installed (the message says how).
         TypeError: ``urls`` is neither a string nor a sequence of strings.
-        ValueError: it is empty, or names a piped or compressed shard.
+        ValueError: it is empty, names an empty shard URL (``''``, a stray ``'::'``), or
+            names a piped or compressed shard.
 
     Examples:
         >>> expand_urls("https://host/data-{000..001}.tar")
@@ -32,7 +61,12 @@ def expand_urls(urls: Any) -> list[str]:
         Traceback (most recent call last):
         ...
         ValueError: urls should name uncompressed .tar files by path or fsspec URL, but got ...
+        >>> expand_urls("a.tar::")
+        Traceback (most recent call last):
+        ...
+        ValueError: urls should name shards, but got an empty shard URL ('', shard 1 of 2) in ...
     """
+    require_webdataset()
     if isinstance(urls, str):
         from webdataset.shardlists import expand_urls as wds_expand
 
@@ -46,7 +80,14 @@ def expand_urls(urls: Any) -> list[str]:
         )
     if not out:
         raise ValueError("urls should name at least one shard, but got an empty list")
-    for url in out:
+    for index, url in enumerate(out):
+        if not url.strip():
+            where = "" if isinstance(urls, str) else f"urls[{index}]="
+            raise ValueError(
+                f"urls should name shards, but got an empty shard URL ({where}{url!r}, shard "
+                f"{index} of {len(out)}) in urls={_shown(urls)}; an empty string names no "
+                "file, and '::' separates shard lists: remove the empty entry or the stray '::'"
+            )
         if url.startswith("pipe:") or url.endswith((".gz", ".tgz")):
             raise ValueError(
                 "urls should name uncompressed .tar files by path or fsspec URL, but got "
@@ -55,6 +96,12 @@ def expand_urls(urls: Any) -> list[str]:
                 "s3fs, gs://... with gcsfs, https://...) and decompress .tar.gz shards"
             )
     return out
+
+
+def _shown(urls: Any) -> str:
+    """``urls`` as a message shows it: its repr, shortened past 80 characters."""
+    text = repr(urls if isinstance(urls, str) else list(urls))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def is_remote(url: str) -> bool:

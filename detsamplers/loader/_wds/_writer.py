@@ -15,15 +15,25 @@ A member name holding a NUL byte is cut there when the tar is read back, so the 
 recorded would not be the names read: then (only) the finished shard is scanned once to
 build its index. The writer writes local, uncompressed tars only, which is what the
 source reads: a remote or piped pattern, a custom ``opener`` and compression are refused.
+
+Arguments webdataset takes silently but that lose or misname samples are refused too: a
+``maxcount`` below 1 or a ``maxsize`` that is not positive (the first shard would be left
+empty and every sample get a shard of its own), a negative ``start_shard``, a ``pattern``
+that does not format the shard number (every shard would overwrite the first), a
+``__key__`` whose last path component is empty or holds a dot and a field name holding a
+``/`` (the member ``key.field`` would read back under another key, or not at all), and a
+``write()`` after ``close()``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import webdataset as wds
 
+from ..._errors import check_int
 from ._index import INDEX_SUFFIX, _group, scan_shard
 from ._index_file import encode_index
 from ._urls import is_remote, local_path
@@ -53,9 +63,15 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
             ``False``.
 
     Raises:
-        ValueError: ``pattern`` names a remote, piped or compressed shard, or ``compress``
-            asks for compression (the source seeks into shards, so it needs plain tars).
-        TypeError: ``opener`` is given (the index is written next to a local file).
+        ValueError: ``pattern`` names a remote, piped or compressed shard, or holds no
+            ``%d``-style format for the shard number; ``compress`` asks for compression (the
+            source seeks into shards, so it needs plain tars); ``maxcount`` is below 1,
+            ``maxsize`` is not positive or ``start_shard`` is negative.
+        TypeError: ``opener`` is given (the index is written next to a local file), or an
+            argument has the wrong type.
+
+    ``write(sample)`` raises ``ValueError`` for a sample that would not read back as
+    written (see the module's note) and after ``close()``.
 
     Examples:
         >>> import os, tempfile
@@ -101,7 +117,23 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
             )
         if post is not None and not callable(post):
             raise TypeError(f"post must be a callable or None, not {post!r}")
+        _check_pattern(pattern)
+        maxcount = check_int("maxcount", maxcount, minimum=1)
+        start_shard = check_int("start_shard", start_shard, minimum=0)
+        if isinstance(maxsize, bool) or not isinstance(maxsize, (int, float)):
+            raise TypeError(
+                f"maxsize should be a positive number of bytes, but got maxsize={maxsize!r} "
+                f"of type {type(maxsize).__name__}"
+            )
+        if not maxsize > 0:
+            raise ValueError(
+                f"maxsize should be a positive number of bytes, but got maxsize={maxsize}: "
+                "every sample would start a new shard and the first would stay empty; pass "
+                "the bytes of member data a shard may hold, e.g. maxsize=1e9"
+            )
         self._user_post = post
+        self._closed = False
+        self._last_key: str | None = None
         self._members: list[tuple[str, int, int]] = []
         super().__init__(pattern, maxcount, maxsize, self._finished, start_shard, verbose, **kw)
 
@@ -119,11 +151,90 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
 
         tar.addfile = recording_addfile
 
+    def write(self, obj: Any) -> None:
+        """Write one sample: a dict with ``__key__`` and one entry per member.
+
+        Raises:
+            ValueError: the writer is closed, or the sample would read back under another
+                key (or not at all): see the module's note.
+            TypeError: ``obj`` is not a dict, or its ``__key__`` is not a string.
+        """
+        if self._closed:
+            raise ValueError(
+                f"write() after close(): this ShardWriter (pattern={self.pattern!r}) is "
+                f"closed; open a new ShardWriter(pattern, start_shard={self._next_shard}) to "
+                "go on with the next shard number"
+            )
+        _check_sample(obj)
+        super().write(obj)
+
+    def close(self) -> None:
+        """Close the last shard (writing its index); closing again does nothing."""
+        if self._closed:
+            return
+        self._next_shard = self.shard
+        self._closed = True
+        super().close()
+
     def _finished(self, fname: str) -> None:
         """Write the index file of the shard just closed, then call the user's ``post``."""
         write_index(local_path(fname), self._members)
         if self._user_post is not None:
             self._user_post(fname)
+
+
+def _check_pattern(pattern: str) -> None:
+    """Raise unless ``pattern % n`` names a different file for each shard number ``n``."""
+    try:
+        names = {pattern % 0, pattern % 1}
+    except (TypeError, ValueError):
+        names = set()
+    if len(names) == 2:
+        return
+    hint = (
+        "; webdataset formats the shard number with %, not str.format: write "
+        f"{pattern.replace('{}', '%06d')!r}"
+        if "{}" in pattern
+        else ""
+    )
+    raise ValueError(
+        f"pattern should hold one integer format for the shard number, such as %06d in "
+        f"'out/data-%06d.tar', but got pattern={pattern!r}: pattern % shard_number would "
+        f"{'fail' if not names else 'give every shard the same file name'}{hint}"
+    )
+
+
+def _check_sample(obj: Any) -> None:
+    """Raise unless the members of ``obj`` read back as one sample with its ``__key__``."""
+    if not isinstance(obj, Mapping):
+        raise TypeError(
+            "sample should be a dict with '__key__' and one entry per member, but got "
+            f"{type(obj).__name__}"
+        )
+    key = obj.get("__key__")
+    if key is None:
+        return  # webdataset's own error: "object must contain a __key__"
+    if not isinstance(key, str):
+        raise TypeError(
+            f"sample['__key__'] should be a string, but got {key!r} of type {type(key).__name__}"
+        )
+    base = key.rpartition("/")[2]
+    if not base or "." in base:
+        read = key.rsplit(".", maxsplit=base.count("."))[0]
+        raise ValueError(
+            "sample['__key__'] should not hold a dot in its last path component nor end "
+            f"with '/', but got {key!r}: a member is named key.field, and a reader splits "
+            "the name at the first dot of its file name, so it would read back "
+            f"{f'under the key {read!r}' if base else 'under no key'}; replace the dots, "
+            "e.g. key.replace('.', '_')"
+        )
+    for field in obj:
+        if isinstance(field, str) and not field.startswith("_") and "/" in field:
+            raise ValueError(
+                f"sample field names should not hold '/', but sample {key!r} has {field!r}: "
+                f"the member {key + '.' + field!r} would not read back as a field of the "
+                "sample; rename the field"
+            )
 
 
 def write_index(path: str, members: list[tuple[str, int, int]]) -> None:

@@ -1,0 +1,73 @@
+"""A server that ignores Range requests is reported when a remote source is built.
+
+NOTE [ range support ]
+The source reads byte ranges of shards (NOTE [ remote reads ]). A server that ignores the
+``Range`` header (``python -m http.server`` is one) answers each read with HTTP 200 and
+the whole shard, which the reads refuse; found only at the first read, that is in a
+DataLoader worker after the index was built. So building a source asks each HTTP(S) host
+once, with the first of its shards: a ``HEAD`` whose ``Accept-Ranges: bytes`` settles it
+(nginx, Apache, S3, GCS and aiohttp's static files send it), else a ``GET`` of
+``Range: bytes=0-0``, whose 206 settles it and whose 200 is the error, the connection
+closed before the body is read. A host that answers neither (an error status) is left to
+the reads, whose errors name the shard. Other fsspec filesystems read ranges themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._fetch import RemoteOptions, remote_fs, retrying
+
+__all__ = ["check_range_support"]
+
+_OK = 206
+
+
+def check_range_support(urls: Sequence[str], options: RemoteOptions) -> None:
+    """Raise ``ValueError`` if an HTTP(S) host of ``urls`` ignores Range requests.
+
+    Raises:
+        ValueError: the server answered a one-byte Range request with the whole file; the
+            message names the shard and the fix.
+        OSError: the host could not be reached within ``options.retries`` (names the URL).
+    """
+    hosts: set[tuple[str, str]] = set()
+    for url in urls:
+        scheme, _, rest = url.partition("://")
+        host = (scheme, rest.split("/", 1)[0])
+        if scheme not in ("http", "https") or host in hosts:
+            continue
+        hosts.add(host)
+        status = retrying(url, "checking Range support of", options, _prober(url, options))
+        if status is not None and status != _OK:
+            raise ValueError(
+                f"shard {url!r}: the server ignores Range requests (it answered "
+                f"'Range: bytes=0-0' with HTTP {status} and the whole file), but the source "
+                "reads byte ranges of shards; serve them from a server that honours Range "
+                "requests (nginx, Apache, S3, GCS; python -m http.server does not), or "
+                "download the shards and pass their local paths"
+            )
+
+
+def _prober(url: str, options: RemoteOptions) -> Callable[[], int | None]:
+    """One attempt at :func:`_probe` for ``url``, for :func:`retrying`."""
+    from fsspec.asyn import sync
+
+    fs, path = remote_fs(url, options)
+    return lambda: sync(fs.loop, _probe, fs, path)
+
+
+async def _probe(fs: Any, path: str) -> int | None:
+    """206 if the server reads ranges, else the status it answered; None if unknown."""
+    session = await fs.set_session()
+    kwargs = dict(fs.kwargs)
+    headers = dict(kwargs.pop("headers", None) or {})
+    url = fs.encode_url(path)
+    async with session.head(url, headers=headers, allow_redirects=True, **kwargs) as response:
+        if "bytes" in response.headers.get("Accept-Ranges", "").lower():
+            return _OK
+    headers["Range"] = "bytes=0-0"
+    async with session.get(url, headers=headers, **kwargs) as response:
+        # The body is never read: leaving the block closes a 200's connection.
+        return response.status if response.status in (200, _OK) else None
