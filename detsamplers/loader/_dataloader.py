@@ -44,6 +44,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
 from ._lean import LeanDataLoader
 from ._seeding import SeededDataset
@@ -417,7 +418,7 @@ class DataLoader:
         workers = torch.Generator()
         workers.manual_seed(derive(self.seed, "loader-workers"))
         collate = self.collate_fn if self.collate_fn is not None else tud.default_collate
-        return loader_class(
+        loader = loader_class(
             SeededDataset(self.dataset, self.seed if self.seeding == "record" else None),
             batch_sampler=batches,
             num_workers=self.num_workers,
@@ -431,6 +432,10 @@ class DataLoader:
             prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
         )
+        # Frameworks see the loader as already split (NOTE [ framework hooks ]).
+        view = ShardView(batches, self.dataset, num_replicas, rank, self.seed, self.shuffle)
+        attach_shard_view(loader, view)
+        return loader
 
     def _pass_loader(self) -> tud.DataLoader[Any]:
         if self._passes is None:
