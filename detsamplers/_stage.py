@@ -166,18 +166,24 @@ class Stage(Node, tud.Sampler[T]):
 
     def _claim(self) -> tuple[int, int | None, int]:
         """Decide where the new iteration starts and stops; only called once it runs."""
+        start, epoch = self._next_start()
         if self.infinite:
-            return self._cursor.position(), None, 0
+            return start, None, 0
+        assert self.clock is not None
+        self._resume = None
+        self.clock.next_pass = epoch + 1
+        return start, self._pass_range(epoch)[1], epoch
+
+    def _next_start(self) -> tuple[int, int]:
+        """Where the next iteration will start, and its pass (0 if infinite); no effect."""
+        if self.infinite:
+            return self._cursor.position(), 0
         assert self.clock is not None
         if self._resume is not None:
             epoch = self._epoch_of(self._resume)
-            start = max(self._resume, self._pass_range(epoch)[0])
-            self._resume = None
-        else:
-            epoch = self.clock.next_pass
-            start = self._pass_range(epoch)[0]
-        self.clock.next_pass = epoch + 1
-        return start, self._pass_range(epoch)[1], epoch
+            return max(self._resume, self._pass_range(epoch)[0]), epoch
+        epoch = self.clock.next_pass
+        return self._pass_range(epoch)[0], epoch
 
     def _generate(self) -> Iterator[Any]:
         # Every link's checks, not only this one's: an outer stage reads an inner repeat's
@@ -245,7 +251,7 @@ class Stage(Node, tud.Sampler[T]):
         can store it as it is.
         """
         _, digest = self._configured()
-        position = self._cursor.position()
+        position = self._state_position()
         state: dict[str, Any] = {
             "version": STATE_VERSION,
             "position": position,
@@ -260,6 +266,10 @@ class Stage(Node, tud.Sampler[T]):
             if found is not None:
                 state["mixture"] = found[0].progress(found[1])
         return state
+
+    def _state_position(self) -> int:
+        """The position ``state_dict`` saves: the latest iterator's (a loader may know better)."""
+        return self._cursor.position()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a state saved by ``state_dict`` of an identical chain.

@@ -7,6 +7,10 @@ and whose state adds the loader's fields and a divergence digest
 "chain", "samples"}``. Over a training chain (a sample grid, NOTE [ sample positions ])
 the digest is of the sample stream and the state loads into a loader with another batch
 size, world size or rank, at the saved sample.
+
+Iterated by the loader's own iterators, it also knows the position after the last batch
+handed to the caller (NOTE [ handed batches ]), and its state is saved there rather than
+where prefetching workers have drawn to.
 """
 
 from __future__ import annotations
@@ -22,11 +26,26 @@ from .._grow import adopt_growth
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
+from .._stage import _Cursor
 from .._state import check_state, fingerprint
 from ._digest import sample_digest, sample_probes, stream_digest
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
-__all__ = ["LoaderBatchSampler"]
+__all__ = ["Handed", "LoaderBatchSampler"]
+
+
+class Handed:
+    """Where one loader iteration stands: after the last batch handed to the caller.
+
+    ``position`` is None where it cannot be known (NOTE [ handed batches ]); ``why``
+    then says why.
+    """
+
+    __slots__ = ("position", "why")
+
+    def __init__(self, position: int | None, why: str = "") -> None:
+        self.position = position
+        self.why = why
 
 
 class LoaderBatchSampler(SkipBatchSampler):
@@ -41,6 +60,8 @@ class LoaderBatchSampler(SkipBatchSampler):
         num_replicas: The world size ``W``.
         rank: This rank ``r``. Over a sample grid, batch ``b`` is numbered by the sample
             of its first record, ``S + b W B + r``; over any other chain by ``b * W + r``.
+        record_seed: The seed of per-record seeding (``DataLoader(seeding="record")``), or
+            None to seed per batch (NOTE [ per-batch seeding ]).
 
     Examples:
         >>> from itertools import islice
@@ -64,8 +85,14 @@ class LoaderBatchSampler(SkipBatchSampler):
         dataset_length: int,
         num_replicas: int,
         rank: int,
+        record_seed: int | None = None,
     ) -> None:
         super().__init__(batch_sampler, skip, skip_samples=skip_samples)
+        self.record_seed = record_seed
+        # The loader iteration that counts handed batches (NOTE [ handed batches ]), and
+        # whether the next iteration to start is that loader's.
+        self._handed: Handed | None = None
+        self._tracked = False
         self._fields = {
             "seed": seed,
             "dataset_length": dataset_length,
@@ -94,9 +121,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         keys = batch_keys(self._fields["seed"], numbers)
         stride = 0 if self.grid is None else self.grid.world_size
         block = [
-            positioned_batch(batch, number, key, stride)
-            for batch, number, key in zip(
-                self.batches(positions), numbers.tolist(), keys, strict=True
+            positioned_batch(batch, number, key, stride, at)
+            for batch, number, key, at in zip(
+                self.batches(positions), numbers.tolist(), keys, positions.tolist(), strict=True
             )
         ]
         self._block = (start, block)
@@ -108,7 +135,41 @@ class LoaderBatchSampler(SkipBatchSampler):
         world, rank, seed = (self._fields[k] for k in ("num_replicas", "rank", "seed"))
         for position, batch in enumerate(super()._generate_fallback(cursor, start, epoch), start):
             number = position * world + rank
-            yield positioned_batch(batch, number, batch_key(seed, number))
+            yield positioned_batch(batch, number, batch_key(seed, number), 0, position)
+
+    # -- handed batches (NOTE [ handed batches ]) ------------------------------------------
+
+    def begin_handed(self) -> Handed:
+        """Start a loader iteration that counts the batches it hands out.
+
+        An endless stream continues after the last batch handed out, so batches that
+        workers fetched but the caller never got come again; a finite chain starts its
+        next pass (or the loaded position), as torch's DataLoader does.
+        """
+        if self.infinite and self._handed is not None and self._handed.position is not None:
+            self._cursor = _Cursor(self._handed.position)
+        handed = Handed(self._next_start()[0])
+        self._handed, self._tracked = handed, True
+        return handed
+
+    def _claim(self) -> tuple[int, int | None, int]:
+        if self._tracked:
+            self._tracked = False
+        else:  # iterated by another loader: its batch sampler position is the state
+            self._handed = None
+        return super()._claim()
+
+    def _state_position(self) -> int:
+        handed = self._handed
+        if handed is None:
+            return super()._state_position()
+        if handed.position is None:
+            raise ValueError(
+                f"cannot save the loader's state: {handed.why}, so the batches handed to the "
+                "caller are not known; build the DataLoader with the default in_order=True "
+                "and call loader.state_dict() on the loader from get_data_loader"
+            )
+        return handed.position
 
     def set_epoch(self, epoch: int) -> None:
         """Select pass ``epoch`` of a validation chain; on a training stream, change nothing.
@@ -274,6 +335,7 @@ class LoaderBatchSampler(SkipBatchSampler):
             expected = self._sample_digest(samples, sample_probes(samples, global_batch, rank))
             if state_dict["digest"] != expected:
                 raise self._diverged(state_dict, f"sample {state_dict['samples']}", expected)
+            self._handed, self._tracked = None, False  # the next iter() starts at the state
             return
         position = check_state(
             adopt_curriculum(self, state_dict), self.chain_config(), owner, self._state_extra
@@ -282,6 +344,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         if state_dict["digest"] != expected:
             raise self._diverged(state_dict, f"position {position}", expected)
         super().load_state_dict(state_dict)
+        self._handed, self._tracked = None, False  # the next iter() starts at the state
 
     def _adopt_growth(self, state: Mapping[str, Any]) -> Any:
         """``state`` in this loader's terms if its data only changed from the saved sample.

@@ -28,7 +28,6 @@ from .._mix import MixSampler
 from .._order import ORDER
 from .._source import ForeignSource, as_node, chain_of
 from .._stage import Stage
-from ._seeding import SeededDataset
 
 __all__ = ["check_chain", "check_dataset", "check_mixture", "check_reproducible"]
 
@@ -56,8 +55,6 @@ def _objects(obj: Any) -> list[Any]:
 
 def check_dataset(dataset: Any) -> None:
     """Raise if ``dataset`` is an ``IterableDataset`` that cannot be positioned."""
-    if isinstance(dataset, SeededDataset):
-        dataset = dataset.dataset
     if not isinstance(dataset, tud.IterableDataset):
         return
     if callable(getattr(dataset, "state_dict", None)) and callable(
@@ -166,8 +163,7 @@ def check_reproducible(loader_or_sampler: Any) -> None:
             return
         sampler = obj.batch_sampler if obj.batch_sampler is not None else obj.sampler
         check_chain(sampler)
-        dataset = obj.dataset.dataset if isinstance(obj.dataset, SeededDataset) else obj.dataset
-        check_mixture(dataset, sampler)
+        check_mixture(obj.dataset, sampler)
         return
     if isinstance(obj, tud.IterableDataset):
         check_dataset(obj)

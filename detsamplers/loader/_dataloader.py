@@ -2,8 +2,10 @@
 
 NOTE [ loader iteration ]
 ``get_data_loader`` returns a real ``torch.utils.data.DataLoader`` whose batch sampler
-is a :class:`~detsamplers.loader._batches.LoaderBatchSampler` over the core chain and
-whose dataset is wrapped to seed the global RNGs per batch (NOTE [ per-batch seeding ]):
+is a :class:`~detsamplers.loader._batches.LoaderBatchSampler` over the core chain, whose
+dataset is the user's own, and whose fetch seeds the global RNGs per batch
+(NOTE [ per-batch seeding ], NOTE [ seeded fetch ]). Its ``state_dict()`` and
+``load_state_dict()`` count the batches handed to the caller (NOTE [ handed batches ]):
 
 - ``repeat=True`` (training): [shuffle →] repeat → shard → batch → skip over records, or
   repeat → shard → skip over a user's ``batch_sampler``. The stream is endless, any skip
@@ -44,10 +46,10 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._fetch import SeededView, seeded_fetch_supported, seeded_kind
 from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
 from ._lean import LeanDataLoader
-from ._seeding import SeededDataset
 
 __all__ = ["DEFAULT_SEED", "DataLoader"]
 
@@ -355,8 +357,12 @@ class DataLoader:
                 annotation while no profiler runs (NOTE [ profiler annotation ]).
 
         Returns:
-            A DataLoader whose ``batch_sampler`` has ``state_dict()``/``load_state_dict()``
-            (with a divergence digest) and whose dataset seeds each batch's fetch.
+            A DataLoader over the user's dataset whose fetch seeds each batch, with
+            ``state_dict()``/``load_state_dict()`` (torchdata's Stateful protocol) that
+            count the batches handed to the caller, whatever ``num_workers`` and
+            prefetching (NOTE [ handed batches ]); its ``batch_sampler`` saves the same
+            state (position, fingerprint, divergence digest). With another
+            ``loader_class`` the state is that class's (``StatefulDataLoader``'s is exact).
 
         Raises:
             TypeError: an argument has the wrong type.
@@ -402,6 +408,7 @@ class DataLoader:
                 "repeat nothing forever; check the dataset's path or filter"
             )
         chain = self._batch_chain(repeat, num_replicas, rank)
+        record_seed = self.seed if self.seeding == "record" else None
         batches = LoaderBatchSampler(
             chain,
             skip,
@@ -410,6 +417,7 @@ class DataLoader:
             dataset_length=length,
             num_replicas=num_replicas,
             rank=rank,
+            record_seed=record_seed,
         )
         if repeat:
             check_chain(batches)
@@ -418,8 +426,9 @@ class DataLoader:
         workers = torch.Generator()
         workers.manual_seed(derive(self.seed, "loader-workers"))
         collate = self.collate_fn if self.collate_fn is not None else tud.default_collate
-        loader = loader_class(
-            SeededDataset(self.dataset, self.seed if self.seeding == "record" else None),
+        seeded = seeded_fetch_supported()  # else a view seeds (NOTE [ seeded fetch ])
+        built = loader_class(
+            self.dataset if seeded else SeededView(self.dataset, record_seed),
             batch_sampler=batches,
             num_workers=self.num_workers,
             # With workers, small batches come back by value (NOTE [ inline batches ]).
@@ -432,10 +441,12 @@ class DataLoader:
             prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
         )
+        if seeded:  # LeanDataLoader sets it itself; another loader_class gets it here
+            built._dataset_kind = seeded_kind(record_seed)
         # Frameworks see the loader as already split (NOTE [ framework hooks ]).
         view = ShardView(batches, self.dataset, num_replicas, rank, self.seed, self.shuffle)
-        attach_shard_view(loader, view)
-        return loader
+        attach_shard_view(built, view)
+        return built
 
     def _pass_loader(self) -> tud.DataLoader[Any]:
         if self._passes is None:

@@ -13,6 +13,11 @@ traces still show ``enumerate(DataLoader)#...`` spans. Otherwise they run the sa
 as torch's ``__next__`` without the wrapper. The iterable-dataset length warning is not
 needed: the loader only builds map-style datasets.
 
+The same iterators count the batches they hand out (NOTE [ handed batches ]), and the
+loader's ``state_dict()``/``load_state_dict()`` are its batch sampler's, saved at the
+last batch handed out; over a batch sampler of the loader it fetches through the seeded
+fetcher (NOTE [ seeded fetch ]).
+
 The iterators reuse torch's private ``_SingleProcessDataLoaderIter`` and
 ``_MultiProcessingDataLoaderIter`` (as torchdata's StatefulDataLoader does); if a torch
 release drops or renames what they rely on, :func:`lean_iterators_supported` turns false
@@ -27,6 +32,10 @@ from typing import Any
 import torch
 import torch.utils.data as tud
 from torch.utils.data import dataloader as _torch_loader
+
+from ._batches import LoaderBatchSampler
+from ._fetch import seeded_fetch_supported, seeded_kind
+from ._handed import HandedMulti, HandedSingle, begin
 
 __all__ = ["LeanDataLoader", "lean_iterators_supported"]
 
@@ -74,10 +83,12 @@ class _Unannotated:
 
 if _SUPPORTED:
 
-    class _SingleIter(_Unannotated, _SINGLE):  # type: ignore[misc, valid-type]
-        pass
+    class _SingleIter(_Unannotated, HandedSingle, _SINGLE):  # type: ignore[misc, valid-type]
+        def __init__(self, loader: Any) -> None:
+            super().__init__(loader)
+            self._handed = begin(loader)  # torch's iter() above has not started yet
 
-    class _MultiIter(_Unannotated, _MULTI):  # type: ignore[misc, valid-type]
+    class _MultiIter(_Unannotated, HandedMulti, _MULTI):  # type: ignore[misc, valid-type]
         pass
 
 
@@ -85,7 +96,10 @@ class LeanDataLoader(tud.DataLoader[Any]):
     """A torch ``DataLoader`` that skips the profiler annotation while no profiler runs.
 
     Everything else (arguments, workers, pinning, ``len``) is torch's; see
-    NOTE [ profiler annotation ].
+    NOTE [ profiler annotation ]. Over the batch sampler of a
+    :class:`~detsamplers.loader.DataLoader` it also seeds each batch's fetch
+    (NOTE [ seeded fetch ]) and has the exact resume state of torchdata's Stateful
+    protocol, :meth:`state_dict` and :meth:`load_state_dict` (NOTE [ handed batches ]).
 
     Examples:
         >>> import torch
@@ -100,10 +114,74 @@ class LeanDataLoader(tud.DataLoader[Any]):
         True
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Set here, not by get_data_loader, so that a framework that rebuilds the loader
+        # from its arguments (type(loader)(**kwargs)) keeps the seeded fetch.
+        if isinstance(self.batch_sampler, LoaderBatchSampler) and seeded_fetch_supported():
+            self._dataset_kind = seeded_kind(self.batch_sampler.record_seed)
+
     def _get_iterator(self) -> Any:
         if not _SUPPORTED:
+            sampler = self.batch_sampler
+            if isinstance(sampler, LoaderBatchSampler):
+                handed = sampler.begin_handed()
+                handed.position, handed.why = None, "this torch's DataLoader iterators changed"
             return super()._get_iterator()
         if self.num_workers == 0:
             return _SingleIter(self)
         self.check_worker_number_rationality()
         return _MultiIter(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state after the last batch handed to the caller (NOTE [ handed batches ]).
+
+        A small JSON-able dict, the batch sampler's (position, fingerprint, chain, loader
+        fields, ``samples`` and a divergence digest), whatever ``num_workers``,
+        ``prefetch_factor``, ``persistent_workers``, ``pin_memory`` and ``timeout``: the
+        batches that workers prefetched and a batch whose fetch raised are not counted.
+
+        Raises:
+            TypeError: the loader's batch sampler has no state (it is not a
+                :class:`~detsamplers.loader.DataLoader`'s).
+            ValueError: the batches handed out are not known (``in_order=False``).
+
+        Examples:
+            >>> from detsamplers.loader import DataLoader
+            >>> loader = DataLoader(range(20), batch_size=2).get_data_loader(repeat=True)
+            >>> batches = iter(loader)
+            >>> [next(batches).tolist() for _ in range(3)]
+            [[0, 1], [2, 3], [4, 5]]
+            >>> loader.state_dict()["position"], loader.state_dict()["samples"]
+            (3, 6)
+        """
+        state: dict[str, Any] = self._stateful().state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Make the next ``iter()`` resume at ``state_dict`` (from :meth:`state_dict`).
+
+        It takes what the batch sampler's ``load_state_dict`` takes, with its checks: a
+        state saved with another batch size or world size continues at its sample.
+
+        Examples:
+            >>> from detsamplers.loader import DataLoader
+            >>> data = DataLoader(range(20), batch_size=2)
+            >>> first = data.get_data_loader(repeat=True)
+            >>> batches = iter(first); _ = next(batches), next(batches)
+            >>> again = data.get_data_loader(repeat=True)
+            >>> again.load_state_dict(first.state_dict())
+            >>> next(iter(again)).tolist()
+            [4, 5]
+        """
+        self._stateful().load_state_dict(state_dict)
+
+    def _stateful(self) -> Any:
+        sampler = self.batch_sampler
+        if not isinstance(sampler, LoaderBatchSampler):
+            raise TypeError(
+                "state_dict needs the batch sampler of a detsamplers.loader.DataLoader, but "
+                f"this loader's batch sampler is {type(sampler).__name__}; build the loader "
+                "with detsamplers.loader.DataLoader(...).get_data_loader()"
+            )
+        return sampler

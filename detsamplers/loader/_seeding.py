@@ -11,9 +11,10 @@ used. Over any other chain (a user's ``batch_sampler``, a validation pass) it is
 :class:`PositionedBatch`: a ``list`` that carries both through the DataLoader's index
 queue to whichever process fetches it. The keys are the outputs of a SplitMix64 stream
 keyed by ``derive(seed, "batch")`` (NOTE [ seed mixing ]), computed a block of batches at
-a time. :class:`SeededDataset.__getitems__` seeds torch's default CPU generator, numpy's
-global ``RandomState`` and ``random`` from the key and then calls the user's
-``__getitem__`` for each index in order (or the user's ``__getitems__``). The draws made
+a time. :func:`fetch_seeded`, which the loader's fetcher calls in place of torch's fetch
+(NOTE [ seeded fetch ]), seeds torch's default CPU generator, numpy's global
+``RandomState`` and ``random`` from the key and then calls the user's ``__getitem__`` for
+each index in order (or the user's ``__getitems__``). The draws made
 while fetching a batch therefore depend only on ``(seed, g, the indices)``: not on
 ``num_workers``, on which worker fetches the batch, on prefetching, or on how many batches
 came before (a resume at any skip sees the same draws). They do depend on the batch
@@ -54,15 +55,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
-import torch.utils.data as tud
 
 from .._seeds import derive, stream_key, stream_keys
 
 __all__ = [
     "PositionedBatch",
-    "SeededDataset",
     "batch_key",
     "batch_keys",
+    "fetch_seeded",
     "positioned_batch",
     "record_base",
     "seed_globals",
@@ -76,36 +76,40 @@ class PositionedBatch(list[int]):
 
     Build one with :func:`positioned_batch`. ``stride`` is the distance between the
     sample positions of consecutive records (the world size) over a training stream, 0
-    where records have no sample positions.
+    where records have no sample positions. ``at`` is the batch's position in this
+    rank's stream of batches (the batch sampler's position), which the loader counts as
+    batches are handed out (NOTE [ handed batches ]); -1 where it is not known.
 
     Examples:
         >>> import pickle
-        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7), stride=2)
+        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7), stride=2, at=3)
         >>> copy = pickle.loads(pickle.dumps(batch))
-        >>> copy, copy.position, copy.key == batch_key(0, 7), copy.stride
-        ([4, 1], 7, True, 2)
+        >>> copy, copy.position, copy.key == batch_key(0, 7), copy.stride, copy.at
+        ([4, 1], 7, True, 2, 3)
     """
 
-    __slots__ = ("key", "position", "stride")
+    __slots__ = ("at", "key", "position", "stride")
     position: int
     key: int
     stride: int
+    at: int
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A module-level function pickles by name: about half the cost of a classmethod,
         # paid for every batch sent to a worker.
-        return (positioned_batch, (list(self), self.position, self.key, self.stride))
+        return (positioned_batch, (list(self), self.position, self.key, self.stride, self.at))
 
 
 def positioned_batch(
-    indices: Iterable[int], position: int, key: int, stride: int = 0
+    indices: Iterable[int], position: int, key: int, stride: int = 0, at: int = -1
 ) -> PositionedBatch:
-    """The batch ``indices`` (copied) numbered ``position``, seeded by ``key``."""
+    """The batch ``indices`` (copied) numbered ``position``, seeded by ``key``, at ``at``."""
     # list's own constructor, then the slots: no Python-level __init__ per batch.
     batch = PositionedBatch(indices)
     batch.position = position
     batch.key = key
     batch.stride = stride
+    batch.at = at
     return batch
 
 
@@ -174,63 +178,48 @@ def seed_globals(key: int) -> None:
     _RANDOM.gauss_next = None  # type: ignore[attr-defined]
 
 
-class SeededDataset(tud.Dataset[Any]):
-    """Wrap a map-style dataset so that each batch is fetched under seeded global RNGs.
+def fetch_seeded(dataset: Any, indices: Sequence[int], record: int | None = None) -> list[Any]:
+    """The records ``indices`` of ``dataset``, fetched under RNGs seeded from the batch.
 
     Args:
-        dataset: A map-style dataset (``__getitem__``, and ``__len__``).
-        record_seed: If given, seed before each record of a batch that has sample
-            positions (``stride > 0``), from ``(record_seed, sample position)``.
+        dataset: The user's map-style dataset (its ``__getitems__`` is used if it has one).
+        indices: A :class:`PositionedBatch` (any other sequence is fetched unseeded, as
+            torch would).
+        record: :func:`record_base` of the loader's seed to seed per record where the
+            batch has sample positions (``stride > 0``), or None to seed per batch.
 
     Determinism:
-        See NOTE [ per-batch seeding ]: a :class:`PositionedBatch` is fetched under the
-        RNGs seeded from its key (or, per record, from its records' sample positions);
-        any other index is fetched as torch would.
+        See NOTE [ per-batch seeding ]: the batch is fetched under the RNGs seeded from
+        its key, or each record under the RNGs seeded from its sample position.
 
     Examples:
         >>> import torch
         >>> class Noisy(torch.utils.data.Dataset):
         ...     def __len__(self): return 4
         ...     def __getitem__(self, i): return i + torch.rand(()).item()
-        >>> data = SeededDataset(Noisy())
         >>> batch = positioned_batch([0, 1], position=9, key=batch_key(0, 9))
-        >>> data.__getitems__(batch) == data.__getitems__(batch)
+        >>> fetch_seeded(Noisy(), batch) == fetch_seeded(Noisy(), batch)
         True
     """
-
-    def __init__(self, dataset: Any, record_seed: int | None = None) -> None:
-        self.dataset = dataset
-        inner = getattr(dataset, "__getitems__", None)
-        self._inner_getitems = inner is not None and callable(inner)
-        self._record_base = None if record_seed is None else record_base(record_seed)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.dataset[index]
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """Fetch ``indices``, seeding the global RNGs first if they carry a key."""
-        key = getattr(indices, "key", None)
+    key = getattr(indices, "key", None)
+    if key is not None:
         stride = getattr(indices, "stride", 0)
-        if key is not None and stride and self._record_base is not None:
-            return self._per_record(indices, stride)
-        if key is not None:
-            seed_globals(key)
-        if self._inner_getitems:
-            return list(self.dataset.__getitems__(list(indices)))
-        dataset = self.dataset
-        return [dataset[i] for i in indices]
+        if stride and record is not None:
+            return _per_record(dataset, indices, stride, record)
+        seed_globals(key)
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is not None and callable(getitems):
+        return list(getitems(list(indices)))
+    return [dataset[i] for i in indices]
 
-    def _per_record(self, indices: Any, stride: int) -> list[Any]:
-        """Fetch each record under the RNGs seeded from its sample position."""
-        assert self._record_base is not None
-        first: int = indices.position
-        samples = first + np.arange(len(indices), dtype=np.int64) * stride
-        keys = stream_keys(self._record_base, samples).tolist()
-        dataset, out = self.dataset, []
-        for index, key in zip(indices, keys, strict=True):
-            seed_globals(key)
-            out.append(dataset[index])
-        return out
+
+def _per_record(dataset: Any, indices: Any, stride: int, record: int) -> list[Any]:
+    """Fetch each record under the RNGs seeded from its sample position."""
+    first: int = indices.position
+    samples = first + np.arange(len(indices), dtype=np.int64) * stride
+    keys = stream_keys(record, samples).tolist()
+    out = []
+    for index, key in zip(indices, keys, strict=True):
+        seed_globals(key)
+        out.append(dataset[index])
+    return out
