@@ -1,5 +1,6 @@
 # `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras and
 # the peers it is compared with (determined, torchdata, webdataset, grain, litdata, datasets)
+# and the training frameworks it integrates with (lightning, accelerate, transformers)
 # against constraints.txt
 # (the CPU build of torch), and runs ruff, mypy --strict and pytest.
 PYTHON ?= python3
@@ -18,13 +19,13 @@ MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 # with the numpy path (a user's install without a compiler falls back to numpy instead).
 $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,integrations]'
 	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
 	touch $(STAMP)
 
 # mkdocs-material and mkdocstrings, for `make docs` only.
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,docs]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,integrations,docs]'
 	touch $(DOCS_STAMP)
 
 install: $(STAMP)
