@@ -20,6 +20,11 @@ MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,integrations]'
+	# litdata pulls in torchvision, whose only wheel here is built for CUDA torch and fails
+	# to load beside the CPU torch 2.13.0 ("operator torchvision::nms does not exist");
+	# torchmetrics imports it whenever it is installed, and so does `import lightning`.
+	# Nothing here uses it (litdata imports it only for its image helpers): remove it.
+	$(PY) -m pip uninstall --quiet --yes torchvision
 	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
 	touch $(STAMP)
 
