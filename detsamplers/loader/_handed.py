@@ -107,7 +107,9 @@ class HandedMulti:
                 sent.popleft()
             raise
         sent = self._sent
-        for _ in range(self._rcvd_idx - before - 1):
-            sent.popleft()
+        consumed = self._rcvd_idx - before
+        if consumed != 1:  # torch passed over results it had already dropped
+            for _ in range(consumed - 1):
+                sent.popleft()
         handed.position = sent.popleft() + 1
         return data
