@@ -75,6 +75,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/peers_table.py --quick
 	$(PY) benchmarks/resume_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
+	$(PY) benchmarks/framework_resume_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -91,6 +92,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/peers_table.py --plot-dir docs
 	$(PY) benchmarks/resume_table.py
 	$(PY) benchmarks/grow_table.py
+	$(PY) benchmarks/framework_resume_table.py
 
 # The peers' questions with Mosaic streaming's rows (builds .venv-mosaic first).
 bench-mosaic: $(STAMP) $(MOSAIC_STAMP)
