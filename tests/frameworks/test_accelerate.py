@@ -31,6 +31,7 @@ def test_prepare_on_several_processes_refuses_to_shard_the_loader_again() -> Non
 
 
 @pytest.mark.distributed
+@pytest.mark.frameworks
 def test_accelerate_resumes_mid_epoch_from_save_state_on_1_and_2_processes(
     tmp_path: Path,
 ) -> None:

@@ -22,6 +22,7 @@ CHAIN = ((2, 3, 4, 2), (1, 6, 8, 0), (2, 16, 4, 0))  # ranks, max steps, batch s
 
 
 @pytest.mark.distributed
+@pytest.mark.frameworks
 def test_the_hf_trainer_resumes_mid_epoch_on_2_then_1_then_2_processes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     previous = None

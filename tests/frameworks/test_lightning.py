@@ -22,6 +22,7 @@ STEPS_PER_EPOCH = 4
 
 
 @pytest.mark.distributed
+@pytest.mark.frameworks
 def test_lightning_resumes_mid_epoch_from_its_checkpoint_on_1_and_2_processes(
     tmp_path: Path,
 ) -> None:

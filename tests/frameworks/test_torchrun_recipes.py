@@ -21,6 +21,7 @@ CHAIN = ((2, 3, 4, 2), (1, 6, 8, 0), (2, 16, 4, 0))  # ranks, max steps, batch s
 
 
 @pytest.mark.distributed
+@pytest.mark.frameworks
 @pytest.mark.parametrize(
     ("script", "chain"),
     [("torchrun_train.py", CHAIN), ("dcp_train.py", (*CHAIN[:1], (1, 16, 8, 0)))],

@@ -86,6 +86,7 @@ def _trained(folder: Path) -> Counter[int]:
 
 
 @pytest.mark.distributed
+@pytest.mark.frameworks
 def test_the_tutorial_trains_validates_and_resumes_when_relaunched_on_1_and_2_ranks(
     tmp_path: Path,
 ) -> None:
