@@ -58,3 +58,28 @@ def test_accelerate_sharding_the_loader_again_is_refused_with_the_fix() -> None:
     assert view.generator is None
     with pytest.raises(ValueError, match=r"not shard .*register_for_checkpointing\(loader\)"):
         view.generator = None
+
+
+def test_lightning_sees_the_loader_as_split_and_resumable_and_its_set_epoch_moves_nothing() -> None:
+    pytest.importorskip("lightning")
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+    from lightning.fabric.utilities.types import _Stateful
+
+    train = _train(2, 1)
+    assert isinstance(train, _Stateful)
+    batches = iter(train)
+    next(batches)
+    before = train.state_dict()
+    _set_sampler_epoch(train, 3)  # what Lightning's fit loop calls each epoch
+    assert train.state_dict() == before
+    assert train.sampler.epoch == 3
+
+
+def test_accelerate_single_process_loader_calls_set_epoch_on_each_iter_without_error() -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.data_loader import prepare_data_loader
+
+    train = _train(1, 0)
+    expected = [b.tolist() for b in islice(_train(1, 0), 3)]
+    prepared = prepare_data_loader(train, num_processes=1, process_index=0)
+    assert [b.tolist() for b in islice(prepared, 3)] == expected  # set_epoch(0) was called
