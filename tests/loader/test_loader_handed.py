@@ -338,3 +338,11 @@ def test_spawned_workers_fetch_seeded_batches_and_count_them() -> None:
     train = loader.get_data_loader(repeat=True)
     assert [b.tolist() for b in islice(train, 5)] == straight(5)
     assert train.state_dict()["position"] == 5
+
+
+def test_the_loader_refuses_a_state_that_is_not_its_own_with_the_batch_samplers_checks() -> None:
+    train = build(Noisy(RECORDS), 0).get_data_loader(repeat=True)
+    with pytest.raises(TypeError, match=r"state should be a dict from LoaderBatchSampler"):
+        train.load_state_dict("position 3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"it lacks loader, digest"):
+        train.load_state_dict({"position": 3})
