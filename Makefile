@@ -1,5 +1,6 @@
 # `make test` on a fresh clone creates .venv, installs detsamplers with its dev extras and
 # the peers it is compared with (determined, torchdata, webdataset, grain, litdata, datasets)
+# and the training frameworks it integrates with (lightning, accelerate, transformers)
 # against constraints.txt
 # (the CPU build of torch), and runs ruff, mypy --strict and pytest.
 PYTHON ?= python3
@@ -20,7 +21,12 @@ MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 # with the numpy path (a user's install without a compiler falls back to numpy instead).
 $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,integrations]'
+	# litdata pulls in torchvision, whose only wheel here is built for CUDA torch and fails
+	# to load beside the CPU torch 2.13.0 ("operator torchvision::nms does not exist");
+	# torchmetrics imports it whenever it is installed, and so does `import lightning`.
+	# Nothing here uses it (litdata imports it only for its image helpers): remove it.
+	$(PY) -m pip uninstall --quiet --yes torchvision
 	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
 	touch $(STAMP)
 
@@ -85,6 +91,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/bench_overhead.py --quick
 	$(PY) benchmarks/s3_build_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
+	$(PY) benchmarks/framework_resume_table.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
@@ -103,6 +110,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/peers_table.py --plot-dir docs
 	$(PY) benchmarks/resume_table.py
 	$(PY) benchmarks/grow_table.py
+	$(PY) benchmarks/framework_resume_table.py
 
 # The peers' questions with Mosaic streaming's rows (builds .venv-mosaic first).
 bench-mosaic: $(STAMP) $(MOSAIC_STAMP)

@@ -138,18 +138,19 @@ class Stage(Node, tud.Sampler[T]):
         """Make the next iteration yield pass ``epoch`` of this finite chain.
 
         Every ``iter()`` already starts the next pass, so this is only for code that
-        drives epochs itself (for example after loading a model checkpoint by hand).
+        drives epochs itself (for example after loading a model checkpoint by hand). On an
+        infinite stream (a repeat inside) the call is checked and changes nothing: its pass
+        ``e`` starts at position ``e * N``, so no batch depends on an epoch number, and the
+        frameworks that call it on every pass (Accelerate on every ``iter()``) neither
+        break nor steer it (NOTE [ framework hooks ]).
 
         Raises:
-            ValueError: the chain is infinite, or a repeat wraps it: its pass number is
+            ValueError: a repeat wraps this finite stage: its pass number is
                 ``position // N``, set through ``skip`` or ``load_state_dict`` instead.
         """
         epoch = check_int("epoch", epoch, minimum=0)
         if self.clock is None:
-            raise ValueError(
-                f"set_epoch cannot be used on {type(self).__name__}, whose stream is infinite: "
-                "pass e starts at position e * N; pass skip= or use load_state_dict instead"
-            )
+            return  # an infinite stream's passes are its positions'
         if self.clock.frozen_by is not None:
             raise ValueError(
                 f"set_epoch cannot be used on {type(self).__name__} because a "

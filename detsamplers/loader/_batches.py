@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import ReproducibilityError
+from .._errors import ReproducibilityError, check_int
 from .._grow import adopt_growth
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
@@ -170,6 +170,30 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "and call loader.state_dict() on the loader from get_data_loader"
             )
         return handed.position
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select pass ``epoch`` of a validation chain; on a training stream, change nothing.
+
+        Frameworks call it on every pass (NOTE [ framework hooks ]). A training stream
+        numbers its passes by position, so the call is checked and recorded, never obeyed:
+        no batch depends on it, and forgetting it repeats nothing.
+
+        Args:
+            epoch: A non-negative integer.
+
+        Examples:
+            >>> from torch.utils.data import BatchSampler
+            >>> from detsamplers import RepeatSampler
+            >>> batches = LoaderBatchSampler(BatchSampler(RepeatSampler(range(4)), 2, False),
+            ...                              0, seed=0, dataset_length=4, num_replicas=1, rank=0)
+            >>> batches.set_epoch(3)
+            >>> next(iter(batches))
+            [0, 1]
+        """
+        if self.infinite:
+            check_int("epoch", epoch, minimum=0)
+            return
+        super().set_epoch(epoch)
 
     def _last_yielded(self, position: int) -> dict[int, list[int]]:
         if self._block is None or position < 1:

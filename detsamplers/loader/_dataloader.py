@@ -47,6 +47,7 @@ from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
 from ._fetch import SeededView, seeded_fetch_supported, seeded_kind
+from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
 from ._lean import LeanDataLoader
 
@@ -442,6 +443,9 @@ class DataLoader:
         )
         if seeded:  # LeanDataLoader sets it itself; another loader_class gets it here
             built._dataset_kind = seeded_kind(record_seed)
+        # Frameworks see the loader as already split (NOTE [ framework hooks ]).
+        view = ShardView(batches, self.dataset, num_replicas, rank, self.seed, self.shuffle)
+        attach_shard_view(built, view)
         return built
 
     def _pass_loader(self) -> tud.DataLoader[Any]:

@@ -21,8 +21,14 @@ Examples:
     (8, 0)
 """
 
+from collections.abc import Sequence as _Sequence
+
+import torch as _torch
+
+from ..loader import DataLoader
 from ._callbacks import Callback
 from ._checkpoint import find_latest_checkpoint, load_trial_from_checkpoint_path
+from ._cluster import LOG_FORMAT, ClusterInfo, TrialInfo, get_cluster_info
 from ._context import TrialContext
 from ._distributed import DistributedContext
 from ._init import init
@@ -32,18 +38,33 @@ from ._trainer import Trainer
 from ._trial import Trial
 from ._units import Batch, Epoch
 
-__all__ = [
+# Determined's names, so that a trial runs with only its imports changed (docs/porting.md):
+# ``import detsamplers.trial as det`` and ``from detsamplers import trial as pytorch``.
+PyTorchTrial = Trial
+PyTorchTrialContext = TrialContext
+#: What a DataLoader hands a trial: a tensor, a sequence or a dict of tensors (Determined's).
+TorchData = dict[str, _torch.Tensor] | _Sequence[_torch.Tensor] | _torch.Tensor
+
+__all__ = [  # noqa: RUF022 (sorted as tests/trial/test_trial_api.py asserts: str order)
     "Batch",
     "Callback",
+    "ClusterInfo",
+    "DataLoader",
     "DistributedContext",
     "Epoch",
+    "LOG_FORMAT",
     "LRScheduler",
     "MetricReducer",
+    "PyTorchTrial",
+    "PyTorchTrialContext",
     "Reducer",
+    "TorchData",
     "Trainer",
     "Trial",
     "TrialContext",
+    "TrialInfo",
     "find_latest_checkpoint",
+    "get_cluster_info",
     "init",
     "load_trial_from_checkpoint_path",
 ]

@@ -29,7 +29,9 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
 
 
 def test_every_public_name_has_a_docstring_with_an_example() -> None:
-    for name in detsamplers.trial.__all__:
+    # Data (Determined's LOG_FORMAT string and TorchData type) has no docstring of its own.
+    data = {"LOG_FORMAT", "TorchData"}
+    for name in sorted(set(detsamplers.trial.__all__) - data):
         doc = inspect.getdoc(getattr(detsamplers.trial, name)) or ""
         assert ">>>" in doc, f"{name} has no runnable example"
 

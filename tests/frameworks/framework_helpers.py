@@ -1,0 +1,61 @@
+"""Launch a framework's example script under torchrun and count the records it trained."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TIMEOUT = 240  # seconds a launch may take on a loaded machine before the test fails
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(script: str, ranks: int, args: list[str], log: Path) -> None:
+    """Run ``examples/<script>`` on ``ranks`` processes (gloo on 127.0.0.1); fail, never hang."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={ranks}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(EXAMPLES / script),
+        *args,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with open(log, "a") as out:
+        done = subprocess.run(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=TIMEOUT, check=False
+        )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{script} on {ranks} ranks exited {done.returncode}:\n" + log.read_text()[-4000:]
+        )
+
+
+def rows(out: Path) -> list[dict[str, object]]:
+    """Every ``records-rank<r>.jsonl`` row of a run, in file order."""
+    found = []
+    for path in sorted(out.glob("records-rank*.jsonl")):
+        found += [json.loads(line) for line in path.read_text().splitlines()]
+    return found
+
+
+def per_epoch(out: Path, steps_per_epoch: int) -> dict[int, Counter[int]]:
+    """How often each record was trained in each epoch (rows carry their optimizer step)."""
+    counts: dict[int, Counter[int]] = {}
+    for row in rows(out):
+        epoch = int(row["step"]) // steps_per_epoch  # type: ignore[call-overload]
+        counts.setdefault(epoch, Counter()).update(row["indices"])  # type: ignore[arg-type]
+    return counts
