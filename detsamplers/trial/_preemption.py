@@ -238,7 +238,7 @@ class StopAgreement:
 
 
 def resolve_latest(
-    latest_checkpoint: str | None, checkpoint_dir: str, distributed: DistributedContext
+    latest_checkpoint: Any, checkpoint_dir: str, distributed: DistributedContext
 ) -> str | None:
     """The checkpoint to resume from; ``"auto"`` is rank 0's newest complete one.
 
@@ -249,9 +249,24 @@ def resolve_latest(
         >>> import tempfile
         >>> resolve_latest("auto", tempfile.mkdtemp(), DistributedContext()) is None
         True
-    """
+        >>> resolve_latest(5, "checkpoints", DistributedContext())
+        Traceback (most recent call last):
+        ...
+        TypeError: latest_checkpoint should be a checkpoint folder path (str or os.PathLike), "auto" or None, but got latest_checkpoint=5 of type int; pass find_latest_checkpoint(checkpoint_dir), or "auto" to resume the newest checkpoint in checkpoint_dir
+    """  # noqa: E501
+    if latest_checkpoint is None or latest_checkpoint == AUTO:
+        pass
+    elif isinstance(latest_checkpoint, bytes) or not isinstance(
+        latest_checkpoint, (str, os.PathLike)
+    ):
+        raise TypeError(
+            "latest_checkpoint should be a checkpoint folder path (str or os.PathLike), "
+            f'"{AUTO}" or None, but got latest_checkpoint={latest_checkpoint!r} of type '
+            f"{type(latest_checkpoint).__name__}; pass find_latest_checkpoint(checkpoint_dir), "
+            f'or "{AUTO}" to resume the newest checkpoint in checkpoint_dir'
+        )
     if latest_checkpoint != AUTO:
-        return latest_checkpoint
+        return None if latest_checkpoint is None else os.fspath(latest_checkpoint)
     here = find_latest_checkpoint(checkpoint_dir) if distributed.is_chief else None
     found: str | None = distributed.broadcast(here)
     if found is not None and read_metadata(found) is None:
