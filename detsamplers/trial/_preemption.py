@@ -305,10 +305,10 @@ def truncate_metrics(checkpoint_dir: str, batches_trained: int) -> int:
     for line in lines:
         try:
             row = json.loads(line)
-            batches = int(row["batches_trained"])
-        except (ValueError, KeyError, TypeError):
+            batches, kind = int(row["batches_trained"]), row["type"]
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue  # a line cut short by a crash
-        if batches < batches_trained or (batches == batches_trained and row["type"] != "resume"):
+        if batches < batches_trained or (batches == batches_trained and kind != "resume"):
             kept.append(line if line.endswith("\n") else line + "\n")
     if len(kept) != len(lines):
         temporary = path + ".tmp"
