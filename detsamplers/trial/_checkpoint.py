@@ -409,7 +409,8 @@ def load_trial_from_checkpoint_path(
         True
     """
     weights_only = check_bool("weights_only", weights_only)
-    metadata = read_checkpoint_metadata(os.fspath(path))
+    path = _check_path("path", path, "pass a folder, e.g. find_latest_checkpoint(checkpoint_dir)")
+    metadata = read_checkpoint_metadata(path)
     context = TrialContext(metadata.get("hparams") or {}, metadata["seed"], DistributedContext())
     context._inferred_global_batch = int(metadata["global_batch_size"])
     # The size the checkpoint would continue with (NOTE [ batch size schedule ]).

@@ -286,6 +286,9 @@ def test_find_latest_checkpoint_of_none_names_the_parameter_the_value_and_the_fi
                        r"checkpoint_dir given to fit"):  # fmt: skip
         find_latest_checkpoint(None)  # type: ignore[arg-type]
     assert find_latest_checkpoint(Path("no-such-folder")) is None
+    with pytest.raises(TypeError, match=r"path should be a folder path \(str or os.PathLike\), "
+                       r"but got path=None of type NoneType; pass a folder"):  # fmt: skip
+        load_trial_from_checkpoint_path(None, DemoTrial)  # type: ignore[arg-type]
 
 
 def _drop_root_overrides() -> None:  # pragma: no cover - runs in the child before exec

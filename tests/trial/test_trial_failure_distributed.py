@@ -1,4 +1,4 @@
-"""A rank that fails exits (NOTE [ failing rank exits ]), as real torchrun processes.
+"""A rank that fails exits (NOTE [ failing rank exits ]): one process, then real torchrun runs.
 
 A rank whose ``train_batch`` raises, with loader workers, and a node lost from two torchrun
 agents (c10d rendezvous on 127.0.0.1): every surviving process must exit non-zero within
@@ -9,17 +9,19 @@ from the newest checkpoint. Every subprocess has a timeout: a hang fails the tes
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import torch.utils.data as tud
 from trial_helpers import metrics
 
 from detsamplers.trial._demo import descendants, end_run, free_port, launch, processes, torchrun
-
-pytestmark = pytest.mark.distributed
+from detsamplers.trial._shield import failure_flag, shield_workers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16"]
@@ -57,6 +59,48 @@ def _wait(agent: subprocess.Popen[bytes], seconds: float) -> int | None:
         return None
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_shielded_worker_lives_through_a_stop_signal_until_its_fit_fails(method: str) -> None:
+    flag = failure_flag()
+    loader = tud.DataLoader(range(64), num_workers=1, multiprocessing_context=method)
+    iterator = iter(shield_workers(loader, (signal.SIGTERM, signal.SIGUSR1), flag))
+    next(iterator)
+    worker = iterator._workers[0]  # type: ignore[attr-defined]
+    try:
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.join(2)
+        assert worker.is_alive()  # a pause: the worker lives on
+        assert next(iterator) is not None
+        flag.value = True  # fit failed
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.join(30)
+        assert not worker.is_alive() and worker.exitcode == 0
+    finally:
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+
+def test_one_process_whose_train_batch_raises_with_a_worker_exits_non_zero(tmp_path: Path) -> None:
+    # The issue's repro: num_workers=1, train_batch raises at batch 2; it used to hang.
+    args = [f"--checkpoint-dir={tmp_path}", "--max-batches=10", "--num-workers=1"]
+    env = _env(TRIAL_RAISE_AT="2", TRIAL_RAISE_RANK="0")
+    script = os.path.join(HERE, "trial_worker.py")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "RuntimeError: train_batch of rank 0 failed at batch 2" in done.stderr
+    raised = float((tmp_path / "raised-rank0").read_text())
+    assert time.time() - raised < EXIT_SECONDS, f"{time.monotonic() - started:.1f} s in all"
+
+
+@pytest.mark.distributed
 def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exactly(
     demo: tuple[bool, list[str], Path], tmp_path: Path
 ) -> None:
@@ -92,6 +136,7 @@ def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exa
     assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
 
 
+@pytest.mark.distributed
 def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path) -> None:
     # Node 0 hosts the rendezvous store; node 1 (agent, rank, loader worker) is lost whole.
     records = tmp_path / "records"
