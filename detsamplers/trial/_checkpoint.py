@@ -252,7 +252,10 @@ def find_latest_checkpoint(checkpoint_dir: str) -> str | None:
             read_checkpoint_metadata(path)
         except IncompleteCheckpointError as error:
             if os.path.exists(os.path.join(path, METADATA)):  # files gone: say so
-                warnings.warn(f"passing over {path}: {error}", stacklevel=2)
+                warnings.warn(
+                    f"find_latest_checkpoint is passing over {path}: {error.reason}",
+                    stacklevel=2,
+                )
             continue
         return path
     return None

@@ -76,10 +76,17 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
 class IncompleteCheckpointError(ValueError):
     """A folder that is not (or no longer) a complete checkpoint: no metadata, or files gone.
 
+    ``reason`` says what is missing, without the advice of the message.
+
     Examples:
-        >>> issubclass(IncompleteCheckpointError, ValueError)
-        True
+        >>> error = IncompleteCheckpointError("path should be ...", "rank-0.pth is gone")
+        >>> isinstance(error, ValueError), error.reason
+        (True, 'rank-0.pth is gone')
     """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def rank_file(rank: int) -> str:
@@ -240,7 +247,8 @@ def read_checkpoint_metadata(path: str, parameter: str = "path") -> dict[str, An
     except OSError:
         raise IncompleteCheckpointError(
             f"{parameter} should be a complete checkpoint folder with {METADATA}, but got "
-            f"{path!r}; find one with find_latest_checkpoint(checkpoint_dir)"
+            f"{path!r}; find one with find_latest_checkpoint(checkpoint_dir)",
+            f"it has no {METADATA}",
         ) from None
     where = f"cannot resume from {file}"
     if not stat.S_ISREG(info.st_mode):
@@ -255,18 +263,23 @@ def read_checkpoint_metadata(path: str, parameter: str = "path") -> dict[str, An
             raw = f.read(MAX_METADATA_BYTES + 1)
         parsed = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        reason = f"its {METADATA} is not valid JSON ({error})"
         raise IncompleteCheckpointError(
             f"{where}: it is not valid JSON ({error}); it was cut short (a crash on storage "
-            "without atomic renames) or damaged. Resume from an older checkpoint folder"
+            "without atomic renames) or damaged. Resume from an older checkpoint folder",
+            reason,
         ) from error
     metadata = _validate(where, path, parsed)
     for name in metadata["files"]:
         try:
             regular = stat.S_ISREG(os.stat(os.path.join(path, name)).st_mode)
         except OSError:
+            reason = f"{name}, listed in its {METADATA}, is gone"
             raise IncompleteCheckpointError(
-                f"{parameter} should be a complete checkpoint folder, but {path!r} lists "
-                f"{name} in {METADATA} and it is gone; use find_latest_checkpoint(checkpoint_dir)"
+                f"{parameter} should be a complete checkpoint folder, but in {path!r} {reason} "
+                "(deleted by a crash during retention, or by hand); use "
+                "find_latest_checkpoint(checkpoint_dir)",
+                reason,
             ) from None
         if not regular:
             raise ValueError(f"{where}: {name} should be a regular file, but it is not")

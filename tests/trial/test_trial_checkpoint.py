@@ -34,7 +34,10 @@ def test_find_latest_checkpoint_passes_over_incomplete_folders(tmp_path: Path) -
     with pytest.warns(UserWarning, match=r"passing over \S+batch-000008: .*not valid JSON"):
         assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000004")
     os.remove(tmp_path / "batch-000004" / "rank-0.pth")
-    with pytest.warns(UserWarning, match=r"passing over \S+batch-000004: .*rank-0.pth .* gone"):
+    with pytest.warns(
+        UserWarning,
+        match=r"passing over \S+batch-000004: .*rank-0.pth, listed .*, is gone",
+    ):
         assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000003")
     assert find_latest_checkpoint(str(tmp_path / "nowhere")) is None
 
