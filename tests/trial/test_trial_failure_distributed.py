@@ -102,7 +102,7 @@ def test_one_process_whose_train_batch_raises_with_a_worker_exits_non_zero(tmp_p
 
 @pytest.mark.distributed
 def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exactly(
-    demo: tuple[bool, list[str], Path], tmp_path: Path
+    demo: tuple[bool, list[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, _, work = demo
     ckpt, first = tmp_path / "ckpt", tmp_path / "first"
@@ -126,6 +126,7 @@ def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exa
     assert _gone(_pids(first, range(2)), 30), "a rank or a loader worker outlived the run"
 
     # The same command again: "auto" resumes from the newest checkpoint, before batch 13.
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     weights = tmp_path / "w.pt"
     launch(2, [*args, f"--record-dir={tmp_path / 'second'}", f"--weights-out={weights}"],
            str(tmp_path / "log"), module="trial_worker", timeout=300)  # fmt: skip
