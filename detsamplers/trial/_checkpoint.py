@@ -327,9 +327,12 @@ def restore_state(
     file = os.path.join(path, STATE)
     state = load_checkpoint_file(file, weights_only=weights_only, map_location=context.device)
     lists = ("models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict")
-    if not isinstance(state, dict) or not all(isinstance(state.get(k), list) for k in lists):
+    if not isinstance(state, dict) or not all(
+        isinstance(state.get(k), list) and all(isinstance(v, dict) for v in state[k]) for k in lists
+    ):
         raise ValueError(
-            f"cannot resume from {file}: it should hold a dict with the lists {list(lists)}, "
+            f"cannot resume from {file}: it should hold a dict with lists of state dicts "
+            f"{list(lists)}, "
             "but does not; move the folder out of checkpoint_dir to resume from an older one"
         )
     if not isinstance(state.get("callbacks", {}), dict):

@@ -117,6 +117,14 @@ def test_a_rank_file_of_another_shape_is_an_error_that_names_it(copy: Path) -> N
         _fit(copy, "auto")
 
 
+def test_a_state_file_of_another_shape_is_an_error_that_names_it(copy: Path) -> None:
+    path = copy / "batch-000006" / "state-dict.pth"
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "models_state_dict": [[1, 2]]}, path)
+    with pytest.raises(ValueError, match=r"state-dict.pth: it should hold a dict with lists of"):
+        _fit(copy, "auto")
+
+
 def test_a_newer_format_is_reported_not_skipped_for_an_older_checkpoint(copy: Path) -> None:
     _edit(copy / "batch-000006", format_version=2)
     message = r"batch-000006/metadata.json: the checkpoint was written by a newer detsamplers"
