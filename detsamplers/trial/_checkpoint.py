@@ -28,52 +28,51 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
+import tempfile
+import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._errors import ReproducibilityError
+from .._errors import ReproducibilityError, check_bool
 from ._amp import unwrap_scaler
 from ._callbacks import Callback
 from ._clock import Clock
 from ._context import TrialContext
 from ._distributed import DistributedContext
+from ._metadata import (
+    FOLDER,
+    FORMAT_VERSION,
+    METADATA,
+    STATE,
+    IncompleteCheckpointError,
+    expected_files,
+    rank_file,
+    read_checkpoint_metadata,
+)
 from ._rng import seed_all
+from ._safe_load import load_checkpoint_file
 from ._schedule import BatchSchedule
 from ._trial import Trial
 
 __all__ = [
     "FORMAT_VERSION",
+    "METADATA",
+    "STATE",
+    "check_checkpoint_dir",
     "check_resume",
     "find_latest_checkpoint",
     "load_rank_state",
     "load_trial_from_checkpoint_path",
+    "rank_file",
+    "read_checkpoint_metadata",
     "read_metadata",
     "restore_state",
     "samples_trained",
     "save",
 ]
-
-FORMAT_VERSION = 1
-METADATA = "metadata.json"
-STATE = "state-dict.pth"
-_FOLDER = re.compile(r"^batch-(\d+)$")
-_REQUIRED = (
-    "format_version",
-    "batches_trained",
-    "global_batch_size",
-    "world_size",
-    "seed",
-    "files",
-)
-
-
-def rank_file(rank: int) -> str:
-    """The name of rank ``rank``'s file in a checkpoint folder."""
-    return f"rank-{rank}.pth"
 
 
 def _fsync_dir(path: str) -> None:
@@ -150,49 +149,116 @@ def save(
             os.rename(final, aside)
         os.rename(temporary, final)
         _fsync_dir(checkpoint_dir)
-        files = sorted([STATE, *(rank_file(r) for r in range(dist.get_size()))])
+        files = expected_files(dist.get_size())
         _write_json({**metadata, "files": files}, os.path.join(final, METADATA))
         shutil.rmtree(aside, ignore_errors=True)
     dist.barrier()
     return final
 
 
-def read_metadata(path: str) -> dict[str, Any] | None:
-    """The metadata of a complete checkpoint folder, or None if it is not complete."""
+def _check_path(name: str, value: Any, example: str) -> str:
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"{name} should be a folder path (str or os.PathLike), but got {name}={value!r} of "
+            f"type {type(value).__name__}; {example}"
+        )
+    return os.fspath(value)
+
+
+def check_checkpoint_dir(checkpoint_dir: Any, distributed: DistributedContext) -> str:
+    """``checkpoint_dir`` as a folder every rank can write in, created if absent (a collective).
+
+    Found before training starts, not at the first checkpoint: every rank creates and
+    deletes a file there.
+
+    Examples:
+        >>> import tempfile
+        >>> folder = os.path.join(tempfile.mkdtemp(), "ckpt")
+        >>> check_checkpoint_dir(folder, DistributedContext()) == folder
+        True
+        >>> check_checkpoint_dir(3, DistributedContext())
+        Traceback (most recent call last):
+        ...
+        TypeError: checkpoint_dir should be a folder path (str or os.PathLike), but got checkpoint_dir=3 of type int; pass e.g. checkpoint_dir="checkpoints"
+    """  # noqa: E501
+    folder = _check_path("checkpoint_dir", checkpoint_dir, 'pass e.g. checkpoint_dir="checkpoints"')
+    problem = None
     try:
-        with open(os.path.join(path, METADATA)) as f:
-            metadata = json.load(f)
-    except (OSError, ValueError):
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        problem = f"{type(error).__name__}: {error.strerror or error}"
+    for rank, seen in enumerate(distributed.all_gather(problem)):
+        if seen is not None:
+            raise ValueError(
+                f"checkpoint_dir should be a folder every rank can write, but rank {rank} "
+                f"cannot write in {folder!r} ({seen}); pass a writable checkpoint_dir, or "
+                "fix the folder's permissions, before training starts"
+            )
+    return folder
+
+
+def read_metadata(path: str) -> dict[str, Any] | None:
+    """The metadata of a complete, valid checkpoint folder, or None (for listings).
+
+    A resume reads with :func:`read_checkpoint_metadata`, which says what is wrong.
+    """
+    try:
+        return read_checkpoint_metadata(path)
+    except ValueError:
         return None
-    if not isinstance(metadata, dict) or any(key not in metadata for key in _REQUIRED):
-        return None
-    if metadata["format_version"] != FORMAT_VERSION:
-        return None
-    if not all(os.path.isfile(os.path.join(path, name)) for name in metadata["files"]):
-        return None
-    return metadata
 
 
 def find_latest_checkpoint(checkpoint_dir: str) -> str | None:
     """The newest complete checkpoint folder under ``checkpoint_dir``, or None.
 
     A folder counts once its ``metadata.json`` is written and names files that exist
-    (NOTE [ checkpoint layout ]); half-written folders are passed over.
+    (NOTE [ checkpoint layout ]); half-written folders are passed over. The newest folder
+    with a ``metadata.json`` must be valid: one of a newer format, or damaged, is an
+    error that names it rather than a silent resume from an older one
+    (NOTE [ checkpoint metadata ]).
+
+    Raises:
+        TypeError: ``checkpoint_dir`` is not a path.
+        ValueError: the newest checkpoint's ``metadata.json`` is of a newer format,
+            damaged, or inconsistent with its files.
 
     Examples:
         >>> import tempfile
         >>> find_latest_checkpoint(tempfile.mkdtemp()) is None
         True
-    """
+        >>> find_latest_checkpoint(None)
+        Traceback (most recent call last):
+        ...
+        TypeError: checkpoint_dir should be a folder path (str or os.PathLike), but got checkpoint_dir=None of type NoneType; pass the checkpoint_dir given to fit, e.g. find_latest_checkpoint("checkpoints")
+    """  # noqa: E501
+    example = 'pass the checkpoint_dir given to fit, e.g. find_latest_checkpoint("checkpoints")'
+    checkpoint_dir = _check_path("checkpoint_dir", checkpoint_dir, example)
     if not os.path.isdir(checkpoint_dir):
         return None
-    found: list[tuple[int, str]] = []
-    for name in os.listdir(checkpoint_dir):
-        match = _FOLDER.match(name)
+    found = sorted(
+        (
+            (int(m.group(1)), name)
+            for name in os.listdir(checkpoint_dir)
+            if (m := FOLDER.match(name))
+        ),
+        reverse=True,
+    )
+    for _, name in found:
         path = os.path.join(checkpoint_dir, name)
-        if match and read_metadata(path) is not None:
-            found.append((int(match.group(1)), path))
-    return max(found)[1] if found else None
+        try:
+            read_checkpoint_metadata(path)
+        except IncompleteCheckpointError as error:
+            if os.path.exists(os.path.join(path, METADATA)):  # files gone: say so
+                warnings.warn(
+                    f"find_latest_checkpoint is passing over {path}: {error.reason}",
+                    stacklevel=2,
+                )
+            continue
+        return path
+    return None
 
 
 def samples_trained(metadata: dict[str, Any]) -> int:
@@ -239,17 +305,38 @@ def check_resume(path: str, saved: dict[str, Any], here: dict[str, Any]) -> None
 
 def load_rank_state(path: str, rank: int) -> dict[str, Any]:
     """Rank ``rank``'s RNG and loader state (tensors and lists: ``weights_only=True``)."""
-    state: dict[str, Any] = torch.load(os.path.join(path, rank_file(rank)), weights_only=True)
+    file = os.path.join(path, rank_file(rank))
+    state = load_checkpoint_file(file)
+    if not isinstance(state, dict) or not {"rng", "loader"} <= set(state):
+        raise ValueError(
+            f"cannot resume from {file}: it should hold a dict with rng and loader, but holds "
+            f"{type(state).__name__}; move the folder out of checkpoint_dir to resume from an "
+            "older checkpoint"
+        )
     return state
 
 
-def restore_state(path: str, context: TrialContext, callbacks: dict[str, Callback]) -> None:
+def restore_state(
+    path: str, context: TrialContext, callbacks: dict[str, Callback], weights_only: bool = True
+) -> None:
     """Load ``state-dict.pth`` into the wrapped models, optimizers, schedulers and callbacks.
 
-    It is read with ``weights_only=False`` because callbacks may save any picklable
-    state; only folders this module completed are read.
+    It is read as data (NOTE [ checkpoint files are data ]); ``weights_only=False`` is the
+    caller's explicit opt-in to a full unpickler.
     """
-    state = torch.load(os.path.join(path, STATE), map_location=context.device, weights_only=False)
+    file = os.path.join(path, STATE)
+    state = load_checkpoint_file(file, weights_only=weights_only, map_location=context.device)
+    lists = ("models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict")
+    if not isinstance(state, dict) or not all(
+        isinstance(state.get(k), list) and all(isinstance(v, dict) for v in state[k]) for k in lists
+    ):
+        raise ValueError(
+            f"cannot resume from {file}: it should hold a dict with lists of state dicts "
+            f"{list(lists)}, "
+            "but does not; move the folder out of checkpoint_dir to resume from an older one"
+        )
+    if not isinstance(state.get("callbacks", {}), dict):
+        raise ValueError(f"cannot resume from {file}: its callbacks should be a dict")
     for callback in callbacks.values():
         callback.on_checkpoint_load_start(state)
     pairs: list[tuple[str, list[Any], list[Any]]] = [
@@ -282,20 +369,35 @@ def restore_state(path: str, context: TrialContext, callbacks: dict[str, Callbac
     for scaler, saved_scaler in zip(context.scalers, saved_scalers, strict=True):
         unwrap_scaler(scaler).load_state_dict(saved_scaler)
     for name, callback in callbacks.items():
-        if name in state["callbacks"]:
+        if name in state.get("callbacks", {}):
             callback.load_state_dict(state["callbacks"][name])
 
 
 def load_trial_from_checkpoint_path(
-    path: str, trial_class: type[Trial], trial_kwargs: dict[str, Any] | None = None
+    path: str,
+    trial_class: type[Trial],
+    trial_kwargs: dict[str, Any] | None = None,
+    *,
+    weights_only: bool = True,
 ) -> Trial:
     """Build ``trial_class`` in a single process and load a checkpoint's state into it.
 
     The context gets the checkpoint's hparams and seed; the models, optimizers,
-    schedulers and callbacks the trial wraps get the saved state.
+    schedulers and callbacks the trial wraps get the saved state. Files are read as data
+    (NOTE [ checkpoint files are data ]).
+
+    Args:
+        path: A checkpoint folder.
+        trial_class: The trial to build.
+        trial_kwargs: Keyword arguments of ``trial_class`` beside the context.
+        weights_only: ``False`` reads ``state-dict.pth`` with a full unpickler, which
+            runs any code the file holds: only for a checkpoint you wrote and trust, whose
+            state holds your own classes. Prefer allowing those classes with
+            ``torch.serialization.add_safe_globals``.
 
     Raises:
-        ValueError: ``path`` is not a complete checkpoint folder.
+        ValueError: ``path`` is not a complete checkpoint folder, its metadata is invalid
+            or of a newer format, or a file is damaged or holds a class not allowed.
 
     Examples:
         >>> import tempfile
@@ -312,12 +414,9 @@ def load_trial_from_checkpoint_path(
         ...                                       trained.model.parameters()))
         True
     """
-    metadata = read_metadata(path)
-    if metadata is None:
-        raise ValueError(
-            f"path should be a complete checkpoint folder with {METADATA}, but got {path!r}; "
-            "find one with find_latest_checkpoint(checkpoint_dir)"
-        )
+    weights_only = check_bool("weights_only", weights_only)
+    path = _check_path("path", path, "pass a folder, e.g. find_latest_checkpoint(checkpoint_dir)")
+    metadata = read_checkpoint_metadata(path)
     context = TrialContext(metadata.get("hparams") or {}, metadata["seed"], DistributedContext())
     context._inferred_global_batch = int(metadata["global_batch_size"])
     # The size the checkpoint would continue with (NOTE [ batch size schedule ]).
@@ -325,5 +424,5 @@ def load_trial_from_checkpoint_path(
     context._clock = Clock.restore(schedule, 1, None, samples_trained(metadata))
     seed_all(context.seed, "init")
     trial = trial_class(context, **(trial_kwargs or {}))
-    restore_state(path, context, trial.build_callbacks())
+    restore_state(path, context, trial.build_callbacks(), weights_only)
     return trial

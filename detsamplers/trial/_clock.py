@@ -96,6 +96,17 @@ class Clock:
             return self.batches % period.length == 0
         return self.epoch_ended and self.epoch % period.length == 0
 
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse a schedule with a size from here on that ``world_size`` does not divide."""
+        for size in sorted({self.size, *(self.schedule.sizes_from(self.samples) or [])}):
+            if size % world_size:
+                raise ValueError(
+                    f"global_batch_size should give sizes divisible by the world size, but got "
+                    f"global_batch_size={self.schedule.describe()!r} whose size {size} is not a "
+                    f"multiple of world size {world_size}; use multiples of {world_size}, or "
+                    "another number of ranks"
+                )
+
     def batches_per_epoch(self) -> int:
         """Global batches in an epoch at the size in force: ``ceil(N / size)``."""
         return max(1, -(-self.records // self.size))

@@ -17,6 +17,7 @@ verification table. The exit status is 1 if any check fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +35,16 @@ import torch
 
 from ._checkpoint import find_latest_checkpoint
 
-__all__ = ["global_batches", "launch", "run_demo", "seen_once_per_epoch", "torchrun"]
+__all__ = [
+    "descendants",
+    "end_run",
+    "global_batches",
+    "launch",
+    "processes",
+    "run_demo",
+    "seen_once_per_epoch",
+    "torchrun",
+]
 
 
 def free_port() -> int:
@@ -63,23 +73,68 @@ def torchrun(
     ]  # fmt: skip
 
 
+def processes() -> dict[int, tuple[str, int, int]]:
+    """Every process's ``(state, parent, process group)`` by pid (Linux ``/proc``, else {})."""
+    out = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, children first."""
+    children: dict[int, list[int]] = {}
+    for child, (_, parent, _) in processes().items():
+        children.setdefault(parent, []).append(child)
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        todo += children.get(child, [])
+    return out
+
+
+def end_run(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL a torchrun agent and every process below it (its ranks and their workers)."""
+    for pid in [process.pid, *descendants(process.pid)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
 def launch(
     ranks: int,
     args: list[str],
     log: str,
     module: str = "detsamplers.trial._demo_trial",
     options: Sequence[str] | None = None,
+    timeout: float = 600.0,
 ) -> float:
-    """Run ``module`` on ``ranks`` ranks with torchrun; its output goes to ``log``; seconds."""
+    """Run ``module`` on ``ranks`` ranks with torchrun; its output goes to ``log``; seconds.
+
+    Raises:
+        RuntimeError: torchrun exited non-zero, or did not exit within ``timeout``
+            seconds (then the run, its ranks and their workers are killed): a hang fails.
+    """
     command = torchrun(ranks, args, module, options)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
     with open(log, "a") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
-    if done.returncode != 0:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            returncode: int | str = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            end_run(process)
+            returncode = f"no exit within {timeout:g} s (killed)"
+    if returncode != 0:
         with open(log) as f:
             tail = f.read()[-3000:]
-        raise RuntimeError(f"{module} on {ranks} ranks exited with {done.returncode}:\n{tail}")
+        raise RuntimeError(f"{module} on {ranks} ranks exited with {returncode}:\n{tail}")
     return time.perf_counter() - started
 
 
@@ -170,7 +225,11 @@ def _preempt(
         if process.poll() is None:
             with open(os.path.join(first, f"pid-rank{ranks - 1}")) as f:
                 os.kill(int(f.read()), signal.SIGTERM)
-        returncode = process.wait()
+        try:
+            returncode = process.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            end_run(process)
+            returncode = -signal.SIGKILL
     exit_seconds = time.perf_counter() - signalled
     weights = os.path.join(second, "weights.pt")
     again = [*base, f"--record-dir={second}", f"--weights-out={weights}"]

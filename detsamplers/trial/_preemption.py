@@ -26,7 +26,8 @@ when ``fit`` returns or raises; if it raises after a signal came, the signal is 
 so that it takes its usual effect. The loaders' worker processes ignore the stop signals
 (:func:`shield_workers`): torchrun's agent and Slurm signal a worker's whole process
 group, and torch's workers die on a SIGTERM that does not come from their parent, which
-makes the next batch raise. They still exit with the main process.
+makes the next batch raise. They still exit with the main process, and at once once
+``fit`` has failed (NOTE [ failing rank exits ]).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _shield
 from ._checkpoint import find_latest_checkpoint, read_metadata
 from ._distributed import DistributedContext
 
@@ -118,6 +120,14 @@ class StopSignals:
         self.received_at: float | None = None
         self.count = 0
         self._previous: dict[signal.Signals, Any] = {}
+        self._failed: Any = None
+
+    @property
+    def failed(self) -> Any:
+        """The failure flag of the loaders' workers (NOTE [ failing rank exits ])."""
+        if self._failed is None:
+            self._failed = _shield.failure_flag()
+        return self._failed
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
@@ -140,28 +150,18 @@ class StopSignals:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         self._previous.clear()
+        if error is not None and self._failed is not None:
+            self._failed.value = True  # the workers now exit on a stop signal
         if error is not None and self.received is not None:
             # ``fit`` failed before it could pause (a rank died, say): the signal gets its
             # usual effect now, so that torchrun's agent need not wait to kill the process.
             os.kill(os.getpid(), signal.Signals[self.received])
 
 
-class _ShieldedInit:
-    """A ``worker_init_fn``: ignore the stop signals, then run the user's (picklable)."""
-
-    def __init__(self, signals: tuple[signal.Signals, ...], user: Any) -> None:
-        self.signals = signals
-        self.user = user
-
-    def __call__(self, worker_id: int) -> None:
-        for number in self.signals:
-            signal.signal(number, signal.SIG_IGN)
-        if self.user is not None:
-            self.user(worker_id)
-
-
 def shield_workers(loader: Any, signals: StopSignals) -> Any:
-    """Make ``loader``'s worker processes ignore the stop signals; returns ``loader``.
+    """Make ``loader``'s workers live through the stop signals; returns ``loader``.
+
+    Until ``fit`` fails: then a stop signal ends them (NOTE [ failing rank exits ]).
 
     Examples:
         >>> import signal, torch.utils.data as tud
@@ -169,11 +169,9 @@ def shield_workers(loader: Any, signals: StopSignals) -> Any:
         >>> loader.worker_init_fn.signals == (signal.SIGTERM, signal.SIGUSR1)
         True
     """
-    user = getattr(loader, "worker_init_fn", _ShieldedInit((), None))
-    workers = getattr(loader, "num_workers", 0)
-    if signals.signals and workers and not isinstance(user, _ShieldedInit):
-        loader.worker_init_fn = _ShieldedInit(signals.signals, user)
-    return loader
+    if not signals.signals or not getattr(loader, "num_workers", 0):
+        return loader
+    return _shield.shield_workers(loader, signals.signals, signals.failed)
 
 
 class StopAgreement:
@@ -240,7 +238,7 @@ class StopAgreement:
 
 
 def resolve_latest(
-    latest_checkpoint: str | None, checkpoint_dir: str, distributed: DistributedContext
+    latest_checkpoint: Any, checkpoint_dir: str, distributed: DistributedContext
 ) -> str | None:
     """The checkpoint to resume from; ``"auto"`` is rank 0's newest complete one.
 
@@ -251,9 +249,24 @@ def resolve_latest(
         >>> import tempfile
         >>> resolve_latest("auto", tempfile.mkdtemp(), DistributedContext()) is None
         True
-    """
+        >>> resolve_latest(5, "checkpoints", DistributedContext())
+        Traceback (most recent call last):
+        ...
+        TypeError: latest_checkpoint should be a checkpoint folder path (str or os.PathLike), "auto" or None, but got latest_checkpoint=5 of type int; pass find_latest_checkpoint(checkpoint_dir), or "auto" to resume the newest checkpoint in checkpoint_dir
+    """  # noqa: E501
+    if latest_checkpoint is None or latest_checkpoint == AUTO:
+        pass
+    elif isinstance(latest_checkpoint, bytes) or not isinstance(
+        latest_checkpoint, (str, os.PathLike)
+    ):
+        raise TypeError(
+            "latest_checkpoint should be a checkpoint folder path (str or os.PathLike), "
+            f'"{AUTO}" or None, but got latest_checkpoint={latest_checkpoint!r} of type '
+            f"{type(latest_checkpoint).__name__}; pass find_latest_checkpoint(checkpoint_dir), "
+            f'or "{AUTO}" to resume the newest checkpoint in checkpoint_dir'
+        )
     if latest_checkpoint != AUTO:
-        return latest_checkpoint
+        return None if latest_checkpoint is None else os.fspath(latest_checkpoint)
     here = find_latest_checkpoint(checkpoint_dir) if distributed.is_chief else None
     found: str | None = distributed.broadcast(here)
     if found is not None and read_metadata(found) is None:
@@ -292,10 +305,10 @@ def truncate_metrics(checkpoint_dir: str, batches_trained: int) -> int:
     for line in lines:
         try:
             row = json.loads(line)
-            batches = int(row["batches_trained"])
-        except (ValueError, KeyError, TypeError):
+            batches, kind = int(row["batches_trained"]), row["type"]
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue  # a line cut short by a crash
-        if batches < batches_trained or (batches == batches_trained and row["type"] != "resume"):
+        if batches < batches_trained or (batches == batches_trained and kind != "resume"):
             kept.append(line if line.endswith("\n") else line + "\n")
     if len(kept) != len(lines):
         temporary = path + ".tmp"

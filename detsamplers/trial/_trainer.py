@@ -88,18 +88,6 @@ def _profiling(profiler: Any) -> Iterator[None]:
         yield
 
 
-def _check_sizes(schedule: _schedule.BatchSchedule, clock: Clock, world_size: int) -> None:
-    """Refuse a schedule with a size from here on that the world size does not divide."""
-    for size in sorted({clock.size, *(schedule.sizes_from(clock.samples) or [])}):
-        if size % world_size:
-            raise ValueError(
-                f"global_batch_size should give sizes divisible by the world size, but got "
-                f"global_batch_size={schedule.describe()!r} whose size {size} is not a "
-                f"multiple of world size {world_size}; use multiples of {world_size}, or "
-                "another number of ranks"
-            )
-
-
 class Trainer:
     """Train a :class:`Trial` with the context it was built with.
 
@@ -136,6 +124,7 @@ class Trainer:
         self._retention = _retention.Retention("none", None, True)
         self._last_validation: tuple[int, dict[str, Any]] = (-1, {})
         self._signals = _preemption.StopSignals(())
+        self._weights_only = True
 
     def fit(
         self,
@@ -156,6 +145,7 @@ class Trainer:
         stop_signals: Iterable[int] = _preemption.DEFAULT_STOP_SIGNALS,
         stop_check_period: Length | None = None,
         dataset_growth: bool = False,
+        weights_only: bool = True,
     ) -> None:
         """Train until ``max_length`` in total, resuming from ``latest_checkpoint`` if given.
 
@@ -196,6 +186,11 @@ class Trainer:
                 ``MixSampler`` that adds a dataset appended last from the sample reached
                 (NOTE [ trial mixture ]). A run that grew resumes without it, from the
                 history in its checkpoint.
+            weights_only: Read the checkpoint's ``state-dict.pth`` as data (the default).
+                ``False`` unpickles it in full, which runs any code the file holds: only
+                for checkpoints you wrote and trust whose state holds your own classes;
+                prefer ``torch.serialization.add_safe_globals`` (NOTE [ checkpoint files
+                are data ]).
 
         A resume may change the world size and, over a ``detsamplers.loader.DataLoader``
         or a ``WebDatasetSource``, the global batch size: training continues at the
@@ -211,13 +206,16 @@ class Trainer:
                 schedule whose past differs from the one trained; a dataset that shrank,
                 or grew without ``dataset_growth``.
             ValueError: a bad schedule (the message names the segment), or a size the
-                world size does not divide; ``dataset_growth`` over a loader that cannot
-                grow (a ``WebDatasetSource``, a user's sampler or batch sampler).
+                world size does not divide; a ``checkpoint_dir`` a rank cannot write; a
+                checkpoint that is incomplete, invalid, of a newer format or not data;
+                ``dataset_growth`` over a loader that cannot grow (a ``WebDatasetSource``,
+                a user's sampler or batch sampler).
         """
         retention = _retention.Retention(
             checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best
         )
         dataset_growth = check_bool("dataset_growth", dataset_growth)
+        self._weights_only = check_bool("weights_only", weights_only)
         with _preemption.StopSignals(stop_signals) as signals:
             self._fit(
                 max_length, checkpoint_period, validation_period, checkpoint_dir,
@@ -246,16 +244,14 @@ class Trainer:
         started = time.perf_counter()
 
         # Setup: where training stands, before the trial builds its loaders.
+        checkpoint_dir = _checkpoint.check_checkpoint_dir(checkpoint_dir, dist)
         latest_checkpoint = _preemption.resolve_latest(latest_checkpoint, checkpoint_dir, dist)
         if latest_checkpoint is not None:
             retention.resumed_from = os.path.abspath(latest_checkpoint)
         self._retention, self._last_validation = retention, (-1, {})
-        saved = None if latest_checkpoint is None else _checkpoint.read_metadata(latest_checkpoint)
-        if latest_checkpoint is not None and saved is None:
-            raise ValueError(
-                "latest_checkpoint should be a complete checkpoint folder, but got "
-                f"{latest_checkpoint!r}; use find_latest_checkpoint(checkpoint_dir)"
-            )
+        saved = None
+        if latest_checkpoint is not None:  # NOTE [ checkpoint metadata ]
+            saved = _checkpoint.read_checkpoint_metadata(latest_checkpoint, "latest_checkpoint")
         initial = 0 if saved is None else int(saved["batches_trained"])
         context._initial_batch = initial
         # The samples trained (NOTE [ trial data ]): a resume may change the global batch.
@@ -290,7 +286,7 @@ class Trainer:
                 )
             clock = context._clock
             rank, size = dist.get_rank(), dist.get_size()
-            _check_sizes(schedule, clock, size)
+            clock.check_world_size(size)
             context.get_per_slot_batch_size()  # the world size must divide the global batch
             data = _data.training_data(user_loader, context)
             # NOTE [ trial growth ]: the saved history, and a growth recorded now if allowed.
@@ -499,7 +495,7 @@ class Trainer:
                 f"resume on {saved['world_size']} ranks, or from a checkpoint at a multiple of "
                 f"{context.aggregation_frequency} batches"
             )
-        _checkpoint.restore_state(path, context, self.callbacks)
+        _checkpoint.restore_state(path, context, self.callbacks, self._weights_only)
         if "gradients" in rank_state:
             _aggregation.restore_gradients(context.optimizers, rank_state["gradients"], path)
         if same_world:

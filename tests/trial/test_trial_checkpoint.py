@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,14 +26,19 @@ def test_find_latest_checkpoint_passes_over_incomplete_folders(tmp_path: Path) -
     broken = tmp_path / "batch-000008"
     broken.mkdir()
     (broken / "metadata.json").write_text("{not json")
-    missing = tmp_path / "batch-000007"
+    missing = tmp_path / "batch-000007"  # complete metadata, files gone
     missing.mkdir()
-    (missing / "metadata.json").write_text(
-        (tmp_path / "batch-000004" / "metadata.json").read_text()
-    )
-    assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000004")
+    metadata = json.loads((tmp_path / "batch-000004" / "metadata.json").read_text())
+    counts = {"batches_trained": 7, "samples_trained": 56, "records_consumed": 56}
+    (missing / "metadata.json").write_text(json.dumps({**metadata, **counts}))
+    with pytest.warns(UserWarning, match=r"passing over \S+batch-000008: .*not valid JSON"):
+        assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000004")
     os.remove(tmp_path / "batch-000004" / "rank-0.pth")
-    assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000003")
+    with pytest.warns(
+        UserWarning,
+        match=r"passing over \S+batch-000004: .*rank-0.pth, listed .*, is gone",
+    ):
+        assert find_latest_checkpoint(str(tmp_path)) == str(tmp_path / "batch-000003")
     assert find_latest_checkpoint(str(tmp_path / "nowhere")) is None
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch.utils.data as tud
 from test_trial_growth import Recorded, run
-from trial_helpers import identical, weights
+from trial_helpers import as_if_saved_by, identical, weights
 
 from detsamplers import (
     GrowingShuffleSampler,
@@ -81,9 +81,7 @@ def test_a_curriculum_change_on_another_world_size_loads_rank_0s_loader_state(
     # The checkpoint claims 2 ranks: this one-rank run loads rank 0's saved loader state,
     # which the loader checks on any grid (the law on simulated ranks is tested below).
     mixed(tmp_path / "a", 3, resume=False, plan=[], extra=0)
-    path = tmp_path / "a" / "batch-000003" / "metadata.json"
-    metadata = json.loads(path.read_text())
-    path.write_text(json.dumps({**metadata, "world_size": 2, "data_global_digest": "0" * 16}))
+    as_if_saved_by(tmp_path / "a" / "batch-000003", 2, data_global_digest="0" * 16)
     resumed = mixed(tmp_path / "a", 6, plan=ONLY_FIRST, extra=0)
     straight = mixed(tmp_path / "b", 6, resume=False, plan=ONLY_FIRST, extra=0)
     assert resumed.batches == straight.batches[3:]

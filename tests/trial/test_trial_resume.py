@@ -12,7 +12,7 @@ import torch
 import torch.utils.data as tud
 from hypothesis import given
 from hypothesis import strategies as st
-from trial_helpers import identical, metrics, run, weights
+from trial_helpers import as_if_saved_by, identical, metrics, run, weights
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
@@ -110,9 +110,7 @@ def test_a_resume_with_another_global_batch_size_continues_at_the_sample_reached
 
 def test_a_resume_on_another_world_size_checks_the_global_batches(tmp_path: Path) -> None:
     run(str(tmp_path), 3)
-    path = tmp_path / "batch-000003" / "metadata.json"
-    metadata = json.loads(path.read_text())
-    path.write_text(json.dumps({**metadata, "world_size": 2, "data_global_digest": "0" * 16}))
+    as_if_saved_by(tmp_path / "batch-000003", 2, data_global_digest="0" * 16)
     with pytest.raises(ReproducibilityError, match="data_global_digest is '0000000000000000'"):
         run(str(tmp_path), 6, resume=True)
 

@@ -26,7 +26,6 @@ from detsamplers.trial._data import MapData
 from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._distributed import DistributedContext
 from detsamplers.trial._schedule import BatchSchedule, check_past, realize
-from detsamplers.trial._trainer import _check_sizes
 
 SEED = 1  # the trial seed, which the demo trial's loader takes
 
@@ -99,9 +98,9 @@ def test_a_callable_that_returns_a_bad_size_is_named_with_the_sample() -> None:
 
 def test_sizes_the_world_size_does_not_divide_are_refused_before_training() -> None:
     schedule = BatchSchedule([[0, 8], [100, 12], [200, 6]])
-    _check_sizes(schedule, Clock(schedule, 1, samples=300), 2)  # 12 and 8 are past
+    Clock(schedule, 1, samples=300).check_world_size(2)  # 12 and 8 are past
     with pytest.raises(ValueError, match=r"whose size 6 is not a multiple of world size 4; use"):
-        _check_sizes(schedule, Clock(schedule, 1), 4)
+        Clock(schedule, 1).check_world_size(4)
 
 
 def test_a_list_switches_at_the_first_step_boundary_at_or_after_its_start() -> None:

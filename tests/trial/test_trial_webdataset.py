@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from trial_helpers import identical, metrics
+from trial_helpers import as_if_saved_by, identical, metrics
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetSource
@@ -235,8 +235,7 @@ def test_a_resume_from_shards_rewritten_with_other_counts_is_refused(
 ) -> None:
     copy = resume_copy(straight, tmp_path)
     if world_size != 1:  # as if saved by 2 ranks: the world-size-free digest is checked
-        path = copy / f"batch-{BATCHES:06d}" / "metadata.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), "world_size": world_size}))
+        as_if_saved_by(copy / f"batch-{BATCHES:06d}", world_size)
     swapped = [COUNTS[1], COUNTS[0], *COUNTS[2:]]  # same names, same total
     urls = write_shards(tmp_path / "rewritten", swapped)
     match = (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +40,18 @@ def run(
             reporting_period=Batch(5),
         )
     return trial
+
+
+def as_if_saved_by(folder: Path | str, world_size: int, **fields: Any) -> None:
+    """Make a one-rank checkpoint claim ``world_size`` ranks: rank files copied, metadata
+    consistent with them (NOTE [ checkpoint metadata ]), and ``fields`` overridden."""
+    folder = Path(folder)
+    for rank in range(1, world_size):
+        shutil.copyfile(folder / "rank-0.pth", folder / f"rank-{rank}.pth")
+    path = folder / "metadata.json"
+    metadata = json.loads(path.read_text())
+    files = sorted(["state-dict.pth", *(f"rank-{r}.pth" for r in range(world_size))])
+    path.write_text(json.dumps({**metadata, "world_size": world_size, "files": files, **fields}))
 
 
 def weights(trial: DemoTrial) -> dict[str, torch.Tensor]:

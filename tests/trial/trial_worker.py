@@ -6,6 +6,9 @@
   (``TORCHELASTIC_RESTART_COUNT=0``), with exit status 1.
 - ``TRIAL_SIGNAL_AT=<batch>`` and ``TRIAL_SIGNAL_RANK=<rank>``: that rank sends itself
   SIGTERM during global batch ``<batch>``, as ``kill <pid>`` on one rank would.
+- ``TRIAL_RAISE_AT=<batch>`` and ``TRIAL_RAISE_RANK=<rank>``: that rank's ``train_batch``
+  raises ``RuntimeError`` in global batch ``<batch>`` (a bug in the trial), after writing
+  the time to ``<record-dir or the working directory>/raised-rank<rank>``.
 - ``TRIAL_CRASH_IN_CHECKPOINT=<folder name>``: the process dies with ``os._exit(3)`` half
   way through writing ``state-dict.pth`` of that checkpoint.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 from detsamplers.trial import _checkpoint
@@ -46,6 +50,11 @@ class Injected(DemoTrial):
                 os._exit(3)
             if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
                 os._exit(1)
+        if _here("TRIAL_RAISE", batch_idx, rank):
+            folder = self.record_dir or os.getcwd()
+            with open(os.path.join(folder, f"raised-rank{rank}"), "w") as f:
+                f.write(repr(time.time()))
+            raise RuntimeError(f"train_batch of rank {rank} failed at batch {batch_idx}")
         if _here("TRIAL_SIGNAL", batch_idx, rank):
             os.kill(os.getpid(), signal.SIGTERM)
         return super().train_batch(batch, epoch_idx, batch_idx)

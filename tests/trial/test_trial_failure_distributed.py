@@ -1,0 +1,185 @@
+"""A rank that fails exits (NOTE [ failing rank exits ]): one process, then real torchrun runs.
+
+A rank whose ``train_batch`` raises, with loader workers, and a node lost from two torchrun
+agents (c10d rendezvous on 127.0.0.1): every surviving process must exit non-zero within
+seconds, so that torchrun sees the failure, and an ``"auto"`` relaunch continues exactly
+from the newest checkpoint. Every subprocess has a timeout: a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils.data as tud
+from trial_helpers import metrics
+
+from detsamplers.trial._demo import descendants, end_run, free_port, launch, processes, torchrun
+from detsamplers.trial._shield import failure_flag, shield_workers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16"]
+EXIT_SECONDS = 60  # from the failure to torchrun's exit; a few seconds unloaded
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = HERE + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
+
+
+def _pids(record_dir: Path, ranks: range) -> list[int]:
+    return [int((record_dir / f"pid-rank{rank}").read_text()) for rank in ranks]
+
+
+def _gone(groups: list[int], seconds: float) -> bool:
+    """Whether every live process of these process groups is gone (zombies count as gone).
+
+    torchrun starts each rank in a session of its own, which its loader workers share.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        table = processes()
+        if not any(state != "Z" and group in groups for state, _, group in table.values()):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _wait(agent: subprocess.Popen[bytes], seconds: float) -> int | None:
+    try:
+        return agent.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        end_run(agent)
+        return None
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_shielded_worker_lives_through_a_stop_signal_until_its_fit_fails(method: str) -> None:
+    flag = failure_flag()
+    loader = tud.DataLoader(range(64), num_workers=1, multiprocessing_context=method)
+    iterator = iter(shield_workers(loader, (signal.SIGTERM, signal.SIGUSR1), flag))
+    next(iterator)
+    worker = iterator._workers[0]  # type: ignore[attr-defined]
+    try:
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.join(2)
+        assert worker.is_alive()  # a pause: the worker lives on
+        assert next(iterator) is not None
+        flag.value = True  # fit failed
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.join(30)
+        assert not worker.is_alive() and worker.exitcode == 0
+    finally:
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+
+def test_one_process_whose_train_batch_raises_with_a_worker_exits_non_zero(tmp_path: Path) -> None:
+    # The issue's repro: num_workers=1, train_batch raises at batch 2; it used to hang.
+    args = [f"--checkpoint-dir={tmp_path}", "--max-batches=10", "--num-workers=1"]
+    env = _env(TRIAL_RAISE_AT="2", TRIAL_RAISE_RANK="0")
+    script = os.path.join(HERE, "trial_worker.py")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "RuntimeError: train_batch of rank 0 failed at batch 2" in done.stderr
+    raised = float((tmp_path / "raised-rank0").read_text())
+    assert time.time() - raised < EXIT_SECONDS, f"{time.monotonic() - started:.1f} s in all"
+
+
+@pytest.mark.distributed
+def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exactly(
+    demo: tuple[bool, list[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, work = demo
+    ckpt, first = tmp_path / "ckpt", tmp_path / "first"
+    args = [f"--checkpoint-dir={ckpt}", *COMMON, "--max-batches=48", "--resume"]
+    env = _env(TRIAL_RAISE_AT="13", TRIAL_RAISE_RANK="1")
+    with open(tmp_path / "log", "w") as log:
+        agent = subprocess.Popen(
+            torchrun(2, [*args, f"--record-dir={first}"], "trial_worker"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        code = _wait(agent, 180)
+    exited = time.time()
+    text = (tmp_path / "log").read_text()
+    assert code is not None, f"torchrun hung after a rank raised:\n{text[-3000:]}"
+    assert code != 0, text[-3000:]
+    assert "train_batch of rank 1 failed at batch 13" in text
+    raised = float((first / "raised-rank1").read_text())
+    assert exited - raised < EXIT_SECONDS, f"{exited - raised:.1f} s from the raise to the exit"
+    assert _gone(_pids(first, range(2)), 30), "a rank or a loader worker outlived the run"
+
+    # The same command again: "auto" resumes from the newest checkpoint, before batch 13.
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    weights = tmp_path / "w.pt"
+    launch(2, [*args, f"--record-dir={tmp_path / 'second'}", f"--weights-out={weights}"],
+           str(tmp_path / "log"), module="trial_worker", timeout=300)  # fmt: skip
+    resumes = [row["batches_trained"] for row in metrics(str(ckpt)) if row["type"] == "resume"]
+    assert resumes == [8]
+    straight = torch.load(work / "reference" / "weights.pt", weights_only=True)
+    relaunched = torch.load(weights, weights_only=True)
+    assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
+
+
+@pytest.mark.distributed
+def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path) -> None:
+    # Node 0 hosts the rendezvous store; node 1 (agent, rank, loader worker) is lost whole.
+    records = tmp_path / "records"
+    args = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", *COMMON]
+    args += ["--max-batches=100000000", "--checkpoint-every=100000000"]
+    endpoint = f"--rdzv-endpoint=127.0.0.1:{free_port()}"
+    nodes = ["--nnodes=2", "--rdzv-backend=c10d", endpoint, "--rdzv-id=lost", "--max-restarts=0"]
+    with open(tmp_path / "log", "w") as log:
+        agents = [
+            subprocess.Popen(
+                torchrun(
+                    1,
+                    args,
+                    "trial_worker",
+                    [*nodes, f"--node_rank={node}", f"--rdzv-conf=is_host={int(node == 0)}"],
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                start_new_session=True,
+            )
+            for node in range(2)
+        ]
+        try:
+            trained = records / "records-rank0.jsonl"
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and agents[0].poll() is None:
+                if trained.exists() and trained.read_text().count("\n") >= 10:
+                    break
+                time.sleep(0.1)
+            assert trained.exists(), (tmp_path / "log").read_text()[-3000:]
+            survivors = descendants(agents[0].pid)  # its rank and the rank's loader worker
+            end_run(agents[1])  # SIGKILL to node 1's agent, its rank and the rank's worker
+            killed = time.monotonic()
+            code = _wait(agents[0], 180)
+            seconds = time.monotonic() - killed
+        finally:
+            for agent in agents:
+                if agent.poll() is None:
+                    end_run(agent)
+    text = (tmp_path / "log").read_text()
+    assert code is not None, f"the surviving agent hung after the other node was lost:\n{text}"
+    assert code != 0, text[-3000:]
+    assert seconds < EXIT_SECONDS * 2, f"{seconds:.1f} s from the loss to the exit"
+    assert survivors and _gone(survivors, 30), "the surviving rank or its worker outlived it"
