@@ -89,7 +89,8 @@ def _loader_state(obj: Any, path: str) -> dict[str, Any] | None:
 def read_checkpoint(path: str) -> dict[str, Any]:
     """Read PATH into ``{"kind", "path", "metadata", "states"}`` (NOTE [ inspect ]).
 
-    The one place that reads files: it can switch to the trial's metadata validator.
+    The one place that reads files; a checkpoint folder's ``metadata.json`` goes through
+    the trial's validator, which also checks that the rank files it lists are there.
     """
     if not os.path.exists(path):
         raise FileNotFoundError(path)
@@ -104,13 +105,14 @@ def read_checkpoint(path: str) -> dict[str, Any]:
             )
         path = latest
     if os.path.isdir(path):
-        metadata = _read_json(os.path.join(path, "metadata.json"))
-        if not isinstance(metadata, dict):
-            raise InspectError(f"{os.path.join(path, 'metadata.json')}: not a JSON object")
+        from .trial._metadata import read_checkpoint_metadata
+
+        try:  # the trial's own validator (NOTE [ checkpoint metadata ])
+            metadata = read_checkpoint_metadata(path)
+        except ValueError as error:
+            raise InspectError(str(error)) from None
         states: dict[int, dict[str, Any]] = {}
-        world = metadata.get("world_size")
-        ranks = range(world) if isinstance(world, int) and 0 < world <= 4096 else range(1)
-        for rank in ranks:
+        for rank in range(metadata["world_size"]):
             file = os.path.join(path, f"rank-{rank}.pth")
             if os.path.exists(file):
                 state = _loader_state(_read_torch(file), file)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,22 @@ def test_the_command_line_runs_as_a_module(checkpoints: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "samples trained     36" in result.stdout
+
+
+def test_a_checkpoint_folder_whose_metadata_lies_is_refused_naming_the_file_and_field(
+    checkpoints: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = sorted(checkpoints.glob("batch-*"))[-1]
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["world_size"] = 3  # rank files 1 and 2 do not exist, 4 is not a multiple of 3
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    code, out, err = run(capsys, str(folder))
+    assert (code, out) == (1, "")
+    assert err.startswith("inspect failed: ")
+    assert str(folder / "metadata.json") in err and "world_size" in err
+    metadata["world_size"], metadata["format_version"] = 1, 99
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    code, _, err = run(capsys, str(folder))
+    assert code == 1 and "newer" in err
