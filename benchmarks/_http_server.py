@@ -28,8 +28,10 @@ def main(folder: str) -> None:
             LOG.clear()
             return web.Response(text=json.dumps(out))
         response = await handler(request)
-        if request.method == "GET" and response.status in (200, 206):
-            path = os.path.join(folder, request.path.lstrip("/"))
+        path = os.path.join(folder, request.path.lstrip("/"))
+        # A FileResponse says 200 before it is sent; a file that is not there becomes a 404
+        # only then (a set index the benchmark never wrote, say), so it is not logged.
+        if request.method == "GET" and response.status in (200, 206) and os.path.isfile(path):
             size = os.path.getsize(path)
             start = request.http_range.start or 0
             stop = request.http_range.stop
