@@ -936,8 +936,9 @@ def test_a_skip_past_the_end_of_a_finite_chain_keeps_determineds_output_and_warn
         with pytest.warns(UserWarning, match=warning) as caught:
             passes = [list(chain), list(chain), list(chain)]
         assert passes == [[], [], []]
-        assert len(caught) == 1  # once per sampler
-        assert caught[0].filename == __file__  # at the line that iterates
+        ours = [w for w in caught if "every pass yields nothing" in str(w.message)]
+        assert len(ours) == 1  # once per sampler (a finalizer's ResourceWarning may also land)
+        assert ours[0].filename == __file__  # at the line that iterates
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert list(ds.SkipSampler(Unsized(5), 2)) == [2, 3, 4]  # as Determined's
@@ -1082,4 +1083,7 @@ def test_a_finite_skip_is_determineds_and_warns_exactly_when_it_empties_the_pass
         warnings.simplefilter("always")
         passes = [list(chain), list(chain)]
     assert passes == [list(range(length))[skip:]] * 2  # Determined's SkipSampler, every pass
-    assert len(caught) == (1 if skip and skip >= length else 0)
+    # Only the sampler's own warning counts: "always" also records whatever the garbage
+    # collector happens to finalize meanwhile (an earlier test's socket, a ResourceWarning).
+    ours = [w for w in caught if "every pass yields nothing" in str(w.message)]
+    assert len(ours) == (1 if skip and skip >= length else 0)
