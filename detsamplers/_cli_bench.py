@@ -38,6 +38,8 @@ from functools import partial
 from itertools import islice
 from typing import Any
 
+from ._cli_spec import load_callable
+
 __all__ = ["add_parser", "run"]
 
 
@@ -164,22 +166,6 @@ def _chain_cells(args: argparse.Namespace) -> Cells:
     ]
 
 
-def _import(spec: str, option: str) -> Any:
-    module_name, sep, attribute = spec.rpartition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"{option} should be module:factory, but got {spec!r}")
-    if "" not in sys.path:
-        sys.path.insert(0, "")  # the current folder, as python -m does
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"{option}: cannot import {module_name!r} ({error})") from error
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ValueError(f"{option}: {module_name} has no callable {attribute!r}")
-    return factory
-
-
 def _ours(dataset: Any, size: int, seed: int, workers: int, skip: int = 0) -> Any:
     from .loader import DataLoader
 
@@ -208,7 +194,7 @@ def _torch_replayed(dataset: Any, size: int, seed: int, deep: int) -> Any:
 
 
 def _dataset_cells(args: argparse.Namespace) -> Cells:
-    dataset = _import(args.dataset, "--dataset")()
+    dataset = load_callable(args.dataset, "--dataset", noun="factory")()
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise ValueError(
             f"--dataset should build a map-style dataset (__len__ and __getitem__), but "

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any
 
+from ._cli_spec import load_callable
+
 __all__ = ["add_parser", "inspect_path", "run"]
 
 #: The largest metadata or JSON state read (a real one is a few KiB).
@@ -256,34 +258,6 @@ def _print(out: dict[str, Any]) -> None:
             print(f"    must match: {row['must_match']}")
 
 
-def _load_factory(spec: str) -> Any:
-    import importlib
-    import importlib.util
-
-    module_name, sep, attribute = spec.rpartition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(
-            f"--against should be module:function or path/to/script.py:function, but got {spec!r}"
-        )
-    if module_name.endswith(".py"):
-        if not os.path.isfile(module_name):
-            raise ValueError(f"--against names the script {module_name!r}, which does not exist")
-        loaded = importlib.util.spec_from_file_location("_detsamplers_against", module_name)
-        assert loaded is not None and loaded.loader is not None
-        module = importlib.util.module_from_spec(loaded)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(module_name)))
-        loaded.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise ValueError(f"--against: cannot import {module_name!r} ({error})") from error
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ValueError(f"--against: {module_name} has no function {attribute!r}")
-    return factory
-
-
 def _differences(saved: list[dict[str, Any]], here: list[dict[str, Any]]) -> list[str]:
     out = []
     for k in range(max(len(saved), len(here))):
@@ -307,7 +281,7 @@ def against(out: dict[str, Any], spec: str, world_size: int) -> tuple[bool, list
     states = out["_states"]
     if not states:
         return False, ["the checkpoint holds no loader state to compare with"]
-    factory = _load_factory(spec)
+    factory = load_callable(spec, "--against", noun="function", scripts=True)
     loader = _build(factory, 0, Config(world_size=world_size))
     route = choose_route(loader, "auto")
     state = states[min(states)]

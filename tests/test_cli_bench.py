@@ -145,7 +145,7 @@ def test_the_terminal_table_and_the_command_line(module: Path) -> None:
         ),
         (["--dataset", "nomodule_xyz:f"], "--dataset: cannot import 'nomodule_xyz'"),
         (["--dataset", "user_data"], "--dataset should be module:factory, but got 'user_data'"),
-        (["--dataset", "user_data:nothing"], "--dataset: user_data has no callable 'nothing'"),
+        (["--dataset", "user_data:nothing"], "--dataset: user_data has no factory 'nothing'"),
         (["--dataset", "user_data:not_a_dataset"], "--dataset should build a map-style dataset"),
         (["--shards", "/no/such/shard-{0..1}.tar"], "/no/such/shard-0.tar"),
         (
