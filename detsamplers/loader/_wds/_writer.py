@@ -218,6 +218,12 @@ def _check_sample(obj: Any) -> None:
         raise TypeError(
             f"sample['__key__'] should be a string, but got {key!r} of type {type(key).__name__}"
         )
+    if "\0" in key:
+        raise ValueError(
+            f"sample['__key__'] should not hold a NUL byte, but got {key!r}: a tar member's "
+            "name ends at its first NUL, so the member would read back under a truncated key "
+            "with no field, and readers drop it; replace the NUL, e.g. key.replace('\\0', '_')"
+        )
     base = key.rpartition("/")[2]
     if not base or "." in base:
         read = key.rsplit(".", maxsplit=base.count("."))[0]
@@ -229,9 +235,10 @@ def _check_sample(obj: Any) -> None:
             "e.g. key.replace('.', '_')"
         )
     for field in obj:
-        if isinstance(field, str) and not field.startswith("_") and "/" in field:
+        if isinstance(field, str) and not field.startswith("_") and ("/" in field or "\0" in field):
             raise ValueError(
-                f"sample field names should not hold '/', but sample {key!r} has {field!r}: "
+                f"sample field names should not hold '/' or a NUL byte, but sample {key!r} has "
+                f"{field!r}: "
                 f"the member {key + '.' + field!r} would not read back as a field of the "
                 "sample; rename the field"
             )
