@@ -68,13 +68,14 @@ import torch.utils.data as tud
 
 from . import _native
 from ._errors import ReproducibilityError, check_int
+from ._grow import GrowingShuffleSampler, truncated_chain
 from ._permute import FeistelPermutation
 from ._seeds import derive, stream_key, stream_keys
 from ._source import ForeignSource, IndexSource, Node, as_node, chain_of
 from ._stage import Stage, _Cursor
 from ._state import fingerprint
 
-__all__ = ["MixSampler", "adopt_curriculum", "mix_position"]
+__all__ = ["MixSampler", "adopt_curriculum", "adopt_mixture_growth", "mix_position"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -995,6 +996,15 @@ class MixSampler(Stage[int]):
         epochs = [c // n if n else 0 for c, n in zip(consumed, self._lengths, strict=True)]
         return {"position": position, "consumed": consumed, "epochs": epochs}
 
+    def adopt_state(self, top: Node, state: Any) -> Any:
+        """A later curriculum, appended samplers or grown components (NOTE [ state hooks ])."""
+        return adopt_mixture_growth(top, adopt_curriculum(top, state))
+
+    def state_additions(self, top: Node, position: int) -> dict[str, Any]:
+        """Where each component is at ``top``'s ``position`` (``"mixture"``, informational)."""
+        found = mix_position(top, position)
+        return {} if found is None else {"mixture": found[0].progress(found[1])}
+
     def config(self) -> dict[str, Any]:
         seeds = []
         components = []
@@ -1248,3 +1258,72 @@ def adopt_curriculum(node: Node, state: Any) -> Any:
     if chain == saved:
         return state
     return {**state, "chain": chain, "fingerprint": fingerprint(chain)}
+
+
+def adopt_mixture_growth(node: Node, state: Any) -> Any:
+    """``state`` with ``node``'s mixture, if only components' growths from there on differ.
+
+    The mixture's part of a growth (NOTE [ growth law ]); any other difference returns
+    ``state`` unchanged, so that loading it names the difference.
+
+    Raises:
+        ValueError: a component's growth lies before the records it had given when the
+            saved run stopped.
+    """
+    if not isinstance(state, Mapping):
+        return state
+    saved, position = state.get("chain"), state.get("position")
+    if not isinstance(saved, list) or isinstance(position, bool) or not isinstance(position, int):
+        return state
+    return _adopt_mixture_growth(node, state, saved, position)
+
+
+def _adopt_mixture_growth(node: Node, state: Mapping[str, Any], saved: list[Any], at: int) -> Any:
+    """``state`` with ``node``'s mixture, if only components' growths from there on differ.
+
+    Component ``k`` is at its own position ``consumed[k]`` when the saved run stopped
+    (the mixture law does not depend on the components' lengths); its saved fingerprint
+    must be its current chain's with the growths before that position only.
+    """
+    found = mix_position(node, at)
+    mixture = chain_of(node)[-1]
+    samples = state.get("samples")
+    if found is None or not isinstance(mixture, MixSampler):
+        return state
+    reached = samples if isinstance(samples, int) and getattr(node, "grid", None) else found[1]
+    current = [link.config() for link in reversed(chain_of(node))]
+    if len(saved) != len(current) or not isinstance(saved[0], Mapping):
+        return state
+    old, new = dict(saved[0]), dict(current[0])
+    varying = ("lengths", "components")
+    if {k: v for k, v in old.items() if k not in varying} != {
+        k: v for k, v in new.items() if k not in varying
+    } or old == new:
+        return state
+    if not all(isinstance(old.get(key), list) for key in varying):
+        return state
+    if len(old["lengths"]) != len(new["lengths"]):
+        return state
+    consumed = mixture.progress(reached)["consumed"]
+    for k, component in enumerate(mixture._nodes):
+        if old["components"][k] == new["components"][k]:
+            continue
+        grow = next((x for x in chain_of(component) if isinstance(x, GrowingShuffleSampler)), None)
+        if grow is None:
+            return state
+        matched = None
+        for keep in range(len(grow._history)):
+            candidate = truncated_chain(component, keep)
+            if candidate is not None and fingerprint(candidate) == old["components"][k]:
+                matched = keep
+        if matched is None or grow._history[matched][1] != old["lengths"][k]:
+            return state
+        for position, size in grow._history[matched + 1 :]:
+            if position < consumed[k]:
+                raise ValueError(
+                    f"growth position {position} of samplers[{k}] (to {size} records) should be "
+                    f"at least {consumed[k]}, the records that component had given when the "
+                    f"saved run stopped; record it as ({consumed[k]}, {size}) or later"
+                )
+    adopted = [new, *saved[1:]]
+    return {**state, "chain": adopted, "fingerprint": fingerprint(adopted)}

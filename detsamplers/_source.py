@@ -102,6 +102,16 @@ class Node:
         """This link's part of the chain fingerprint (JSON-able)."""
         raise NotImplementedError
 
+    # -- hooks the template calls on every link (NOTE [ state hooks ]) ------------------
+
+    def adopt_state(self, top: Node, state: Any) -> Any:
+        """``state`` rewritten in ``top``'s terms where this link allows it, else ``state``."""
+        return state
+
+    def state_additions(self, top: Node, position: int) -> dict[str, Any]:
+        """Informational keys this link adds to ``top``'s state at ``position``."""
+        return {}
+
 
 class IndexSource(Node):
     """A source whose position ``p`` is ``values[p % n]``: SequentialSampler, range, arrays."""
