@@ -22,7 +22,7 @@ the same mixture, as after any curriculum change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch.utils.data as tud
@@ -35,13 +35,18 @@ from .._source import Node, chain_of
 from .._stage import Stage
 from .._state import fingerprint
 
-if TYPE_CHECKING:
-    from ._sampler import MixSampler
-
-__all__ = ["adopt_curriculum", "adopt_mixture_growth", "mix_position"]
+__all__ = ["Mixture", "adopt_curriculum", "adopt_mixture_growth", "mix_position"]
 
 
-def mix_position(node: Node, position: int) -> tuple[MixSampler, int] | None:
+class Mixture(Protocol):
+    """What adopting a state reads of a ``MixSampler`` (the link whose verb is ``"mix"``)."""
+
+    _nodes: list[Node]
+
+    def progress(self, position: int) -> dict[str, Any]: ...
+
+
+def mix_position(node: Node, position: int) -> tuple[Mixture, int] | None:
     """The mixture under ``node`` and the first mixture position at ``node``'s ``position``.
 
     Walks down shard (taking rank 0's position, so that every rank of a step agrees),
@@ -49,7 +54,7 @@ def mix_position(node: Node, position: int) -> tuple[MixSampler, int] | None:
     """
     for link in chain_of(node):
         if link.verb == "mix":
-            return cast("MixSampler", link), position
+            return cast("Mixture", link), position
         grid = getattr(link, "grid", None)  # a skip at a sample (NOTE [ sample positions ])
         if grid is not None and getattr(grid.samples, "verb", None) == "mix":
             return grid.samples, int(link.samples_at(position))  # type: ignore[attr-defined]
@@ -256,11 +261,11 @@ def _adopt_mixture_growth(node: Node, state: Mapping[str, Any], saved: list[Any]
     must be its current chain's with the growths before that position only.
     """
     found = mix_position(node, at)
-    mixture = chain_of(node)[-1]
+    link = chain_of(node)[-1]
     samples = state.get("samples")
-    if found is None or mixture.verb != "mix":
+    if found is None or link.verb != "mix":
         return state
-    mixture = cast("MixSampler", mixture)
+    mixture = cast("Mixture", link)
     reached = samples if isinstance(samples, int) and getattr(node, "grid", None) else found[1]
     current = [link.config() for link in reversed(chain_of(node))]
     if len(saved) != len(current) or not isinstance(saved[0], Mapping):
