@@ -80,6 +80,9 @@ class Stage(Node, tud.Sampler[T]):
 
     #: Keys a subclass adds to ``state_dict()`` (``load_state_dict`` refuses any other).
     _state_extra: tuple[str, ...] = ()
+    #: The links whose ``state_additions`` add keys, from the source outwards (found once:
+    #: a chain is fixed once built, and a loader asks for the state at every batch).
+    _adding: list[Node] | None = None
 
     def __init__(self, inner: Any, inner_param: str) -> None:
         if not isinstance(inner, Node):
@@ -273,7 +276,10 @@ class Stage(Node, tud.Sampler[T]):
             "fingerprint": digest,
             "chain": self.chain_config(),
         }
-        for link in reversed(chain_of(self)):  # informational, not checked on load
+        if self._adding is None:
+            links = reversed(chain_of(self))
+            self._adding = [x for x in links if type(x).state_additions is not Node.state_additions]
+        for link in self._adding:  # informational, not checked on load
             state.update(link.state_additions(self, position))
         return state
 
