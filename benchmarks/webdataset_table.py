@@ -103,7 +103,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
 
     Each shard is read into memory first, so that only parsing is timed, not the disk.
     """
-    from detsamplers.loader._wds import _index, _tar_headers
+    from detsamplers.loader._wds import _scan, _tar_headers
 
     shards = []
     for name in sorted(os.listdir(folder)):
@@ -118,7 +118,7 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
     start = time.process_time()
     for data, listing in zip(shards, listings, strict=True):
         assert listing is not None
-        _index._group("bench", listing[0], len(data))
+        _scan._group("bench", listing[0], len(data))
     grouped = time.process_time() - start
     return total / walked, total / (walked + grouped)
 

@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as error:
         parser.error(str(error))
+    except FileNotFoundError as error:  # the demo trial, examples/demo_trial.py, is missing
+        print(f"demo failed: {error}", file=sys.stderr)
+        return 1
     except RuntimeError as error:  # a launch failed; its output is in the message
         print(f"demo failed: {error}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data as tud
 
-from ._source import Node, as_node, check_reach
+from ._node import Node, check_reach
 
 __all__ = ["BatchSource", "split_batches"]
 
@@ -30,15 +30,15 @@ def split_batches(flat: list[int], size: int) -> list[list[int]]:
 
 
 class BatchSource(Node):
-    """A torch ``BatchSampler`` seen as a chain link."""
+    """A torch ``BatchSampler`` seen as a chain link, over its sampler already wrapped."""
 
     kind = "batch"
     verb = "batch"
 
-    def __init__(self, batch_sampler: tud.BatchSampler) -> None:
+    def __init__(self, batch_sampler: tud.BatchSampler, inner: Node) -> None:
         self._size = int(batch_sampler.batch_size)
         self._drop_last = bool(batch_sampler.drop_last)
-        self._inner = as_node(batch_sampler.sampler)
+        self._inner = inner  # batch_sampler.sampler as a node (as_node wraps both)
         self.indexable = self._inner.indexable and self._inner.kind == "record"
         self.infinite = self._inner.infinite
         self.clock = self._inner.clock

@@ -46,7 +46,7 @@ from ._shuffle import PermutationKind, _Shuffle
 from ._source import IndexSource, Node, chain_of
 from ._state import fingerprint
 
-__all__ = ["GrowingShuffleSampler", "adopt_growth"]
+__all__ = ["GrowingShuffleSampler", "adopt_growth", "truncated_chain"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -362,6 +362,10 @@ class GrowingShuffleSampler(_Shuffle[int]):
             out[mask] = self._era_records(self._eras[i], positions[mask])
         return out
 
+    def adopt_state(self, top: Node, state: Any) -> Any:
+        """A growth recorded at or after the saved position (NOTE [ state hooks ])."""
+        return adopt_growth(top, state)
+
     def config(self) -> dict[str, Any]:
         out = super().config()
         if self.grows:
@@ -415,8 +419,6 @@ def adopt_growth(node: Node, state: Any) -> Any:
     if not isinstance(saved, list) or isinstance(position, bool) or not isinstance(position, int):
         return state
     links = chain_of(node)
-    if links[-1].verb == "mix":
-        return _adopt_mixture_growth(node, state, saved, position)
     target = links[-2] if len(links) >= 2 else None
     if not isinstance(target, GrowingShuffleSampler):
         return state
@@ -463,7 +465,7 @@ def adopt_growth(node: Node, state: Any) -> Any:
     return {**state, "chain": adopted, "fingerprint": fingerprint(adopted)}
 
 
-def _truncated(component: Node, keep: int) -> list[dict[str, Any]] | None:
+def truncated_chain(component: Node, keep: int) -> list[dict[str, Any]] | None:
     """A component's chain configuration as if only its first ``keep`` growths existed."""
     links = chain_of(component)
     grow = next((link for link in links if isinstance(link, GrowingShuffleSampler)), None)
@@ -481,56 +483,3 @@ def _truncated(component: Node, keep: int) -> list[dict[str, Any]] | None:
                 config["lengths"] = [[at, size] for at, size in history]
         out.append(config)
     return out
-
-
-def _adopt_mixture_growth(node: Node, state: Mapping[str, Any], saved: list[Any], at: int) -> Any:
-    """``state`` with ``node``'s mixture, if only components' growths from there on differ.
-
-    Component ``k`` is at its own position ``consumed[k]`` when the saved run stopped
-    (the mixture law does not depend on the components' lengths); its saved fingerprint
-    must be its current chain's with the growths before that position only.
-    """
-    from ._mix import MixSampler, mix_position
-
-    found = mix_position(node, at)
-    mixture = chain_of(node)[-1]
-    samples = state.get("samples")
-    if found is None or not isinstance(mixture, MixSampler):
-        return state
-    reached = samples if isinstance(samples, int) and getattr(node, "grid", None) else found[1]
-    current = [link.config() for link in reversed(chain_of(node))]
-    if len(saved) != len(current) or not isinstance(saved[0], Mapping):
-        return state
-    old, new = dict(saved[0]), dict(current[0])
-    varying = ("lengths", "components")
-    if {k: v for k, v in old.items() if k not in varying} != {
-        k: v for k, v in new.items() if k not in varying
-    } or old == new:
-        return state
-    if not all(isinstance(old.get(key), list) for key in varying):
-        return state
-    if len(old["lengths"]) != len(new["lengths"]):
-        return state
-    consumed = mixture.progress(reached)["consumed"]
-    for k, component in enumerate(mixture._nodes):
-        if old["components"][k] == new["components"][k]:
-            continue
-        grow = next((x for x in chain_of(component) if isinstance(x, GrowingShuffleSampler)), None)
-        if grow is None:
-            return state
-        matched = None
-        for keep in range(len(grow._history)):
-            candidate = _truncated(component, keep)
-            if candidate is not None and fingerprint(candidate) == old["components"][k]:
-                matched = keep
-        if matched is None or grow._history[matched][1] != old["lengths"][k]:
-            return state
-        for position, size in grow._history[matched + 1 :]:
-            if position < consumed[k]:
-                raise ValueError(
-                    f"growth position {position} of samplers[{k}] (to {size} records) should be "
-                    f"at least {consumed[k]}, the records that component had given when the "
-                    f"saved run stopped; record it as ({consumed[k]}, {size}) or later"
-                )
-    adopted = [new, *saved[1:]]
-    return {**state, "chain": adopted, "fingerprint": fingerprint(adopted)}

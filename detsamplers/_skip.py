@@ -30,7 +30,6 @@ import torch.utils.data as tud
 from ._errors import check_int
 from ._order import ORDER
 from ._samples import SampleGrid, check_elastic_state, check_saved_samples, sample_grid
-from ._source import chain_of
 from ._stage import Stage, _Cursor
 
 __all__ = ["SkipBatchSampler", "SkipSampler"]
@@ -129,13 +128,7 @@ class _Skip(Stage[T]):
                 shuffle or repeat, or from a chain without sample positions that differs
                 at all; the message names each difference.
         """
-        if chain_of(self)[-1].verb == "mix":  # curriculum segments to come may change
-            from ._mix import adopt_curriculum
-
-            state_dict = adopt_curriculum(self, state_dict)
-        from ._grow import adopt_growth  # a growth recorded at or after the saved position
-
-        state_dict = adopt_growth(self, state_dict)
+        state_dict = self.adopt_saved(state_dict)  # NOTE [ state hooks ]
         if self._elastic_load(state_dict):
             return
         cursor, resume = self._cursor, self._resume

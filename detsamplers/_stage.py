@@ -12,6 +12,20 @@ pure index map, NOTE [ position algebra ]) plus, for chains that cannot be addre
   first batch after a seek is quick;
 - the position is read from the block's list iterator (``length_hint``), so counting
   costs nothing per item.
+
+NOTE [ state hooks ]
+A state is a position plus the chain's configuration (NOTE [ position algebra ]). Some
+links let their configuration change after the saved position without touching the
+records already read: a mixture's later curriculum segments and appended samplers
+(NOTE [ mixture law ], NOTE [ adding a component ]), a growth recorded at or after the
+saved position (NOTE [ growth law ]). The template knows none of them: every link of a
+chain (``Node``) has two hooks, ``adopt_state(top, state)``, which returns the saved
+state rewritten in this chain's terms where the link allows the difference (and the
+state unchanged otherwise, so that the check names the difference), and
+``state_additions(top, position)``, informational keys the link adds to a saved state (a
+mixture's progress). ``state_dict`` and ``load_state_dict`` call them on each link from
+the source outwards; a stage with a load of its own (a skip's sample grid,
+NOTE [ sample positions ]) overrides ``load_state_dict`` and calls ``adopt_saved`` first.
 """
 
 from __future__ import annotations
@@ -66,6 +80,9 @@ class Stage(Node, tud.Sampler[T]):
 
     #: Keys a subclass adds to ``state_dict()`` (``load_state_dict`` refuses any other).
     _state_extra: tuple[str, ...] = ()
+    #: The links whose ``state_additions`` add keys, from the source outwards (found once:
+    #: a chain is fixed once built, and a loader asks for the state at every batch).
+    _adding: list[Node] | None = None
 
     def __init__(self, inner: Any, inner_param: str) -> None:
         if not isinstance(inner, Node):
@@ -259,18 +276,27 @@ class Stage(Node, tud.Sampler[T]):
             "fingerprint": digest,
             "chain": self.chain_config(),
         }
-        if chain_of(self)[-1].verb == "mix":
-            # Informational, not checked on load: where each component of the mixture is.
-            from ._mix import mix_position
-
-            found = mix_position(self, position)
-            if found is not None:
-                state["mixture"] = found[0].progress(found[1])
+        if self._adding is None:
+            links = reversed(chain_of(self))
+            self._adding = [x for x in links if type(x).state_additions is not Node.state_additions]
+        for link in self._adding:  # informational, not checked on load
+            state.update(link.state_additions(self, position))
         return state
 
     def _state_position(self) -> int:
         """The position ``state_dict`` saves: the latest iterator's (a loader may know better)."""
         return self._cursor.position()
+
+    def adopt_saved(self, state: Any) -> Any:
+        """``state`` with every link's allowed changes adopted (NOTE [ state hooks ]).
+
+        Each link, from the source outwards, may rewrite a saved state whose chain differs
+        from this one only in what that link lets change after the saved position; any
+        other difference is left for the state check to name.
+        """
+        for link in reversed(chain_of(self)):
+            state = link.adopt_state(self, state)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a state saved by ``state_dict`` of an identical chain.
@@ -280,16 +306,10 @@ class Stage(Node, tud.Sampler[T]):
         Raises:
             ReproducibilityError: the state comes from a chain with another configuration
                 (seed, dataset length, stages, rank...); the message names each difference.
-                A mixture's curriculum may differ in segments that start at or after the
-                saved position (NOTE [ mixture law ]).
+                A link may allow some changes from the saved position on (a mixture's later
+                curriculum segments, a recorded growth: NOTE [ state hooks ]).
         """
-        if chain_of(self)[-1].verb == "mix":
-            from ._mix import adopt_curriculum
-
-            state_dict = adopt_curriculum(self, state_dict)
-        from ._grow import adopt_growth  # a growth recorded at or after the saved position
-
-        state_dict = adopt_growth(self, state_dict)
+        state_dict = self.adopt_saved(state_dict)
         position = check_state(
             state_dict, self.chain_config(), type(self).__name__, self._state_extra
         )

@@ -9,12 +9,21 @@ as the module ``conftest`` and collide when both folders are collected in one ru
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from detsamplers.trial._demo import run_demo
+from detsamplers.trial._demo import examples_dir, run_demo
+
+# The demo trial and the other runnable examples live in examples/ beside the package: the
+# tests import them (``from demo_trial import DemoTrial``), and so do the processes they
+# launch (torchrun ranks, scripts), which inherit PYTHONPATH.
+EXAMPLES = examples_dir()
+if EXAMPLES not in sys.path:
+    sys.path.insert(0, EXAMPLES)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (EXAMPLES, os.environ.get("PYTHONPATH")) if p)
 
 settings.register_profile(
     "default",

@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
+from demo_trial import DemoTrial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import detsamplers as ds
 from detsamplers.loader import DataLoader, WebDatasetSource, check_reproducible
 from detsamplers.trial import init, load_trial_from_checkpoint_path
-from detsamplers.trial._demo_trial import DemoTrial
 from tests.helpers import ForeignSampler, take
 
 

@@ -18,8 +18,8 @@ Examples:
 
 from typing import TYPE_CHECKING, Any
 
-from ._check import check_reproducible
 from ._dataloader import DataLoader
+from ._reproducible import check_reproducible
 from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
 
 if TYPE_CHECKING:

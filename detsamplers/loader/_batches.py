@@ -22,7 +22,6 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import ReproducibilityError, check_int
-from .._grow import adopt_growth
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
@@ -354,7 +353,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         The saved digest is checked against the saved configuration (the records before
         the saved sample are the same), then recomputed for this one.
         """
-        adopted = adopt_growth(self, adopt_curriculum(self, state))
+        adopted = self.adopt_saved(state)  # NOTE [ state hooks ]
         saved, samples = state["loader"], state.get("samples")
         if adopted is state or self.grid is None or not isinstance(samples, int):
             return state

@@ -401,15 +401,26 @@ def load_trial_from_checkpoint_path(
 
     Examples:
         >>> import tempfile
-        >>> from detsamplers.trial import Batch, Trainer, init
-        >>> from detsamplers.trial._demo_trial import DemoTrial
-        >>> hparams = {"global_batch_size": 8, "lr": 0.1, "records": 32, "num_workers": 0}
+        >>> from detsamplers.loader import DataLoader
+        >>> from detsamplers.trial import Batch, Trainer, Trial, init
+        >>> class Fit(Trial):
+        ...     def __init__(self, context):
+        ...         super().__init__(context)
+        ...         self.model = context.wrap_model(torch.nn.Linear(1, 1))
+        ...         self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), 0.1))
+        ...     def build_training_data_loader(self):
+        ...         return DataLoader(torch.ones(8, 1), batch_size=4, shuffle=True)
+        ...     def train_batch(self, batch, epoch_idx, batch_idx):
+        ...         loss = self.model(batch).pow(2).mean()
+        ...         self.context.backward(loss)
+        ...         self.context.step_optimizer(self.opt)
+        ...         return loss
         >>> folder = tempfile.mkdtemp()
-        >>> with init(hparams=hparams) as context:
-        ...     trained = DemoTrial(context)
+        >>> with init(hparams={"global_batch_size": 4}) as context:
+        ...     trained = Fit(context)
         ...     Trainer(trained, context).fit(Batch(2), checkpoint_dir=folder)
-        [batch 2] training: accuracy=... loss=...
-        >>> loaded = load_trial_from_checkpoint_path(find_latest_checkpoint(folder), DemoTrial)
+        [batch 2] training: loss=...
+        >>> loaded = load_trial_from_checkpoint_path(find_latest_checkpoint(folder), Fit)
         >>> all(torch.equal(a, b) for a, b in zip(loaded.model.parameters(),
         ...                                       trained.model.parameters()))
         True

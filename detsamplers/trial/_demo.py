@@ -1,6 +1,6 @@
 """``python -m detsamplers demo``: pause 2 ranks midway, resume on 1, verify the batches.
 
-Five torchrun launches of :mod:`detsamplers.trial._demo_trial` (gloo on 127.0.0.1):
+Five torchrun launches of the demo trial, ``examples/demo_trial.py`` (gloo on 127.0.0.1):
 
 1. an uninterrupted reference run on ``ranks`` ranks;
 2. the same run stopped at ``pause_at`` (its ``max_length`` ends there with a checkpoint);
@@ -36,15 +36,59 @@ import torch
 from ._checkpoint import find_latest_checkpoint
 
 __all__ = [
+    "DEMO_TRIAL",
     "descendants",
     "end_run",
+    "examples_dir",
     "global_batches",
     "launch",
     "processes",
     "run_demo",
+    "run_env",
     "seen_once_per_epoch",
     "torchrun",
 ]
+
+
+#: The demo trial's module: ``examples/demo_trial.py``, run with the examples on the path.
+DEMO_TRIAL = "demo_trial"
+#: A folder holding ``demo_trial.py``, for an install without the repository's examples/.
+EXAMPLES_ENV = "DETSAMPLERS_EXAMPLES"
+
+
+def examples_dir() -> str:
+    """The folder of the runnable examples: ``examples/`` beside the package, in a checkout.
+
+    An editable install (``pip install -e .``, ``make install``) finds it next to the
+    ``detsamplers`` folder; a wheel does not install the examples, so point
+    ``$DETSAMPLERS_EXAMPLES`` at a folder holding ``demo_trial.py`` (a copy of the
+    repository's ``examples/``).
+
+    Raises:
+        FileNotFoundError: neither holds ``demo_trial.py``; the message says where to get it.
+    """
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    given = os.environ.get(EXAMPLES_ENV)
+    folder = given or os.path.join(os.path.dirname(package), "examples")
+    if os.path.isfile(os.path.join(folder, f"{DEMO_TRIAL}.py")):
+        return folder
+    where = f"${EXAMPLES_ENV}={given!r}" if given else f"{folder!r} (beside the package)"
+    raise FileNotFoundError(
+        f"the demo trial examples/{DEMO_TRIAL}.py is not in {where}: a wheel does not "
+        "install the repository's examples/; run the demo from a checkout (make demo), or "
+        f"set {EXAMPLES_ENV} to a folder holding a copy of examples/{DEMO_TRIAL}.py"
+    )
+
+
+def run_env() -> dict[str, str]:
+    """The environment of a torchrun launch: one thread per rank, the examples importable."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        folder = examples_dir()
+    except FileNotFoundError:
+        return env  # a module of the caller's own (its launch fails by name if it is missing)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def free_port() -> int:
@@ -57,7 +101,7 @@ def free_port() -> int:
 def torchrun(
     ranks: int,
     args: list[str],
-    module: str = "detsamplers.trial._demo_trial",
+    module: str = DEMO_TRIAL,
     options: Sequence[str] | None = None,
 ) -> list[str]:
     """The torchrun command for ``module`` on ``ranks`` ranks of this node.
@@ -111,7 +155,7 @@ def launch(
     ranks: int,
     args: list[str],
     log: str,
-    module: str = "detsamplers.trial._demo_trial",
+    module: str = DEMO_TRIAL,
     options: Sequence[str] | None = None,
     timeout: float = 600.0,
 ) -> float:
@@ -122,7 +166,7 @@ def launch(
             seconds (then the run, its ranks and their workers are killed): a hang fails.
     """
     command = torchrun(ranks, args, module, options)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = run_env()
     started = time.perf_counter()
     with open(log, "a") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -214,7 +258,7 @@ def _preempt(
     """Steps 4 and 5: SIGTERM to the last rank once it trained ``pause_at``, then a relaunch."""
     first, second = os.path.join(folder, "first"), os.path.join(folder, "second")
     base = [f"--checkpoint-dir={folder}", *common, f"--max-batches={max_batches}", "--resume"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = run_env()
     victim = os.path.join(first, f"records-rank{ranks - 1}.jsonl")
     command = torchrun(ranks, [*base, f"--record-dir={first}"])
     with open(log, "a") as out:
@@ -305,6 +349,7 @@ def run_demo(
             )
     if num_workers < 0:
         raise ValueError(f"num_workers should be >= 0, but got num_workers={num_workers}")
+    examples_dir()  # the demo trial is found before anything runs (a wheel: $DETSAMPLERS_EXAMPLES)
     work = workdir or tempfile.mkdtemp(prefix="detsamplers-demo-")
     common = [f"--num-workers={num_workers}", f"--records={records}"]
     common.append(f"--global-batch-size={global_batch}")

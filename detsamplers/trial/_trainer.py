@@ -27,56 +27,30 @@ and only checkpoints.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import torch
-
 from .._errors import ReproducibilityError, check_bool
 from . import (
-    _aggregation,
     _checkpoint,
     _data,
     _preemption,
     _retention,
     _rng,
-    _schedule,
-    _tensorboard,
 )
-from ._callbacks import CHIEF_ONLY, Callback, call_epoch_start
 from ._clock import Clock
-from ._context import TrialContext
-from ._lr_scheduler import auto_step
-from ._reducer import (
-    Window,
-    as_metrics,
-    batch_means,
-    merge,
-    reduce_wrapped,
-    reducers_for,
-)
+from ._phase_load import LoadPhase
+from ._phase_save import CheckpointPhase
+from ._phase_train import TrainPhase
+from ._phase_validate import ValidatePhase
 from ._report import Reporter
-from ._trial import Trial, takes_batch_idx
 from ._units import Batch, Epoch, Length, check_length
 
 __all__ = ["Trainer"]
 
 _REPORTING_PERIOD = Batch(100)
-
-
-def _overrides(trial: Trial, name: str) -> bool:
-    return getattr(type(trial), name) is not getattr(Trial, name)
-
-
-def _json_or_none(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return None
-    return value
 
 
 @contextlib.contextmanager
@@ -88,12 +62,13 @@ def _profiling(profiler: Any) -> Iterator[None]:
         yield
 
 
-class Trainer:
+class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
     """Train a :class:`Trial` with the context it was built with.
 
     Examples:
         >>> import torch
         >>> from detsamplers.loader import DataLoader
+        >>> from detsamplers.trial import Trial
         >>> class Fit(Trial):
         ...     def __init__(self, context):
         ...         super().__init__(context)
@@ -114,17 +89,6 @@ class Trainer:
         [batch 10] training: loss=0.428004
         2.0
     """
-
-    def __init__(self, trial: Trial, context: TrialContext) -> None:
-        if not isinstance(trial, Trial):
-            raise TypeError(f"trial should be a Trial, but got {type(trial).__name__}")
-        self.trial = trial
-        self.context = context
-        self.callbacks: dict[str, Callback] = {}
-        self._retention = _retention.Retention("none", None, True)
-        self._last_validation: tuple[int, dict[str, Any]] = (-1, {})
-        self._signals = _preemption.StopSignals(())
-        self._weights_only = True
 
     def fit(
         self,
@@ -429,245 +393,3 @@ class Trainer:
             "reporting": reporting,
             "stop_check": stop_check,
         }
-
-    def _stop_code(self, signals: _preemption.StopSignals) -> int:
-        if signals.received is not None:
-            return _preemption.SIGNALLED
-        return _preemption.REQUESTED if self.context.get_stop_requested() else 0
-
-    def _call(self, hook: str, *args: Any) -> None:
-        """Run ``hook`` of every callback on its ranks (NOTE [ callback ranks ])."""
-        if hook in CHIEF_ONLY and not self.context.distributed.is_chief:
-            return
-        for callback in self.callbacks.values():
-            getattr(callback, hook)(*args)
-
-    def _load(
-        self,
-        path: str,
-        saved: dict[str, Any],
-        here: dict[str, Any],
-        data: _data.TrainingData | None,
-        train_data: Any,
-        clock: Clock,
-    ) -> None:
-        """Check the checkpoint against this run, then restore its state and RNGs."""
-        context, dist = self.context, self.context.distributed
-        rank, size = dist.get_rank(), dist.get_size()
-        initial = clock.batches
-        saved_frequency = saved.get("aggregation_frequency", context.aggregation_frequency)
-        if saved_frequency != context.aggregation_frequency:
-            raise ReproducibilityError(
-                f"cannot resume from {path}: aggregation_frequency is {saved_frequency} in the "
-                f"checkpoint but {context.aggregation_frequency} here; the optimizer steps would "
-                "fall on other batches than in the uninterrupted run. Pass "
-                f"init(aggregation_frequency={saved_frequency}) as saved, or start a fresh run in "
-                "another checkpoint_dir."
-            )
-        elastic = data is not None and data.elastic_batch  # may the global batch change?
-        free = {"batch_size_schedule", "global_batch_size"} if elastic else {"batch_size_schedule"}
-        if isinstance(data, _data.MapData):  # _data.grown_data checked them (NOTE [ trial growth ])
-            free |= {"dataset_length", "dataset_growth"}
-        checked = {k: v for k, v in here.items() if k not in free}
-        _checkpoint.check_resume(path, saved, checked)
-        if "batch_segments" in saved:  # NOTE [ batch size schedule ]: the past is fixed
-            segments = [(int(b), int(s), int(g)) for b, s, g in saved["batch_segments"]]
-            _schedule.check_past(
-                path, clock.schedule, context.aggregation_frequency, segments, clock.samples
-            )
-        same_world = saved["world_size"] == size
-        same_grid = same_world and saved["global_batch_size"] == here["global_batch_size"]
-        rank_state = _checkpoint.load_rank_state(path, rank) if same_world else {}
-        if data is not None and same_grid:  # checks this rank's stream digest
-            data.load(train_data, rank_state["loader"])
-        elif isinstance(data, _data.MapData) and data.mixture:  # NOTE [ trial mixture ]
-            saved_state = rank_state if same_world else _checkpoint.load_rank_state(path, 0)
-            data.load(train_data, saved_state["loader"])  # the loader checks any grid
-        elif data is not None:  # as saved: before a growth recorded now (NOTE [ trial growth ])
-            digest = data.as_saved().global_digest(clock.samples, size)
-            _checkpoint.check_resume(path, saved, {"data_global_digest": digest})
-        if saved.get("pending_gradients") and not same_world:
-            raise ReproducibilityError(
-                f"cannot resume from {path} on {size} ranks: it was saved on "
-                f"{saved['world_size']} ranks between two steps of gradient aggregation "
-                f"(batch {initial}, aggregation_frequency={context.aggregation_frequency}), and "
-                "each rank's accumulated gradients are its own (NOTE [ gradient aggregation ]); "
-                f"resume on {saved['world_size']} ranks, or from a checkpoint at a multiple of "
-                f"{context.aggregation_frequency} batches"
-            )
-        _checkpoint.restore_state(path, context, self.callbacks, self._weights_only)
-        if "gradients" in rank_state:
-            _aggregation.restore_gradients(context.optimizers, rank_state["gradients"], path)
-        if same_world:
-            _rng.restore(rank_state["rng"])
-        else:
-            _rng.seed_all(context.get_trial_seed(), "rank", rank, initial)
-
-    def _train_batch(self, iterator: Iterator[Any], clock: Clock) -> tuple[dict[str, Any], int]:
-        """Train the clock's next global batch and step what follows; its metrics and length."""
-        context, trial = self.context, self.trial
-        batch_idx, epoch_idx = clock.batches, clock.epoch
-        first, last = clock.is_epoch_start(), clock.is_epoch_end()
-        context._current_batch_idx = batch_idx
-        context._current_epoch = (epoch_idx, first, last)
-        if first:
-            for callback in self.callbacks.values():
-                call_epoch_start(callback, epoch_idx)
-        batch = next(iterator)
-        if context.experimental.auto_to_device:
-            batch = context.to_device(batch)
-        for model in context.models:
-            model.train()
-        metrics = as_metrics(trial.train_batch(batch, epoch_idx, batch_idx), "train_batch")
-        if context.profiler is not None:
-            context.profiler.step()
-        if context._should_step():  # NOTE [ AMP ], NOTE [ scheduler stepping ]
-            if context.experimental.auto_amp:
-                context.scalers[0].update()
-            for scheduler in context.lr_schedulers:  # epochs ahead from the clock
-                auto_step(scheduler, batch_idx, context.aggregation_frequency, clock.epoch_in)
-        if last:
-            self._call("on_training_epoch_end", epoch_idx)
-        return metrics, trial.get_batch_length(batch)
-
-    def _open_window(self) -> Window:
-        for entry in self.context.reducers:
-            if entry.for_training:
-                entry.reset()
-        return Window()
-
-    def _report(self, reporter: Reporter, window: Window, batches: int, average: bool) -> None:
-        """Reduce a training window, log it and run ``on_training_workload_end``."""
-        context, dist = self.context, self.context.distributed
-        partials = dist.all_gather(window.partial()) if average else [window.partial()]
-        metrics = merge(partials)
-        metrics.update(reduce_wrapped([e for e in context.reducers if e.for_training], dist))
-        batch_metrics = batch_means(partials)
-        reporter.log("training", batches, metrics)
-        if dist.is_chief and context.enable_tensorboard_logging:
-            writer = context.get_tensorboard_writer()
-            _tensorboard.log_metrics(writer, "training", batches, metrics, batch_metrics)
-        self._call("on_training_workload_end", metrics, batch_metrics)
-
-    def _validates(self) -> bool:
-        trial = self.trial
-        evaluates = _overrides(trial, "evaluate_batch") or _overrides(
-            trial, "evaluate_full_dataset"
-        )
-        return evaluates and _overrides(trial, "build_validation_data_loader")
-
-    def _validate(self, reporter: Reporter, batches: int, test_mode: bool) -> int:
-        """Validate on every rank under a forked RNG; reduce and log the metrics.
-
-        Returns:
-            ``batches``, the batch it validated at.
-        """
-        context, dist, trial = self.context, self.context.distributed, self.trial
-        full = _overrides(trial, "evaluate_full_dataset") and not _overrides(
-            trial, "evaluate_batch"
-        )
-        for entry in context.reducers:
-            if entry.for_validation:
-                entry.reset()
-        for model in context.models:
-            model.eval()
-        self._call("on_validation_start")
-        with _rng.fork(context.get_trial_seed(), "validation", batches), torch.no_grad():
-            data = _data.validation_loader(trial.build_validation_data_loader(), context, full)
-            _preemption.shield_workers(data, self._signals)
-            if full:
-                metrics = trial.evaluate_full_dataset(data) if dist.is_chief else None
-                metrics = dict(as_metrics(dist.broadcast(metrics), "evaluate_full_dataset"))
-            else:
-                metrics = self._evaluate_batches(data, test_mode)
-            validation = [e for e in context.reducers if e.for_validation]
-            metrics.update(reduce_wrapped(validation, dist))
-        reporter.log("validation", batches, metrics)
-        if dist.is_chief and context.enable_tensorboard_logging:
-            writer = context.get_tensorboard_writer()
-            _tensorboard.log_metrics(writer, "validation", batches, metrics)
-        self._last_validation = (batches, metrics)
-        self._call("on_validation_end", metrics)
-        return batches
-
-    def _evaluate_batches(self, data: Any, test_mode: bool) -> dict[str, Any]:
-        """``evaluate_batch`` over this rank's shard; the metrics reduced over every rank."""
-        context, dist, trial = self.context, self.context.distributed, self.trial
-        with_idx = takes_batch_idx(trial.evaluate_batch)
-        self._call("on_validation_epoch_start")
-        window, outputs, names = Window(), [], None
-        for idx, batch in enumerate(data):
-            if context.experimental.auto_to_device:
-                batch = context.to_device(batch)
-            if with_idx:
-                returned = trial.evaluate_batch(batch, batch_idx=idx)
-            else:
-                returned = trial.evaluate_batch(batch)  # type: ignore[call-arg]
-            metrics = as_metrics(returned, "evaluate_batch")
-            if names is not None and set(metrics) != names:
-                raise ValueError(
-                    "evaluate_batch should return the same metric names for every batch, but "
-                    f"got {sorted(names)} and then {sorted(metrics)}"
-                )
-            names = set(metrics)
-            outputs.append(window.add(metrics, trial.get_batch_length(batch)))
-            if test_mode:
-                break
-        self._call("on_validation_epoch_end", outputs)
-        partials = dist.all_gather(window.partial())
-        every = sorted({name for partial in partials for name in partial["sums"]})
-        return merge(partials, reducers_for(trial.evaluation_reducer(), every))
-
-    def _checkpoint(
-        self,
-        checkpoint_dir: str,
-        data: _data.TrainingData | None,
-        epoch_records: int,
-        clock: Clock,
-        last: dict[str, int],
-    ) -> None:
-        """Save a checkpoint at the clock (a collective: every rank calls it)."""
-        context, dist = self.context, self.context.distributed
-        done, validation = self._last_validation
-        batches, samples = clock.batches, clock.samples
-        loader_state = None
-        if data is not None:  # a fresh stream at the position: workers prefetch ahead
-            per_slot = context.get_per_slot_batch_size()  # the next batch's
-            loader_state = data.state(samples, dist.get_size(), dist.get_rank(), per_slot)
-        hparams = context.get_hparams()
-        if callable(hparams.get("global_batch_size")):  # its realized past, as a list
-            hparams["global_batch_size"] = [[s, g] for _, s, g in clock.segments]
-        pending = batches % context.aggregation_frequency != 0
-        metadata: dict[str, Any] = {
-            "format_version": _checkpoint.FORMAT_VERSION,
-            "batches_trained": batches,
-            "samples_trained": samples,
-            "records_consumed": samples,
-            "global_batch_size": clock.size,
-            "batch_size_schedule": clock.schedule.describe(),
-            **clock.metadata(),
-            "world_size": dist.get_size(),
-            "seed": context.get_trial_seed(),
-            "dataset_length": epoch_records,
-            "dataset_growth": None if data is None else data.history,
-            "aggregation_frequency": context.aggregation_frequency,
-            "pending_gradients": pending,
-            "last_validation": last["validation"],
-            "data_seed": None if data is None else data.seed,
-            "data_fingerprint": None if loader_state is None else loader_state["fingerprint"],
-            "data_digest": None if loader_state is None else loader_state["digest"],
-            "data_global_digest": None
-            if data is None
-            else data.global_digest(samples, dist.get_size()),
-            "hparams": _json_or_none(hparams),
-            "validation_metrics": _json_or_none(validation) if done == batches else None,
-        }
-        rank_state: dict[str, Any] = {"rng": _rng.capture(), "loader": loader_state}
-        if pending:  # NOTE [ gradient aggregation ]
-            rank_state["gradients"] = _aggregation.capture_gradients(context.optimizers)
-        path = _checkpoint.save(checkpoint_dir, context, self.callbacks, metadata, rank_state)
-        if dist.is_chief:  # only once the new folder is complete (NOTE [ checkpoint retention ])
-            self._retention.apply(checkpoint_dir, batches)
-        self._call("on_checkpoint_end", path)
-        self._call("on_checkpoint_write_end", path)
-        self._call("on_checkpoint_upload_end", os.path.basename(path))

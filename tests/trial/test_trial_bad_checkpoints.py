@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from demo_trial import DemoTrial
 from hypothesis import given
 from hypothesis import strategies as st
 from trial_helpers import HPARAMS, identical, run, weights
@@ -31,7 +32,6 @@ from detsamplers.trial import (
     init,
     load_trial_from_checkpoint_path,
 )
-from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._metadata import (
     MAX_METADATA_BYTES,
     IncompleteCheckpointError,
@@ -316,7 +316,7 @@ def test_a_read_only_checkpoint_dir_is_found_before_training_starts(tmp_path: Pa
     records = tmp_path / "records"
     script = textwrap.dedent(f"""
         from detsamplers.trial import Batch, Trainer, init
-        from detsamplers.trial._demo_trial import DemoTrial
+        from demo_trial import DemoTrial
         hparams = {{**{HPARAMS!r}, "record_dir": {str(records)!r}}}
         with init(hparams=hparams) as context:
             Trainer(DemoTrial(context), context).fit(Batch(4), checkpoint_dir={str(folder)!r})

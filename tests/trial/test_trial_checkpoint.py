@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_trial import DemoTrial
 from trial_helpers import identical, run, weights
 
 from detsamplers.trial import _checkpoint, find_latest_checkpoint, load_trial_from_checkpoint_path
-from detsamplers.trial._demo_trial import DemoTrial
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from demo_trial import DemoTrial, mixture
 from torch import nn
 from trial_helpers import metrics
 
@@ -17,7 +18,6 @@ from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
 from detsamplers.trial._data import global_batch
 from detsamplers.trial._demo import launch
-from detsamplers.trial._demo_trial import DemoTrial, mixture
 
 pytestmark = pytest.mark.distributed
 

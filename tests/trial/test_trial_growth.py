@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_trial import DemoTrial, Points
 from trial_helpers import HPARAMS, identical, weights
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
 from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
 from detsamplers.trial._data import MapData, global_batch, grown_data
-from detsamplers.trial._demo_trial import DemoTrial, Points
 
 
 class Recorded(DemoTrial):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from demo_trial import DemoTrial
 from determined import pytorch as det_pytorch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +17,6 @@ from trial_helpers import metrics, run
 
 from detsamplers.trial import MetricReducer, Reducer
 from detsamplers.trial._context import TrialContext
-from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._distributed import DistributedContext
 from detsamplers.trial._reducer import SimpleReducer, Window, WrappedReducer, merge, reducers_for
 

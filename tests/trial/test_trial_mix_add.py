@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch.utils.data as tud
+from demo_trial import Points
 from test_trial_growth import Recorded, run
 from trial_helpers import as_if_saved_by, identical, weights
 
@@ -20,7 +21,6 @@ from detsamplers import (
 )
 from detsamplers.loader import DataLoader
 from detsamplers.trial._data import MapData, grown_data
-from detsamplers.trial._demo_trial import Points
 
 
 def mixture(plan: list[Any], extra: int, per_slot: int, mix_seed: int = 0) -> DataLoader:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_trial import DemoTrial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trial_helpers import HPARAMS, identical, metrics, weights
@@ -30,7 +31,6 @@ from detsamplers.trial import (
     find_latest_checkpoint,
     init,
 )
-from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._preemption import StopAgreement, StopSignals
 from detsamplers.trial._retention import complete_checkpoints
 
@@ -370,7 +370,7 @@ def test_a_fit_that_fails_after_a_signal_lets_the_signal_end_the_process(tmp_pat
 import os, signal, sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
 from test_trial_preemption import fit
-from detsamplers.trial._demo_trial import DemoTrial
+from demo_trial import DemoTrial
 
 class Failing(DemoTrial):
     def train_batch(self, data, epoch_idx, batch_idx):

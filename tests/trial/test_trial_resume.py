@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch.utils.data as tud
+from demo_trial import DemoTrial, Points
 from hypothesis import given
 from hypothesis import strategies as st
 from trial_helpers import as_if_saved_by, identical, metrics, run, weights
@@ -18,7 +19,6 @@ from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
 from detsamplers.trial import Batch, Trainer, _rng, find_latest_checkpoint, init
 from detsamplers.trial._data import global_batch
-from detsamplers.trial._demo_trial import DemoTrial, Points
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])

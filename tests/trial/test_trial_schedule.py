@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from demo_trial import DemoTrial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trial_helpers import identical, metrics, run, weights
@@ -23,7 +24,6 @@ from detsamplers.loader import DataLoader
 from detsamplers.trial import Batch, Epoch, Trainer, TrialContext, init
 from detsamplers.trial._clock import Clock
 from detsamplers.trial._data import MapData
-from detsamplers.trial._demo_trial import DemoTrial
 from detsamplers.trial._distributed import DistributedContext
 from detsamplers.trial._schedule import BatchSchedule, check_past, realize
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from demo_trial import DemoTrial, unwrapped
 
 from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
-from detsamplers.trial._demo_trial import DemoTrial, unwrapped
 
 HPARAMS: dict[str, Any] = {"global_batch_size": 8, "lr": 0.1, "records": 40, "num_workers": 0}
 

@@ -20,8 +20,9 @@ import signal
 import time
 from typing import Any
 
+from demo_trial import DemoTrial, main
+
 from detsamplers.trial import _checkpoint
-from detsamplers.trial._demo_trial import DemoTrial, main
 
 _write_torch = _checkpoint._write_torch
 

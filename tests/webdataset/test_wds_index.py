@@ -19,6 +19,7 @@ from wds_helpers import COUNTS, make, png_bytes, write_shards
 from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
 from detsamplers.loader._wds import _reader as _shard_reader
+from detsamplers.loader._wds import _scan as _shard_scan
 from detsamplers.loader._wds._index import index_shards, scan_shard
 from detsamplers.loader._wds._reader import ShardReader
 from detsamplers.loader._wds._readers import ShardReaders
@@ -292,7 +293,7 @@ def test_the_index_command_writes_files_local_sources_use(
 
 def listed_by_tarfile(path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     with monkeypatch.context() as patched:
-        patched.setattr(_shard_index, "_read_headers", lambda buffer, size: None)
+        patched.setattr(_shard_scan, "_read_headers", lambda buffer, size: None)
         return scan_shard(str(path))
 
 
@@ -317,9 +318,9 @@ def test_the_header_walk_lists_shards_exactly_as_tarfile_does(
                     tar.addfile(info, io.BytesIO(b"x" * (i + 1)))
     with open(path, "rb") as handle:
         data = handle.read()
-    walked = _shard_index._read_headers(data, len(data))
+    walked = _shard_scan._read_headers(data, len(data))
     assert walked is not None  # the header walk handled it, without tarfile
-    vectorised = _shard_index._walk_headers(data, len(data))
+    vectorised = _shard_scan._walk_headers(data, len(data))
     if kind in ("webdataset", "tricky", "prefix"):  # pax path records: header by header
         assert vectorised == walked
     else:
@@ -328,7 +329,7 @@ def test_the_header_walk_lists_shards_exactly_as_tarfile_does(
 
 
 def walks(data: bytes) -> tuple[object, object]:
-    return _shard_index._walk_headers(data, len(data)), _shard_index._read_headers(data, len(data))
+    return _shard_scan._walk_headers(data, len(data)), _shard_scan._read_headers(data, len(data))
 
 
 @settings(max_examples=60, deadline=None)
@@ -380,7 +381,7 @@ def test_a_tar_inside_a_shard_does_not_fool_the_numpy_walk(
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
     data = path.read_bytes()
-    assert _shard_index._walk_headers(data, len(data)) is None  # the guess fails its check
+    assert _shard_scan._walk_headers(data, len(data)) is None  # the guess fails its check
     assert scan_shard(str(path)) == listed_by_tarfile(path, monkeypatch)
     assert scan_shard(str(path))[0] == ("a", "b")
 

@@ -13,6 +13,7 @@ from wds_helpers import make, png_bytes
 
 from detsamplers.loader import ShardWriter
 from detsamplers.loader._wds import _index as _shard_index
+from detsamplers.loader._wds import _scan as _shard_scan
 from detsamplers.loader._wds._index import scan_shard
 from detsamplers.loader._wds._index_file import decode_index, read_header
 
@@ -119,8 +120,8 @@ def test_a_source_opens_written_shards_without_a_scan(
         raise AssertionError(f"scanned {args[0]}")
 
     monkeypatch.setattr(_shard_index, "scan_shard", fail)
-    monkeypatch.setattr(_shard_index, "_walk_headers", fail)
-    monkeypatch.setattr(_shard_index, "_tarfile_members", fail)
+    monkeypatch.setattr(_shard_scan, "_walk_headers", fail)
+    monkeypatch.setattr(_shard_scan, "_tarfile_members", fail)
     urls = str(tmp_path / "data-{000000..000003}.tar")
     source = make(
         urls,

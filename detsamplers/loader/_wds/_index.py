@@ -39,240 +39,33 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import mmap
 import os
-import re
-import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from stat import S_ISREG
-from typing import Any
 
 from ._fetch import RemoteOptions
-from ._index_file import LazyIndex, PackedMembers, encode_index, read_header
-from ._tar_headers import Listing
-from ._tar_headers import listing as _listing
-from ._tar_headers import read_headers as _read_headers
-from ._tar_headers import walk_headers as _walk_headers
+from ._index_file import LazyIndex, encode_index, read_header
+from ._remote_index import index_remote_shards
+from ._scan import scan_shard
+from ._shard_info import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir
 from ._urls import is_remote, local_path
-from ._verify import Stamp, index_file_limit, open_regular
+from ._verify import index_file_limit, open_regular
 from ._verify import stamp as make_stamp
 
-__all__ = ["INDEX_SUFFIX", "ShardInfo", "index_shards", "scan_shard"]
+__all__ = [
+    "INDEX_SUFFIX",
+    "PROGRESS_MIN_SHARDS",
+    "ShardInfo",
+    "default_index_dir",
+    "index_shards",
+    "scan_shard",
+]
 
 #: The index file of local shard ``p`` is ``p + INDEX_SUFFIX`` (NOTE [ index file format ]).
 INDEX_SUFFIX = ".index.npz"
 #: The version of the JSON index caches written before ``.index.npz``; read and converted.
 _JSON_VERSION = 1
-#: Show a progress bar when at least this many shards must be scanned.
-PROGRESS_MIN_SHARDS = 16
-
-# webdataset.tariterators.base_plus_ext and tar_file_iterator's skip_meta, verbatim.
-_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
-_SKIP_META = re.compile(r"__[^/]*__($|/)")
-_BLOCK = 512
-_CHUNK = 1 << 20
-_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
-
-#: One member of a sample: [suffix, byte offset of its data, size in bytes]. Lists, as JSON
-#: loads them: converting 100k samples' members to tuples would triple the load time.
-Member = list[Any]
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """The samples of one shard: their keys and members, in tar order.
-
-    Attributes:
-        url: The shard's URL as given (after brace expansion).
-        path: Its absolute local path, or its URL if it is remote.
-        keys: Each sample's ``__key__``.
-        members: Each sample's members as ``[suffix, data offset, size]``.
-        size: A remote shard's size in bytes when indexed (-1 for a local shard).
-        version: A remote shard's ETag (or modification time) when indexed, or ``None``.
-        stamp: A local shard's ``(size, mtime_ns, inode)`` when the source was built,
-            compared when it is opened (NOTE [ index verification ]), or ``None``.
-        index_file: The index file the keys and members were read from (``""``: a scan).
-
-    Examples:
-        >>> info = ShardInfo("a.tar", "/d/a.tar", ("k0",), [[["cls", 512, 1]]])
-        >>> len(info)
-        1
-    """
-
-    url: str
-    path: str
-    keys: Sequence[str]
-    members: Sequence[list[Member]]
-    size: int = -1
-    version: str | None = None
-    stamp: Stamp | None = None
-    index_file: str = field(default="", compare=False)  # where from, not what
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-def _corrupt(path: str, what: str) -> ValueError:
-    return ValueError(
-        f"shard {path!r} is truncated or corrupt: {what}; rewrite it (for example with "
-        "webdataset.ShardWriter) or remove it from urls"
-    )
-
-
-def _check_tail(path: str, handle: Any, end: int, size: int) -> None:
-    """Check that only zero bytes, at least one block of them, follow offset ``end``."""
-    if size - end < _BLOCK:
-        raise _corrupt(path, f"it ends at byte {size} without tar's end-of-archive block")
-    handle.seek(end)
-    while chunk := handle.read(_CHUNK):
-        if chunk.count(0) != len(chunk):
-            raise _corrupt(path, f"bytes after offset {end} are not a valid tar member header")
-
-
-def scan_shard(
-    path: str, remote: tuple[Any, int] | None = None
-) -> tuple[tuple[str, ...], PackedMembers]:
-    """List a shard and group its members into samples (NOTE [ shard index ]).
-
-    Args:
-        path: A local path to an uncompressed tar file, or the URL of ``remote``.
-        remote: A remote shard as a seekable file and its size (``None``: open ``path``).
-
-    Returns:
-        ``(keys, members)``: each sample's key, and its members as [suffix, offset, size]
-        (a :class:`PackedMembers`: flat lists, no list per member).
-
-    Raises:
-        FileNotFoundError: the shard does not exist.
-        ValueError: it is compressed, truncated or corrupt, or has a
-            repeated suffix within one sample.
-    """
-    opened: Any
-    if remote is None:  # a FIFO or a device is refused by name, never waited on
-        opened = open_regular(path, "shard", path)
-        size = os.fstat(opened.fileno()).st_size
-    else:
-        opened, size = remote
-    with opened as handle:
-        listed = None
-        if remote is None and size >= _BLOCK:
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                try:
-                    length = min(size, len(mapped))
-                    listed = _walk_headers(mapped, length) or _read_headers(mapped, length)
-                except IndexError:  # the file shrank meanwhile: tarfile reports it
-                    listed = None
-        if listed is None:
-            listed = _tarfile_members(path, handle, size)
-        listing, end = listed
-        keys, samples = _group(path, listing, size)
-        _check_tail(path, handle, end, size)
-    return keys, samples
-
-
-def _tarfile_members(path: str, handle: Any, size: int) -> tuple[Listing, int]:
-    """The members of the tar in ``handle`` listed by :mod:`tarfile` (as :func:`_read_headers`)."""
-    try:
-        tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
-    except tarfile.TarError as exn:
-        handle.seek(0)
-        if handle.read(6).startswith(_COMPRESSED):
-            raise ValueError(
-                f"shard {path!r} is compressed; the source seeks into shards, so it needs "
-                "uncompressed tars: decompress it (e.g. gunzip) and pass the .tar"
-            ) from None
-        raise _corrupt(path, f"it is not a readable tar archive ({exn})") from None
-    with tar:
-        try:
-            infos = tar.getmembers()
-        except tarfile.TarError as exn:
-            raise _corrupt(path, str(exn)) from None
-        end = tar.offset
-    return _listing([(i.name, i.offset_data, i.size, i.isreg()) for i in infos]), end
-
-
-# _BASE_PLUS_EXT over names joined by newlines (none of them holding one): every line
-# matches, the key and suffix groups empty where webdataset's pattern does not match.
-_LINE_KEYS = re.compile(r"^(?:((?:.*/|)[^.\n]+)[.][^/\n]*|.*)$", re.MULTILINE)
-_LINE_SUFFIXES = re.compile(r"^(?:(?:.*/|)[^.\n]+[.]([^/\n]*)|.*)$", re.MULTILINE)
-
-
-def _split_names(names: list[str]) -> tuple[list[str], list[str]] | None:
-    """Each name's key and lower-cased suffix (``""``, ``""`` if webdataset ignores it).
-
-    Two regular-expression passes over all the names at once (their one group each
-    makes ``findall`` return strings, not a tuple per name); ``None`` when a name holds
-    a newline or starts with ``__`` (the caller then matches names one by one).
-    """
-    text = "\n".join(names)
-    if not names or "\n__" in "\n" + text or text.count("\n") != len(names) - 1:
-        return None
-    keys: list[str] = _LINE_KEYS.findall(text)
-    suffixes: list[str] = _LINE_SUFFIXES.findall(text)
-    if text.isascii():
-        split = "\n".join(suffixes).lower().split("\n")
-    else:
-        split = [suffix.lower() for suffix in suffixes]
-    if len(keys) != len(names) or len(split) != len(names):
-        return None
-    return keys, split
-
-
-def _group(path: str, listing: Listing, size: int) -> tuple[tuple[str, ...], PackedMembers]:
-    """Group members into samples as webdataset does (NOTE [ shard index ])."""
-    names, offsets, lengths, regular = listing
-    for name, offset, length in zip(names, offsets, lengths, strict=True):
-        if offset + length > size:
-            raise _corrupt(path, f"member {name!r} runs past the end of the file")
-    kept = [i for i, flag in enumerate(regular) if flag]
-    kept_names = [names[i] for i in kept]
-    split = _split_names(kept_names)
-    if split is None:
-        match_name, skip_meta = _BASE_PLUS_EXT.match, _SKIP_META.match
-        split = [], []
-        for name in kept_names:
-            match = None
-            if not skip_meta(name) and not (
-                "/" not in name and name.startswith("__") and name.endswith("__")
-            ):
-                match = match_name(name)
-            split[0].append(match.group(1) if match else "")
-            split[1].append(match.group(2).lower() if match else "")
-    keys: list[str] = []
-    starts: list[int] = []
-    suffixes: list[str] = []
-    member_offsets: list[int] = []
-    sizes: list[int] = []
-    last = ""
-    for i, key, suffix in zip(kept, split[0], split[1], strict=True):
-        if not key:
-            continue
-        if key != last:
-            keys.append(key)
-            starts.append(len(suffixes))
-            last = key
-        elif suffix in suffixes[starts[-1] :]:
-            raise ValueError(
-                f"shard {path!r} has a duplicate file name {names[i]!r} in sample {key!r}, "
-                "which webdataset refuses too; give each member of a sample its own suffix"
-            )
-        suffixes.append(suffix)
-        member_offsets.append(offsets[i])
-        sizes.append(lengths[i])
-    starts.append(len(suffixes))
-    return tuple(keys), PackedMembers(suffixes, member_offsets, sizes, starts)
-
-
-def default_index_dir() -> str:
-    """The fallback folder for index files: ``$XDG_CACHE_HOME/detsamplers/shard-index``.
-
-    Examples:
-        >>> default_index_dir().endswith(os.path.join("detsamplers", "shard-index"))
-        True
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "detsamplers", "shard-index")
 
 
 def _candidates(path: str, index_dir: str | None, suffix: str = INDEX_SUFFIX) -> list[str]:
@@ -432,8 +225,6 @@ def index_shards(
         _save(_candidates(path, index_dir), info, stat)
         out[slot] = info
     if remote:
-        from ._remote_index import index_remote_shards
-
         built = index_remote_shards(
             [url for _, url in remote], options or RemoteOptions(), index_dir, progress
         )

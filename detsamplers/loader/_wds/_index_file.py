@@ -40,6 +40,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from ._members import PackedMembers
 from ._verify import check_layout, load_arrays
 
 __all__ = [
@@ -68,69 +69,6 @@ _UNREADABLE = (
     AttributeError,
     zipfile.BadZipFile,
 )
-
-
-class PackedMembers(Sequence[list[Any]]):
-    """The members of each sample, built as a sample is asked for: ``[suffix, offset, size]``.
-
-    Decoding an index file makes five flat lists, not one list per member, so a shard of
-    thousands of samples loads in microseconds; each lookup builds one sample's lists.
-
-    Examples:
-        >>> packed = PackedMembers(["cls", "png", "cls"], [512, 1536, 3072], [1, 70, 1], [0, 2, 3])
-        >>> len(packed), packed[1], packed[-2]
-        (2, [['cls', 3072, 1]], [['cls', 512, 1], ['png', 1536, 70]])
-    """
-
-    __slots__ = ("_ordered", "offsets", "sizes", "starts", "suffixes")
-
-    def __init__(
-        self, suffixes: list[str], offsets: list[int], sizes: list[int], starts: list[int]
-    ) -> None:
-        self.suffixes, self.offsets, self.sizes, self.starts = suffixes, offsets, sizes, starts
-        self._ordered: bool | None = None
-
-    @property
-    def ordered(self) -> bool:
-        """Whether the members lie in the file in their order, without overlapping.
-
-        A tar's members do; the reader then reads runs of samples at once (NOTE [ runs
-        of samples ]). Checked once, in a few numpy calls.
-        """
-        if self._ordered is None:
-            offsets = np.asarray(self.offsets, dtype=np.int64)
-            sizes = np.asarray(self.sizes, dtype=np.int64)
-            self._ordered = bool(
-                np.all(sizes >= 0)
-                and np.all(offsets[:1] >= 0)
-                and np.all(offsets[1:] >= offsets[:-1] + sizes[:-1])
-            )
-        return self._ordered
-
-    def __len__(self) -> int:
-        return len(self.starts) - 1
-
-    @overload
-    def __getitem__(self, index: int) -> list[Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[list[Any]]: ...
-    def __getitem__(self, index: int | slice) -> list[Any] | list[list[Any]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        count = len(self)
-        if not -count <= index < count:
-            raise IndexError(f"sample {index} of {count}")
-        index %= count
-        first, stop = self.starts[index], self.starts[index + 1]
-        return [[self.suffixes[j], self.offsets[j], self.sizes[j]] for j in range(first, stop)]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
 def _joined(strings: list[str]) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -440,7 +378,7 @@ class LazyIndex:
                 # Damaged past its header (which was read when the source was built): it
                 # fails its own checks (a CRC, a dtype, a length), so, as any damaged cache
                 # file, it is never trusted and the local shard is scanned instead.
-                from ._index import scan_shard
+                from ._scan import scan_shard
 
                 keys, members = scan_shard(self.url)
             if len(keys) != self.count:

@@ -32,11 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
-from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shard
 from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._ranges import check_range_support
+from ._scan import scan_shard
 from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
+from ._shard_info import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index", "write_indexes"]

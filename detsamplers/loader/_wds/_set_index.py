@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from ._fetch import RemoteOptions, changed_error, remote_fs, retrying
-from ._index import ShardInfo
 from ._index_file import LazyIndex, decode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
+from ._shard_info import ShardInfo
 
 __all__ = ["SET_INDEX_NAME", "SetEntry", "decode_set", "encode_set", "from_set_indexes"]
 

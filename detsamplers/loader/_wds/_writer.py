@@ -34,8 +34,9 @@ from typing import Any
 import webdataset as wds
 
 from ..._errors import check_int
-from ._index import INDEX_SUFFIX, _group, scan_shard
+from ._index import INDEX_SUFFIX
 from ._index_file import encode_index
+from ._scan import _group, scan_shard
 from ._urls import is_remote, local_path
 
 __all__ = ["ShardWriter"]

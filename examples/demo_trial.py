@@ -1,9 +1,10 @@
 r"""The demo's trial: a small classifier on synthetic data, with augmentation and dropout.
 
-Each rank of a run is started by torchrun (``_demo.py`` launches it)::
+Each rank of a run is started by torchrun (``python -m detsamplers demo`` launches it from
+the repository's root)::
 
     OMP_NUM_THREADS=1 python -m torch.distributed.run --nproc_per_node=2 \
-        -m detsamplers.trial._demo_trial --checkpoint-dir ckpt --max-batches 48 --resume
+        examples/demo_trial.py --checkpoint-dir ckpt --max-batches 48 --resume
 
 ``--resume`` passes ``latest_checkpoint="auto"``, so the same command also survives
 ``torchrun --max-restarts=3`` and a relaunch after SIGTERM.
@@ -24,15 +25,9 @@ import torch
 import torch.utils.data as tud
 from torch import nn
 
-from .._mix import MixSampler
-from .._shuffle import ReproducibleShuffleSampler
-from ..loader import DataLoader
-from ._context import TrialContext
-from ._init import init
-from ._lr_scheduler import LRScheduler
-from ._trainer import Trainer
-from ._trial import Trial
-from ._units import Batch, Epoch
+from detsamplers import MixSampler, ReproducibleShuffleSampler
+from detsamplers.loader import DataLoader
+from detsamplers.trial import Batch, Epoch, LRScheduler, Trainer, Trial, TrialContext, init
 
 __all__ = ["DemoTrial", "Points", "main", "mixture", "unwrapped"]
 

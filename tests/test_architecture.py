@@ -1,0 +1,158 @@
+"""The house rules that keep the package readable: no import circles, no file over 600 lines.
+
+Every module of ``detsamplers/`` is parsed (never imported) and each of its imports is
+resolved to the modules of the package it names. The walk counts *every* import statement,
+wherever it stands: at module level, inside a function or method (a lazy import), and under
+``if TYPE_CHECKING:``. A lazy import is still a dependency: it is how the core's circle
+hid for a while (``Stage.load_state_dict`` imported the mixture and growth modules inside
+the method), and a type-only import still means one file must be read to understand the
+other. The only import not counted is the one Python makes implicitly, of a module's parent
+packages: ``from ._mix._law import X`` runs ``detsamplers/_mix/__init__.py`` first, but a
+package's ``__init__`` re-exporting its own files is not a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "detsamplers"
+#: The most lines a library file may have (split longer ones along the law they implement).
+MAX_LINES = 600
+
+
+def module_name(path: Path) -> str:
+    """``detsamplers/_mix/_law.py`` -> ``detsamplers._mix._law`` (a package: its folder's name)."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name."""
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` (at ``path``) imports, anywhere in its code."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                origin = ".".join([*base, node.module] if node.module else base)
+            else:
+                origin = node.module or ""
+            # ``from origin import n``: the submodule origin.n, else a name origin defines.
+            targets = [
+                f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in known else origin
+                for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # ``import a.b.c``: the deepest module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports of the package's modules (parents' implicit imports left out)."""
+    found = modules()
+    known = set(found)
+    return {name: imported(name, path, known) for name, path in found.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(out)
+
+
+def oversized(limit: int = MAX_LINES) -> dict[str, int]:
+    """Library files (Python and C sources) over ``limit`` lines, by path."""
+    out = {}
+    for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]):
+        lines = len(path.read_text().splitlines())
+        if lines > limit:
+            out[str(path.relative_to(PACKAGE.parent))] = lines
+    return out
+
+
+def test_the_import_walk_sees_module_level_lazy_and_type_only_imports(tmp_path: Path) -> None:
+    folder = tmp_path / "detsamplers"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "__init__.py").write_text("from ._a import A\n")
+    (folder / "_a.py").write_text("def f():\n    from ._b import B\n")
+    (folder / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import detsamplers.sub._c\n"
+    )
+    (folder / "sub" / "__init__.py").write_text("")
+    (folder / "sub" / "_c.py").write_text("from .. import _a\nfrom .._b import x\n")
+    known = {
+        "detsamplers",
+        "detsamplers._a",
+        "detsamplers._b",
+        "detsamplers.sub",
+        "detsamplers.sub._c",
+    }
+    root = tmp_path.joinpath
+    assert imported("detsamplers", root("detsamplers/__init__.py"), known) == {"detsamplers._a"}
+    assert imported("detsamplers._a", root("detsamplers/_a.py"), known) == {"detsamplers._b"}
+    assert imported("detsamplers._b", root("detsamplers/_b.py"), known) == {"detsamplers.sub._c"}
+    c = imported("detsamplers.sub._c", root("detsamplers/sub/_c.py"), known)
+    assert c == {"detsamplers._a", "detsamplers._b"}
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_circle() -> None:
+    found = circles(import_graph())
+    assert not found, "import circles in detsamplers/ (break each: see docs/architecture.md): " + (
+        "; ".join(" <-> ".join(circle) for circle in found)
+    )
+
+
+def test_no_library_file_is_over_600_lines() -> None:
+    found = oversized()
+    assert not found, (
+        f"library files over {MAX_LINES} lines (split each along the law it implements, every "
+        f"file opening with its NOTE: see docs/architecture.md): {found}"
+    )
