@@ -449,47 +449,81 @@ static PyObject *records_stride(PyObject *self, PyObject *args) {
  * The same quick test as HeaderTable's numpy path; a member that fails it (a long name in a
  * pax record, a signed checksum, an upper-case suffix) is decided again in Python, the way
  * tarfile reads it. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* The byte sum of a 512-byte block: 32 psadbw, each lane's total at most 32 * 8 * 255 < 2^16. */
+static inline uint32_t block_sum(const uint8_t *h) {
+    const __m128i zero = _mm_setzero_si128();
+    __m128i acc = zero;
+    for (int k = 0; k < 512; k += 16)
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(h + k)), zero));
+    return (uint32_t)_mm_extract_epi16(acc, 0) + (uint32_t)_mm_extract_epi16(acc, 4);
+}
+#else
+/* The byte sum of a 512-byte block, in a loop the compiler vectorizes. */
+static inline uint32_t block_sum(const uint8_t *h) {
+    uint32_t sum = 0;
+    for (int k = 0; k < 512; k++) sum += h[k];
+    return sum;
+}
+#endif
+
+static const uint8_t NAME_PAD[100]; /* the NULs after a name, as tarfile writes them */
+
 static inline int header_ok(const uint8_t *h, const uint8_t *key, int64_t key_length, const uint8_t *suffix,
                             int64_t suffix_length, int64_t size) {
     int64_t n = key_length + 1 + suffix_length;
     if (n > 100 || size < 0 || size >= ((int64_t)1 << 33)) return 0;
     if (memcmp(h, key, (size_t)key_length) != 0 || h[key_length] != '.' ||
-        memcmp(h + key_length + 1, suffix, (size_t)suffix_length) != 0)
+        memcmp(h + key_length + 1, suffix, (size_t)suffix_length) != 0 ||
+        memcmp(h + n, NAME_PAD, (size_t)(100 - n)) != 0)
         return 0;
-    for (int64_t k = n; k < 100; k++)
-        if (h[k]) return 0;
     for (int k = 0; k < 11; k++)
         if (h[124 + k] != (uint8_t)('0' + ((size >> (3 * (10 - k))) & 7))) return 0;
     if (h[135] != 0 || !(h[156] == 48 || h[156] == 0) || h[154] != 0) return 0;
-    uint64_t stored = 0;
+    uint32_t stored = 0, field = 0;
     for (int k = 148; k < 154; k++) {
         if (h[k] < 48 || h[k] > 55) return 0;
-        stored = stored * 8 + (uint64_t)(h[k] - 48);
+        stored = stored * 8 + (uint32_t)(h[k] - 48);
     }
-    uint64_t sum = 256; /* the checksum field counted as eight spaces */
-    for (int k = 0; k < 148; k++) sum += h[k];
-    for (int k = 156; k < 512; k++) sum += h[k];
-    return stored == sum;
+    for (int k = 148; k < 156; k++) field += h[k];
+    /* the unsigned byte sum with the checksum field counted as eight spaces */
+    return stored == block_sum(h) - field + 256;
 }
 
 static const char headers_doc[] =
     "check_headers(data, base, table, members, first, stop, /) -> int\n\n"
     "The first position p in [first, stop) whose member (members[p], or p itself when members is\n"
     "None) has a tar header in data (the shard's bytes from offset base) that fails the quick\n"
-    "test, or -1 when none does. table: (offsets, sizes, owner, key_bytes, key_start, key_length,\n"
-    "suffix_bytes, suffix_start, suffix_length), HeaderTable.columns: int64 arrays but the two\n"
-    "byte strings.";
+    "test, or -1 when none does. table: (offsets, sizes, starts, key_bytes, key_starts,\n"
+    "suffix_bytes, suffix_starts), HeaderTable.columns: int64 arrays (the starts maybe as\n"
+    "string_starts gives them) but the two byte strings (NUL-joined; string i runs from starts[i]\n"
+    "to starts[i + 1] - 1).";
 
-enum { H_OFFSETS, H_SIZES, H_OWNER, H_KEYS, H_KEY_START, H_KEY_LENGTH, H_SUFFIXES, H_SUFFIX_START,
-       H_SUFFIX_LENGTH, H_COLUMNS };
+enum { H_OFFSETS, H_SIZES, H_STARTS, H_KEYS, H_KEY_STARTS, H_SUFFIXES, H_SUFFIX_STARTS, H_COLUMNS };
+
+/* The sample holding member j: the last o < samples with starts[o] <= j (starts as the index
+ * says; the caller checks that starts[o] <= j < starts[o + 1]). */
+static inline int64_t owner_of(const int64_t *starts, int64_t samples, int64_t j) {
+    int64_t low = 0, high = samples; /* the answer lies in [low, high) */
+    while (high - low > 1) {
+        int64_t middle = low + (high - low) / 2;
+        if (starts[middle] <= j)
+            low = middle;
+        else
+            high = middle;
+    }
+    return low;
+}
 
 static PyObject *check_headers(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *data_o, *table_o, *members_o;
     long long base, first, stop;
     if (!PyArg_ParseTuple(args, "OLO!OLL", &data_o, &base, &PyTuple_Type, &table_o, &members_o, &first, &stop))
         return NULL;
     if (PyTuple_GET_SIZE(table_o) != H_COLUMNS) {
-        PyErr_SetString(PyExc_ValueError, "table should be HeaderTable.columns (9 items)");
+        PyErr_SetString(PyExc_ValueError, "table should be HeaderTable.columns (7 items)");
         return NULL;
     }
     Py_buffer data, col[H_COLUMNS], members;
@@ -500,15 +534,17 @@ static PyObject *check_headers(PyObject *self, PyObject *args) {
     for (; taken < H_COLUMNS; taken++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(table_o, taken), &col[taken], PyBUF_C_CONTIGUOUS) < 0) goto fail;
         int bytes = taken == H_KEYS || taken == H_SUFFIXES;
-        if (col[taken].itemsize != (bytes ? 1 : 8)) {
+        int starts = taken == H_KEY_STARTS || taken == H_SUFFIX_STARTS; /* or string_starts' bytearray */
+        if (bytes ? col[taken].itemsize != 1
+                  : (col[taken].itemsize != 8 && !(starts && col[taken].itemsize == 1)) || col[taken].len % 8) {
             PyErr_SetString(PyExc_ValueError, "table columns should be int64 arrays and two byte strings");
             taken++;
             goto fail;
         }
     }
-    Py_ssize_t count = col[H_OFFSETS].len / 8, samples = col[H_KEY_START].len / 8;
-    if (col[H_SIZES].len / 8 != count || col[H_OWNER].len / 8 != count || col[H_SUFFIX_START].len / 8 != count ||
-        col[H_SUFFIX_LENGTH].len / 8 != count || col[H_KEY_LENGTH].len / 8 != samples) {
+    Py_ssize_t count = col[H_OFFSETS].len / 8, samples = col[H_STARTS].len / 8 - 1;
+    if (samples < 0 || col[H_SIZES].len / 8 != count || col[H_SUFFIX_STARTS].len / 8 != count + 1 ||
+        col[H_KEY_STARTS].len / 8 != samples + 1) {
         PyErr_SetString(PyExc_ValueError, "table columns should have one item per member (per sample for keys)");
         goto fail;
     }
@@ -526,24 +562,31 @@ static PyObject *check_headers(PyObject *self, PyObject *args) {
         goto fail;
     }
     const uint8_t *bytes = (const uint8_t *)data.buf;
-    const int64_t *at = col[H_OFFSETS].buf, *size = col[H_SIZES].buf, *owner = col[H_OWNER].buf;
-    const int64_t *key_start = col[H_KEY_START].buf, *key_length = col[H_KEY_LENGTH].buf;
-    const int64_t *suffix_start = col[H_SUFFIX_START].buf, *suffix_length = col[H_SUFFIX_LENGTH].buf;
+    const int64_t *at = col[H_OFFSETS].buf, *size = col[H_SIZES].buf, *starts = col[H_STARTS].buf;
+    const int64_t *key_starts = col[H_KEY_STARTS].buf, *suffix_starts = col[H_SUFFIX_STARTS].buf;
     const uint8_t *keys = col[H_KEYS].buf, *suffixes = col[H_SUFFIXES].buf;
+    const int64_t keys_len = col[H_KEYS].len, suffixes_len = col[H_SUFFIXES].len;
     const int64_t *chosen = members.obj ? (const int64_t *)members.buf : NULL;
     long long found = -1;
+    int64_t o = -1, low = 0, high = 0; /* the current sample and its members [low, high) */
     for (long long p = first; p < stop; p++) {
         int64_t j = chosen ? chosen[p] : p;
-        if (j < 0 || j >= count) {
+        if (j < 0 || j >= count || samples == 0) {
             found = p;
             break;
         }
-        int64_t o = owner[j], where = at[j] - base - 512;
-        if (o < 0 || o >= samples || key_start[o] < 0 || key_length[o] < 0 ||
-            key_start[o] + key_length[o] > col[H_KEYS].len || suffix_start[j] < 0 || suffix_length[j] < 0 ||
-            suffix_start[j] + suffix_length[j] > col[H_SUFFIXES].len || where < 0 || where + 512 > data.len ||
-            !header_ok(bytes + where, keys + key_start[o], key_length[o], suffixes + suffix_start[j],
-                       suffix_length[j], size[j])) {
+        if (o < 0 || j < low || j >= high) { /* mostly the next sample: else search */
+            o = o >= 0 && o + 2 <= samples && j >= high && j < starts[o + 2] ? o + 1 : owner_of(starts, samples, j);
+            low = starts[o];
+            high = starts[o + 1];
+        }
+        int64_t where = at[j] - base - 512;
+        int64_t key_at = key_starts[o], key_length = key_starts[o + 1] - 1 - key_at;
+        int64_t suffix_at = suffix_starts[j], suffix_length = suffix_starts[j + 1] - 1 - suffix_at;
+        if (j < low || j >= high || key_at < 0 || key_length < 0 || key_at + key_length > keys_len ||
+            suffix_at < 0 || suffix_length < 0 || suffix_at + suffix_length > suffixes_len || where < 0 ||
+            where + 512 > data.len ||
+            !header_ok(bytes + where, keys + key_at, key_length, suffixes + suffix_at, suffix_length, size[j])) {
             found = p;
             break;
         }
@@ -560,10 +603,50 @@ fail:
     return NULL;
 }
 
+static const char starts_doc[] =
+    "string_starts(raw, count, /) -> bytearray | None\n\n"
+    "Where each of the first count NUL-ended strings of raw starts, then one past the last: count + 1\n"
+    "int64 items (native order) in a bytearray, or None if raw holds fewer strings.";
+
+static PyObject *string_starts(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *raw_o;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "On", &raw_o, &count)) return NULL;
+    if (count < 0 || count > PY_SSIZE_T_MAX / 8 - 1) {
+        PyErr_SetString(PyExc_ValueError, "count should be a non-negative size");
+        return NULL;
+    }
+    Py_buffer raw;
+    if (PyObject_GetBuffer(raw_o, &raw, PyBUF_SIMPLE) < 0) return NULL;
+    if (raw.len < count) { /* each string takes at least its NUL: never allocate past that */
+        PyBuffer_Release(&raw);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, 8 * (count + 1));
+    if (out == NULL) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    const uint8_t *bytes = raw.buf;
+    int64_t *starts = (int64_t *)PyByteArray_AS_STRING(out);
+    Py_ssize_t found = 0;
+    starts[0] = 0;
+    for (Py_ssize_t k = 0; k < raw.len && found < count; k++) /* short strings: no memchr call each */
+        if (bytes[k] == 0) starts[++found] = (int64_t)(k + 1);
+    PyBuffer_Release(&raw);
+    if (found < count) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
     {"check_headers", check_headers, METH_VARARGS, headers_doc},
+    {"string_starts", string_starts, METH_VARARGS, starts_doc},
     {NULL, NULL, 0, NULL},
 };
 

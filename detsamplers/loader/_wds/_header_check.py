@@ -23,6 +23,8 @@ from ._tar_headers import BLOCK
 __all__ = ["HeaderTable", "header_mismatch"]
 
 _SPAN = np.arange(BLOCK, dtype=np.int64)
+#: An index file's little-endian int64 arrays are this machine's own (the kernel reads them).
+_NATIVE = np.dtype("<i8") == np.dtype(np.int64)
 _SUM_FIELD = slice(148, 156)
 _REGULAR = np.array([48, 0, 55], dtype=np.uint8)  # REGTYPE, AREGTYPE, CONTTYPE
 _REGULAR_BYTES = frozenset(_REGULAR.tolist())
@@ -119,11 +121,11 @@ class HeaderTable:
 
     __slots__ = (
         "_names",
+        "_owner",
         "_size_words",
         "columns",
         "keys",
         "offsets",
-        "owner",
         "sizes",
         "starts",
         "suffixes",
@@ -131,38 +133,56 @@ class HeaderTable:
 
     def __init__(self, keys: Sequence[str], packed: Any) -> None:
         self.keys, self.suffixes = keys, packed.suffixes
-        self.starts = np.asarray(packed.starts, dtype=np.int64)
-        self.offsets = np.asarray(packed.offsets, dtype=np.int64)
-        self.sizes = np.asarray(packed.sizes, dtype=np.int64)
-        counts = np.diff(self.starts)
-        self.owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)  # each member's
-        key_start, key_length, key_bytes = _joined(keys)
-        suffix_start, suffix_length, suffix_bytes = _joined(self.suffixes)
-        #: What the compiled check reads (``_kernel.check_headers``): per member its offset,
-        #: size and sample, and the keys and suffixes as joined bytes with starts and lengths.
+        arrays = getattr(packed, "arrays", None)
+        if arrays is not None and _NATIVE:  # an index file's own arrays: nothing copied
+            key_bytes, suffix_bytes = arrays["keys"], arrays["suffixes"]
+            self.starts, self.offsets = arrays["starts"], arrays["offsets"]
+            self.sizes = arrays["sizes"]
+        else:  # a scan's lists
+            key_bytes, suffix_bytes = _joined(keys), _joined(self.suffixes)
+            self.starts = np.asarray(packed.starts, dtype=np.int64)
+            self.offsets = np.asarray(packed.offsets, dtype=np.int64)
+            self.sizes = np.asarray(packed.sizes, dtype=np.int64)
+        #: What the compiled check reads (``_kernel.check_headers``): each member's offset and
+        #: size, each sample's first member, and the keys and the suffixes as NUL-joined
+        #: bytes (the index file's own) with where each one starts (one more: the end).
         self.columns = (
             self.offsets,
             self.sizes,
-            self.owner,
-            key_bytes.tobytes(),
-            key_start.astype(np.int64),
-            key_length.astype(np.int64),
-            suffix_bytes.tobytes(),
-            suffix_start.astype(np.int64),
-            suffix_length.astype(np.int64),
+            self.starts,
+            key_bytes,
+            _string_starts(key_bytes, len(keys)),
+            suffix_bytes,
+            _string_starts(suffix_bytes, len(self.suffixes)),
         )
+        self._owner: np.ndarray[Any, Any] | None = None
         self._names: np.ndarray[Any, Any] | None = None
         self._size_words: np.ndarray[Any, Any] | None = None
+
+    @property
+    def owner(self) -> np.ndarray[Any, Any]:
+        """Each member's sample (the numpy path; built once)."""
+        if self._owner is None:
+            counts = np.diff(self.starts)
+            self._owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        return self._owner
+
+    def key_of(self, member: int) -> str:
+        """The key of the sample that holds ``member``."""
+        return self.keys[int(np.searchsorted(self.starts, member, side="right")) - 1]
 
     @property
     def names(self) -> np.ndarray[Any, Any]:
         """Each member's expected name field, 104 bytes a row (the numpy path; built once)."""
         if self._names is None:
-            (_, _, owner, key_bytes, key_start, key_length, suffix_bytes, suffix_start,
-             suffix_length) = self.columns  # fmt: skip
+            _, _, _, key_bytes, key_starts, suffix_bytes, suffix_starts = self.columns
+            key_starts = np.frombuffer(key_starts, dtype=np.int64)
+            suffix_starts = np.frombuffer(suffix_starts, dtype=np.int64)
             keys = np.frombuffer(key_bytes, dtype=np.uint8)
             suffixes = np.frombuffer(suffix_bytes, dtype=np.uint8)
-            members = len(self.offsets)
+            key_start, key_length = key_starts[:-1], np.diff(key_starts) - 1
+            suffix_start, suffix_length = suffix_starts[:-1], np.diff(suffix_starts) - 1
+            owner, members = self.owner, len(self.offsets)
             names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
             owner_length = key_length[owner]
             _place(names, np.zeros(members, np.int64), keys, key_start[owner], owner_length)
@@ -186,6 +206,8 @@ class HeaderTable:
     ) -> tuple[int, str] | None:
         """:meth:`mismatch` of the members ``first, ..., stop - 1``, without an index array."""
         if kernel is not None:
+            if kernel.check_headers(data, base, self.columns, None, first, stop) < 0:
+                return None  # the common case, in one call
             return self._mismatch_compiled(data, base, None, first, stop)
         return self.mismatch(data, base, np.arange(first, stop, dtype=np.int64))
 
@@ -208,7 +230,7 @@ class HeaderTable:
             at = int(self.offsets[j]) - base - BLOCK
             if at < 0 or at + BLOCK > len(data):
                 return j, "no tar header fits before its data"
-            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
             why = _row_mismatch(data[at : at + BLOCK], key, suffix, size)
             if why is not None:
                 return j, why
@@ -250,7 +272,7 @@ class HeaderTable:
             suspects = members[~ok]
         for j in suspects.tolist():
             at_j = int(self.offsets[j]) - base - BLOCK
-            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
             if at_j < 0 or at_j + BLOCK > len(data):
                 return j, "no tar header fits before its data"
             why = _row_mismatch(data[at_j : at_j + BLOCK], key, suffix, size)
@@ -286,14 +308,31 @@ def _byte_sums(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return (((even * _FOLD) >> top) + ((odd * _FOLD) >> top)).astype(np.int64)  # type: ignore[no-any-return]
 
 
-def _joined(strings: Sequence[str]) -> tuple[Any, Any, Any]:
-    """Where each string starts in their NUL-joined UTF-8 bytes, its length, and the bytes."""
-    raw = np.frombuffer(
-        ("\0".join(strings) + "\0").encode("utf-8", "surrogateescape"), dtype=np.uint8
-    )
-    ends = np.flatnonzero(raw == 0)[: len(strings)]
-    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
-    return starts, ends - starts, raw
+def _joined(strings: Sequence[str]) -> np.ndarray[Any, Any]:
+    """The strings in UTF-8, each followed by a NUL byte (as an index file stores them)."""
+    data = ("\0".join(strings) + "\0").encode("utf-8", "surrogateescape") if strings else b""
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _string_starts(raw: Any, count: int) -> Any:
+    """Where each of the first ``count`` NUL-ended strings in ``raw`` starts, then one past.
+
+    String ``i`` is ``raw[starts[i] : starts[i + 1] - 1]``.
+
+    Examples:
+        >>> np.frombuffer(_string_starts(_joined(["k0", "", "key"]), 3), np.int64).tolist()
+        [0, 3, 4, 8]
+    """
+    if kernel is not None:  # one pass in C (a bytearray of int64 items)
+        found = kernel.string_starts(raw, count)
+        if found is not None:
+            return found
+    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 0)[:count]
+    if len(ends) != count:  # not possible for bytes a decoder split into ``count`` strings
+        raise ValueError(f"{len(ends)} NUL-ended strings where {count} were decoded")
+    starts = np.zeros(count + 1, dtype=np.int64)
+    starts[1:] = ends + 1
+    return starts
 
 
 def _place(names: Any, column: Any, source: Any, start: Any, length: Any) -> None:
