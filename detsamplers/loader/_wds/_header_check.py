@@ -91,6 +91,8 @@ def _few_ok(
                 and (len(name) == 100 or data[at + len(name)] == 0)
                 and data.startswith(b"%011o\0" % size, at + 124)
                 and data[at + 156] in _REGULAR_BYTES
+                and data[at + 154] == 0  # the checksum as tarfile writes it: "%06o\0 "
+                and data[at + 345] == 0  # no name prefix (tarfile would read "prefix/name")
             )
             if ok:  # the checksum: the unsigned byte sum, its own field as spaces
                 head = zlib.adler32(view[at + 156 : at + 256], zlib.adler32(view[at : at + 148]))
@@ -107,10 +109,14 @@ def _few_ok(
 class HeaderTable:
     r"""What the tar header before each member of one shard must say, for checks in bulk.
 
-    Built once per shard opened, in a few numpy calls over the decoded index: each
-    member's offset, size and expected name (``key.suffix``, cut to the header's 100
-    bytes). :meth:`mismatch` then checks the members of a batch together, so a batch of
-    64 samples costs a dozen numpy calls, not a Python loop per member.
+    Built once per decoded index (the shard reader keeps it on the index's
+    ``PackedMembers``), from the index file's own arrays and NUL-joined names when there
+    are some, so nothing is re-encoded: with the compiled kernel, one C call packs them
+    with where each name starts (``_kernel.header_table``), and :meth:`range_mismatch` and
+    :meth:`mismatch` check a run's members in one C call (``_kernel.check_headers``).
+    Without the kernel the same checks run in a dozen numpy calls a batch, over each
+    member's expected name and size field (:attr:`names`, :attr:`size_words`, built on
+    first use).
 
     Examples:
         >>> from detsamplers.loader._wds._index_file import PackedMembers
@@ -123,7 +129,8 @@ class HeaderTable:
         "_names",
         "_owner",
         "_size_words",
-        "columns",
+        "compiled",
+        "joined",
         "keys",
         "offsets",
         "sizes",
@@ -143,18 +150,20 @@ class HeaderTable:
             self.starts = np.asarray(packed.starts, dtype=np.int64)
             self.offsets = np.asarray(packed.offsets, dtype=np.int64)
             self.sizes = np.asarray(packed.sizes, dtype=np.int64)
-        #: What the compiled check reads (``_kernel.check_headers``): each member's offset and
-        #: size, each sample's first member, and the keys and the suffixes as NUL-joined
-        #: bytes (the index file's own) with where each one starts (one more: the end).
-        self.columns = (
-            self.offsets,
-            self.sizes,
-            self.starts,
-            key_bytes,
-            _string_starts(key_bytes, len(keys)),
-            suffix_bytes,
-            _string_starts(suffix_bytes, len(self.suffixes)),
-        )
+        #: The keys and the suffixes, each NUL-ended (the index file's own bytes).
+        self.joined = key_bytes, suffix_bytes
+        #: What the compiled check reads (``_kernel.check_headers``): the columns and the
+        #: names packed in one buffer, with where each name starts (``None`` without it).
+        self.compiled: bytearray | None = None
+        if kernel is not None:
+            self.compiled = kernel.header_table(
+                self.offsets, self.sizes, self.starts, key_bytes, suffix_bytes
+            )
+            if self.compiled is None:  # not possible for bytes the decoder split into these
+                raise ValueError(
+                    f"the joined keys or suffixes hold fewer than {len(keys)} keys and "
+                    f"{len(self.suffixes)} suffixes"
+                )
         self._owner: np.ndarray[Any, Any] | None = None
         self._names: np.ndarray[Any, Any] | None = None
         self._size_words: np.ndarray[Any, Any] | None = None
@@ -175,9 +184,9 @@ class HeaderTable:
     def names(self) -> np.ndarray[Any, Any]:
         """Each member's expected name field, 104 bytes a row (the numpy path; built once)."""
         if self._names is None:
-            _, _, _, key_bytes, key_starts, suffix_bytes, suffix_starts = self.columns
-            key_starts = np.frombuffer(key_starts, dtype=np.int64)
-            suffix_starts = np.frombuffer(suffix_starts, dtype=np.int64)
+            key_bytes, suffix_bytes = self.joined
+            key_starts = _string_starts(key_bytes, len(self.keys))
+            suffix_starts = _string_starts(suffix_bytes, len(self.suffixes))
             keys = np.frombuffer(key_bytes, dtype=np.uint8)
             suffixes = np.frombuffer(suffix_bytes, dtype=np.uint8)
             key_start, key_length = key_starts[:-1], np.diff(key_starts) - 1
@@ -205,8 +214,8 @@ class HeaderTable:
         self, data: bytes, base: int, first: int, stop: int
     ) -> tuple[int, str] | None:
         """:meth:`mismatch` of the members ``first, ..., stop - 1``, without an index array."""
-        if kernel is not None:
-            if kernel.check_headers(data, base, self.columns, None, first, stop) < 0:
+        if kernel is not None and self.compiled is not None:
+            if kernel.check_headers(data, base, self.compiled, None, first, stop) < 0:
                 return None  # the common case, in one call
             return self._mismatch_compiled(data, base, None, first, stop)
         return self.mismatch(data, base, np.arange(first, stop, dtype=np.int64))
@@ -220,10 +229,10 @@ class HeaderTable:
         path; :func:`_row_mismatch` then decides it the way tarfile reads it (a pax name or a
         signed checksum passes there), and the search goes on after it.
         """
-        assert kernel is not None
+        assert kernel is not None and self.compiled is not None
         chosen = None if members is None else np.ascontiguousarray(members, dtype=np.int64)
         while first < stop:
-            found = kernel.check_headers(data, base, self.columns, chosen, first, stop)
+            found = kernel.check_headers(data, base, self.compiled, chosen, first, stop)
             if found < 0:
                 return None
             j = found if chosen is None else int(chosen[found])
@@ -250,7 +259,7 @@ class HeaderTable:
         """The first of ``members`` whose header in ``data`` (from ``base``) is wrong, and how."""
         if not len(members):
             return None
-        if kernel is not None:
+        if kernel is not None and self.compiled is not None:
             return self._mismatch_compiled(data, base, members, 0, len(members))
         at = self.offsets[members] - (base + BLOCK)
         if base % BLOCK or at.min() < 0 or at.max() + BLOCK > len(data):
@@ -266,6 +275,7 @@ class HeaderTable:
             kinds = blocks[:, 156]
             ok &= np.all(digits - np.uint8(48) <= 7, axis=1)  # octal digits (wraps below "0")
             ok &= (blocks[:, 154] == 0) & ((kinds == 48) | (kinds == 0))
+            ok &= blocks[:, 345] == 0  # no name prefix (tarfile would read "prefix/name")
             computed = _byte_sums(words) + 256
             computed -= blocks[:, _SUM_FIELD].sum(axis=1, dtype=np.int64)
             ok &= (digits - 48.0) @ _CHECKSUM_WEIGHTS == computed
@@ -314,19 +324,15 @@ def _joined(strings: Sequence[str]) -> np.ndarray[Any, Any]:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _string_starts(raw: Any, count: int) -> Any:
+def _string_starts(raw: Any, count: int) -> np.ndarray[Any, Any]:
     """Where each of the first ``count`` NUL-ended strings in ``raw`` starts, then one past.
 
     String ``i`` is ``raw[starts[i] : starts[i + 1] - 1]``.
 
     Examples:
-        >>> np.frombuffer(_string_starts(_joined(["k0", "", "key"]), 3), np.int64).tolist()
+        >>> _string_starts(_joined(["k0", "", "key"]), 3).tolist()
         [0, 3, 4, 8]
     """
-    if kernel is not None:  # one pass in C (a bytearray of int64 items)
-        found = kernel.string_starts(raw, count)
-        if found is not None:
-            return found
     ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 0)[:count]
     if len(ends) != count:  # not possible for bytes a decoder split into ``count`` strings
         raise ValueError(f"{len(ends)} NUL-ended strings where {count} were decoded")
