@@ -1,6 +1,7 @@
 """WebDatasetSource against a plain webdataset pipeline, on the same local shards (issue 5).
 
-Run ``python benchmarks/webdataset_table.py`` (or ``--quick`` for CI, under 30 s). It
+Run ``python benchmarks/webdataset_table.py`` (or ``--quick`` for CI, under 30 s; add
+``--header-check-only ROUNDS`` to run only part 5, with that many paired rounds). It
 writes shards once into a temporary folder with ``webdataset.ShardWriter`` (full mode: 50
 shards, 100,000 samples of a tiny PNG plus a label), then measures:
 
@@ -267,9 +268,21 @@ def writers(shards: int, per_shard: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
+    parser.add_argument(
+        "--header-check-only",
+        type=int,
+        metavar="ROUNDS",
+        help="write the shards and run only part 5, with this many paired rounds",
+    )
     args = parser.parse_args()
     shards, per_shard, runs = (8, 500, 1) if args.quick else (50, 2000, 3)
     total = shards * per_shard
+    if args.header_check_only:
+        with tempfile.TemporaryDirectory() as folder:
+            urls = write(folder, shards, per_shard)
+            ours(urls)  # the index files, before any timing
+            header_check_cost(urls, args.header_check_only, 2)
+        return
     writers(shards, per_shard, runs)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
