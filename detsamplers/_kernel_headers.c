@@ -35,15 +35,38 @@ static inline uint32_t block_sum(const uint8_t *h) {
 }
 #endif
 
-static const uint8_t NAME_PAD[100]; /* the NULs after a name, as tarfile writes them */
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t word;
+    memcpy(&word, p, 8);
+    return word;
+}
+
+/* Whether h[n..100) are all NUL (n <= 100): words where they fit, no memcmp call. */
+static inline int name_padded(const uint8_t *h, int64_t n) {
+    uint64_t any = 0;
+    int64_t k = n;
+    for (; k < 100 && (k & 7); k++) any |= h[k];
+    for (; k < 96; k += 8) any |= load64(h + k);
+    for (; k < 100; k++) any |= h[k];
+    return any == 0;
+}
+
+/* memcmp(a, b, n) == 0 for the short names of tar members, inline. */
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        if (load64(a + k) != load64(b + k)) return 0;
+    for (; k < n; k++)
+        if (a[k] != b[k]) return 0;
+    return 1;
+}
 
 static inline int header_ok(const uint8_t *h, const uint8_t *key, int64_t key_length, const uint8_t *suffix,
                             int64_t suffix_length, int64_t size) {
     int64_t n = key_length + 1 + suffix_length;
     if (n > 100 || size < 0 || size >= ((int64_t)1 << 33)) return 0;
-    if (memcmp(h, key, (size_t)key_length) != 0 || h[key_length] != '.' ||
-        memcmp(h + key_length + 1, suffix, (size_t)suffix_length) != 0 ||
-        memcmp(h + n, NAME_PAD, (size_t)(100 - n)) != 0)
+    if (!same_bytes(h, key, key_length) || h[key_length] != '.' ||
+        !same_bytes(h + key_length + 1, suffix, suffix_length) || !name_padded(h, n))
         return 0;
     for (int k = 0; k < 11; k++)
         if (h[124 + k] != (uint8_t)('0' + ((size >> (3 * (10 - k))) & 7))) return 0;
