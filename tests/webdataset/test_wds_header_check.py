@@ -124,7 +124,9 @@ def test_the_table_is_built_once_per_decoded_index_and_kept_on_it(tmp_path: Path
     with wds.ShardWriter(str(tmp_path / "data-%06d.tar"), maxcount=4, verbose=0) as sink:
         for i in range(8):
             sink.write({"__key__": f"k{i}", "cls": i})
-    shards = index_shards(expand_urls(str(tmp_path / "data-{000000..000001}.tar")))
+    urls = expand_urls(str(tmp_path / "data-{000000..000001}.tar"))
+    index_shards(urls)  # scans the shards and writes their index files
+    shards = index_shards(urls)  # reads them back (decoded when first read)
     built: list[HeaderTable] = []
     real = HeaderTable.__init__
 
@@ -144,6 +146,9 @@ def test_the_table_is_built_once_per_decoded_index_and_kept_on_it(tmp_path: Path
     assert len(built) == 2
     assert [resolved(info.members).table for info in shards] == built  # type: ignore[attr-defined]
     assert all(table.compiled is not None for table in built)
+    for info, table in zip(shards, built, strict=True):  # the index file's own arrays, reused
+        arrays = resolved(info.members).arrays  # type: ignore[attr-defined]
+        assert arrays is not None and table.joined == (arrays["keys"], arrays["suffixes"])
 
 
 @needs_kernel
