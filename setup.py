@@ -10,7 +10,7 @@ setup(
     ext_modules=[
         Extension(
             "detsamplers._kernel",
-            sources=["detsamplers/_kernel.c"],
+            sources=["detsamplers/_kernel.c", "detsamplers/_kernel_headers.c"],
             extra_compile_args=["-O3"],
             optional=True,
         )

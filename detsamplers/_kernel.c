@@ -441,128 +441,16 @@ static PyObject *records_stride(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* -- tar header check (NOTE [ index verification ], detsamplers/loader/_wds/_verify.py) ---- */
+/* -- tar header check: in _kernel_headers.c ------------------------------------------------ */
 
-/* One member's 512-byte header against what the index says: the name field holds "key.suffix"
- * and NULs after it, the size field is "%011o\0" as tarfile writes it, the type is a regular
- * file, and the checksum ("%06o\0 ") is the unsigned byte sum with its own field as spaces.
- * The same quick test as HeaderTable's numpy path; a member that fails it (a long name in a
- * pax record, a signed checksum, an upper-case suffix) is decided again in Python, the way
- * tarfile reads it. */
-static inline int header_ok(const uint8_t *h, const uint8_t *key, int64_t key_length, const uint8_t *suffix,
-                            int64_t suffix_length, int64_t size) {
-    int64_t n = key_length + 1 + suffix_length;
-    if (n > 100 || size < 0 || size >= ((int64_t)1 << 33)) return 0;
-    if (memcmp(h, key, (size_t)key_length) != 0 || h[key_length] != '.' ||
-        memcmp(h + key_length + 1, suffix, (size_t)suffix_length) != 0)
-        return 0;
-    for (int64_t k = n; k < 100; k++)
-        if (h[k]) return 0;
-    for (int k = 0; k < 11; k++)
-        if (h[124 + k] != (uint8_t)('0' + ((size >> (3 * (10 - k))) & 7))) return 0;
-    if (h[135] != 0 || !(h[156] == 48 || h[156] == 0) || h[154] != 0) return 0;
-    uint64_t stored = 0;
-    for (int k = 148; k < 154; k++) {
-        if (h[k] < 48 || h[k] > 55) return 0;
-        stored = stored * 8 + (uint64_t)(h[k] - 48);
-    }
-    uint64_t sum = 256; /* the checksum field counted as eight spaces */
-    for (int k = 0; k < 148; k++) sum += h[k];
-    for (int k = 156; k < 512; k++) sum += h[k];
-    return stored == sum;
-}
-
-static const char headers_doc[] =
-    "check_headers(data, base, table, members, first, stop, /) -> int\n\n"
-    "The first position p in [first, stop) whose member (members[p], or p itself when members is\n"
-    "None) has a tar header in data (the shard's bytes from offset base) that fails the quick\n"
-    "test, or -1 when none does. table: (offsets, sizes, owner, key_bytes, key_start, key_length,\n"
-    "suffix_bytes, suffix_start, suffix_length), HeaderTable.columns: int64 arrays but the two\n"
-    "byte strings.";
-
-enum { H_OFFSETS, H_SIZES, H_OWNER, H_KEYS, H_KEY_START, H_KEY_LENGTH, H_SUFFIXES, H_SUFFIX_START,
-       H_SUFFIX_LENGTH, H_COLUMNS };
-
-static PyObject *check_headers(PyObject *self, PyObject *args) {
-    PyObject *data_o, *table_o, *members_o;
-    long long base, first, stop;
-    if (!PyArg_ParseTuple(args, "OLO!OLL", &data_o, &base, &PyTuple_Type, &table_o, &members_o, &first, &stop))
-        return NULL;
-    if (PyTuple_GET_SIZE(table_o) != H_COLUMNS) {
-        PyErr_SetString(PyExc_ValueError, "table should be HeaderTable.columns (9 items)");
-        return NULL;
-    }
-    Py_buffer data, col[H_COLUMNS], members;
-    int taken = 0;
-    memset(col, 0, sizeof(col));
-    memset(&members, 0, sizeof(members));
-    if (PyObject_GetBuffer(data_o, &data, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    for (; taken < H_COLUMNS; taken++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(table_o, taken), &col[taken], PyBUF_C_CONTIGUOUS) < 0) goto fail;
-        int bytes = taken == H_KEYS || taken == H_SUFFIXES;
-        if (col[taken].itemsize != (bytes ? 1 : 8)) {
-            PyErr_SetString(PyExc_ValueError, "table columns should be int64 arrays and two byte strings");
-            taken++;
-            goto fail;
-        }
-    }
-    Py_ssize_t count = col[H_OFFSETS].len / 8, samples = col[H_KEY_START].len / 8;
-    if (col[H_SIZES].len / 8 != count || col[H_OWNER].len / 8 != count || col[H_SUFFIX_START].len / 8 != count ||
-        col[H_SUFFIX_LENGTH].len / 8 != count || col[H_KEY_LENGTH].len / 8 != samples) {
-        PyErr_SetString(PyExc_ValueError, "table columns should have one item per member (per sample for keys)");
-        goto fail;
-    }
-    Py_ssize_t limit = count;
-    if (members_o != Py_None) {
-        if (PyObject_GetBuffer(members_o, &members, PyBUF_C_CONTIGUOUS) < 0) goto fail;
-        if (members.itemsize != 8) {
-            PyErr_SetString(PyExc_ValueError, "members should hold int64 items");
-            goto fail;
-        }
-        limit = members.len / 8;
-    }
-    if (first < 0 || stop > limit || first > stop) {
-        PyErr_SetString(PyExc_ValueError, "first and stop should lie inside the members");
-        goto fail;
-    }
-    const uint8_t *bytes = (const uint8_t *)data.buf;
-    const int64_t *at = col[H_OFFSETS].buf, *size = col[H_SIZES].buf, *owner = col[H_OWNER].buf;
-    const int64_t *key_start = col[H_KEY_START].buf, *key_length = col[H_KEY_LENGTH].buf;
-    const int64_t *suffix_start = col[H_SUFFIX_START].buf, *suffix_length = col[H_SUFFIX_LENGTH].buf;
-    const uint8_t *keys = col[H_KEYS].buf, *suffixes = col[H_SUFFIXES].buf;
-    const int64_t *chosen = members.obj ? (const int64_t *)members.buf : NULL;
-    long long found = -1;
-    for (long long p = first; p < stop; p++) {
-        int64_t j = chosen ? chosen[p] : p;
-        if (j < 0 || j >= count) {
-            found = p;
-            break;
-        }
-        int64_t o = owner[j], where = at[j] - base - 512;
-        if (o < 0 || o >= samples || key_start[o] < 0 || key_length[o] < 0 ||
-            key_start[o] + key_length[o] > col[H_KEYS].len || suffix_start[j] < 0 || suffix_length[j] < 0 ||
-            suffix_start[j] + suffix_length[j] > col[H_SUFFIXES].len || where < 0 || where + 512 > data.len ||
-            !header_ok(bytes + where, keys + key_start[o], key_length[o], suffixes + suffix_start[j],
-                       suffix_length[j], size[j])) {
-            found = p;
-            break;
-        }
-    }
-    PyBuffer_Release(&data);
-    if (members.obj) PyBuffer_Release(&members);
-    for (int k = 0; k < H_COLUMNS; k++) PyBuffer_Release(&col[k]);
-    return PyLong_FromLongLong(found);
-fail:
-    PyBuffer_Release(&data);
-    if (members.obj) PyBuffer_Release(&members);
-    for (int k = 0; k < taken; k++)
-        if (col[k].obj) PyBuffer_Release(&col[k]);
-    return NULL;
-}
+extern const char table_doc[], headers_doc[];
+PyObject *header_table(PyObject *self, PyObject *args);
+PyObject *check_headers(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
+    {"header_table", header_table, METH_VARARGS, table_doc},
     {"check_headers", check_headers, METH_VARARGS, headers_doc},
     {NULL, NULL, 0, NULL},
 };

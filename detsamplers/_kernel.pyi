@@ -30,9 +30,12 @@ def records_stride(
 def check_headers(
     data: Any,
     base: int,
-    table: tuple[Any, ...],
+    table: bytearray,
     members: Any,
     first: int,
     stop: int,
     /,
 ) -> int: ...
+def header_table(
+    offsets: Any, sizes: Any, starts: Any, keys: Any, suffixes: Any, /
+) -> bytearray | None: ...

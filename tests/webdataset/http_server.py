@@ -75,6 +75,8 @@ class ShardServer:
             asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        if not self.thread.is_alive():  # else a ResourceWarning when the loop is collected
+            self.loop.close()
 
     def _range(self, request: web.Request, size: int) -> tuple[int, int]:
         wanted = request.http_range

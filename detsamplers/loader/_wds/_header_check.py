@@ -23,6 +23,8 @@ from ._tar_headers import BLOCK
 __all__ = ["HeaderTable", "header_mismatch"]
 
 _SPAN = np.arange(BLOCK, dtype=np.int64)
+#: An index file's little-endian int64 arrays are this machine's own (the kernel reads them).
+_NATIVE = np.dtype("<i8") == np.dtype(np.int64)
 _SUM_FIELD = slice(148, 156)
 _REGULAR = np.array([48, 0, 55], dtype=np.uint8)  # REGTYPE, AREGTYPE, CONTTYPE
 _REGULAR_BYTES = frozenset(_REGULAR.tolist())
@@ -89,6 +91,8 @@ def _few_ok(
                 and (len(name) == 100 or data[at + len(name)] == 0)
                 and data.startswith(b"%011o\0" % size, at + 124)
                 and data[at + 156] in _REGULAR_BYTES
+                and data[at + 154] == 0  # the checksum as tarfile writes it: "%06o\0 "
+                and data[at + 345] == 0  # no name prefix (tarfile would read "prefix/name")
             )
             if ok:  # the checksum: the unsigned byte sum, its own field as spaces
                 head = zlib.adler32(view[at + 156 : at + 256], zlib.adler32(view[at : at + 148]))
@@ -105,13 +109,17 @@ def _few_ok(
 class HeaderTable:
     r"""What the tar header before each member of one shard must say, for checks in bulk.
 
-    Built once per shard opened, in a few numpy calls over the decoded index: each
-    member's offset, size and expected name (``key.suffix``, cut to the header's 100
-    bytes). :meth:`mismatch` then checks the members of a batch together, so a batch of
-    64 samples costs a dozen numpy calls, not a Python loop per member.
+    Built once per decoded index (the shard reader keeps it on the index's
+    ``PackedMembers``), from the index file's own arrays and NUL-joined names when there
+    are some, so nothing is re-encoded: with the compiled kernel, one C call packs them
+    with where each name starts (``_kernel.header_table``), and :meth:`range_mismatch` and
+    :meth:`mismatch` check a run's members in one C call (``_kernel.check_headers``).
+    Without the kernel the same checks run in a dozen numpy calls a batch, over each
+    member's expected name and size field (:attr:`names`, :attr:`size_words`, built on
+    first use).
 
     Examples:
-        >>> from detsamplers.loader._wds._index_file import PackedMembers
+        >>> from detsamplers.loader._wds._members import PackedMembers
         >>> table = HeaderTable(("k0",), PackedMembers(["cls"], [512], [1], [0, 1]))
         >>> bytes(table.names[0, :6]), int(table.names[0, 6]), bytes(table.size_words[0])
         (b'k0.cls', 0, b'00000000001\x00')
@@ -119,11 +127,12 @@ class HeaderTable:
 
     __slots__ = (
         "_names",
+        "_owner",
         "_size_words",
-        "columns",
+        "compiled",
+        "joined",
         "keys",
         "offsets",
-        "owner",
         "sizes",
         "starts",
         "suffixes",
@@ -131,38 +140,58 @@ class HeaderTable:
 
     def __init__(self, keys: Sequence[str], packed: Any) -> None:
         self.keys, self.suffixes = keys, packed.suffixes
-        self.starts = np.asarray(packed.starts, dtype=np.int64)
-        self.offsets = np.asarray(packed.offsets, dtype=np.int64)
-        self.sizes = np.asarray(packed.sizes, dtype=np.int64)
-        counts = np.diff(self.starts)
-        self.owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)  # each member's
-        key_start, key_length, key_bytes = _joined(keys)
-        suffix_start, suffix_length, suffix_bytes = _joined(self.suffixes)
-        #: What the compiled check reads (``_kernel.check_headers``): per member its offset,
-        #: size and sample, and the keys and suffixes as joined bytes with starts and lengths.
-        self.columns = (
-            self.offsets,
-            self.sizes,
-            self.owner,
-            key_bytes.tobytes(),
-            key_start.astype(np.int64),
-            key_length.astype(np.int64),
-            suffix_bytes.tobytes(),
-            suffix_start.astype(np.int64),
-            suffix_length.astype(np.int64),
-        )
+        arrays = getattr(packed, "arrays", None)
+        if arrays is not None and _NATIVE:  # an index file's own arrays: nothing copied
+            key_bytes, suffix_bytes = arrays["keys"], arrays["suffixes"]
+            self.starts, self.offsets = arrays["starts"], arrays["offsets"]
+            self.sizes = arrays["sizes"]
+        else:  # a scan's lists
+            key_bytes, suffix_bytes = _joined(keys), _joined(self.suffixes)
+            self.starts = np.asarray(packed.starts, dtype=np.int64)
+            self.offsets = np.asarray(packed.offsets, dtype=np.int64)
+            self.sizes = np.asarray(packed.sizes, dtype=np.int64)
+        #: The keys and the suffixes, each NUL-ended (the index file's own bytes).
+        self.joined = key_bytes, suffix_bytes
+        #: What the compiled check reads (``_kernel.check_headers``): the columns and the
+        #: names packed in one buffer, with where each name starts (``None`` without it).
+        self.compiled: bytearray | None = None
+        if kernel is not None:
+            self.compiled = kernel.header_table(
+                self.offsets, self.sizes, self.starts, key_bytes, suffix_bytes
+            )
+            if self.compiled is None:  # not possible for bytes the decoder split into these
+                raise ValueError(
+                    f"the joined keys or suffixes hold fewer than {len(keys)} keys and "
+                    f"{len(self.suffixes)} suffixes"
+                )
+        self._owner: np.ndarray[Any, Any] | None = None
         self._names: np.ndarray[Any, Any] | None = None
         self._size_words: np.ndarray[Any, Any] | None = None
+
+    @property
+    def owner(self) -> np.ndarray[Any, Any]:
+        """Each member's sample (the numpy path; built once)."""
+        if self._owner is None:
+            counts = np.diff(self.starts)
+            self._owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        return self._owner
+
+    def key_of(self, member: int) -> str:
+        """The key of the sample that holds ``member``."""
+        return self.keys[int(np.searchsorted(self.starts, member, side="right")) - 1]
 
     @property
     def names(self) -> np.ndarray[Any, Any]:
         """Each member's expected name field, 104 bytes a row (the numpy path; built once)."""
         if self._names is None:
-            (_, _, owner, key_bytes, key_start, key_length, suffix_bytes, suffix_start,
-             suffix_length) = self.columns  # fmt: skip
+            key_bytes, suffix_bytes = self.joined
+            key_starts = _string_starts(key_bytes, len(self.keys))
+            suffix_starts = _string_starts(suffix_bytes, len(self.suffixes))
             keys = np.frombuffer(key_bytes, dtype=np.uint8)
             suffixes = np.frombuffer(suffix_bytes, dtype=np.uint8)
-            members = len(self.offsets)
+            key_start, key_length = key_starts[:-1], np.diff(key_starts) - 1
+            suffix_start, suffix_length = suffix_starts[:-1], np.diff(suffix_starts) - 1
+            owner, members = self.owner, len(self.offsets)
             names = np.zeros((members, 104), dtype=np.uint8)  # 13 words; 100-103 left zero
             owner_length = key_length[owner]
             _place(names, np.zeros(members, np.int64), keys, key_start[owner], owner_length)
@@ -185,7 +214,9 @@ class HeaderTable:
         self, data: bytes, base: int, first: int, stop: int
     ) -> tuple[int, str] | None:
         """:meth:`mismatch` of the members ``first, ..., stop - 1``, without an index array."""
-        if kernel is not None:
+        if kernel is not None and self.compiled is not None:
+            if kernel.check_headers(data, base, self.compiled, None, first, stop) < 0:
+                return None  # the common case, in one call
             return self._mismatch_compiled(data, base, None, first, stop)
         return self.mismatch(data, base, np.arange(first, stop, dtype=np.int64))
 
@@ -198,17 +229,17 @@ class HeaderTable:
         path; :func:`_row_mismatch` then decides it the way tarfile reads it (a pax name or a
         signed checksum passes there), and the search goes on after it.
         """
-        assert kernel is not None
+        assert kernel is not None and self.compiled is not None
         chosen = None if members is None else np.ascontiguousarray(members, dtype=np.int64)
         while first < stop:
-            found = kernel.check_headers(data, base, self.columns, chosen, first, stop)
+            found = kernel.check_headers(data, base, self.compiled, chosen, first, stop)
             if found < 0:
                 return None
             j = found if chosen is None else int(chosen[found])
             at = int(self.offsets[j]) - base - BLOCK
             if at < 0 or at + BLOCK > len(data):
                 return j, "no tar header fits before its data"
-            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
             why = _row_mismatch(data[at : at + BLOCK], key, suffix, size)
             if why is not None:
                 return j, why
@@ -228,7 +259,7 @@ class HeaderTable:
         """The first of ``members`` whose header in ``data`` (from ``base``) is wrong, and how."""
         if not len(members):
             return None
-        if kernel is not None:
+        if kernel is not None and self.compiled is not None:
             return self._mismatch_compiled(data, base, members, 0, len(members))
         at = self.offsets[members] - (base + BLOCK)
         if base % BLOCK or at.min() < 0 or at.max() + BLOCK > len(data):
@@ -244,13 +275,14 @@ class HeaderTable:
             kinds = blocks[:, 156]
             ok &= np.all(digits - np.uint8(48) <= 7, axis=1)  # octal digits (wraps below "0")
             ok &= (blocks[:, 154] == 0) & ((kinds == 48) | (kinds == 0))
+            ok &= blocks[:, 345] == 0  # no name prefix (tarfile would read "prefix/name")
             computed = _byte_sums(words) + 256
             computed -= blocks[:, _SUM_FIELD].sum(axis=1, dtype=np.int64)
             ok &= (digits - 48.0) @ _CHECKSUM_WEIGHTS == computed
             suspects = members[~ok]
         for j in suspects.tolist():
             at_j = int(self.offsets[j]) - base - BLOCK
-            key, suffix, size = self.keys[self.owner[j]], self.suffixes[j], int(self.sizes[j])
+            key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
             if at_j < 0 or at_j + BLOCK > len(data):
                 return j, "no tar header fits before its data"
             why = _row_mismatch(data[at_j : at_j + BLOCK], key, suffix, size)
@@ -286,14 +318,27 @@ def _byte_sums(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return (((even * _FOLD) >> top) + ((odd * _FOLD) >> top)).astype(np.int64)  # type: ignore[no-any-return]
 
 
-def _joined(strings: Sequence[str]) -> tuple[Any, Any, Any]:
-    """Where each string starts in their NUL-joined UTF-8 bytes, its length, and the bytes."""
-    raw = np.frombuffer(
-        ("\0".join(strings) + "\0").encode("utf-8", "surrogateescape"), dtype=np.uint8
-    )
-    ends = np.flatnonzero(raw == 0)[: len(strings)]
-    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
-    return starts, ends - starts, raw
+def _joined(strings: Sequence[str]) -> np.ndarray[Any, Any]:
+    """The strings in UTF-8, each followed by a NUL byte (as an index file stores them)."""
+    data = ("\0".join(strings) + "\0").encode("utf-8", "surrogateescape") if strings else b""
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _string_starts(raw: Any, count: int) -> np.ndarray[Any, Any]:
+    """Where each of the first ``count`` NUL-ended strings in ``raw`` starts, then one past.
+
+    String ``i`` is ``raw[starts[i] : starts[i + 1] - 1]``.
+
+    Examples:
+        >>> _string_starts(_joined(["k0", "", "key"]), 3).tolist()
+        [0, 3, 4, 8]
+    """
+    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 0)[:count]
+    if len(ends) != count:  # not possible for bytes a decoder split into ``count`` strings
+        raise ValueError(f"{len(ends)} NUL-ended strings where {count} were decoded")
+    starts = np.zeros(count + 1, dtype=np.int64)
+    starts[1:] = ends + 1
+    return starts
 
 
 def _place(names: Any, column: Any, source: Any, start: Any, length: Any) -> None:

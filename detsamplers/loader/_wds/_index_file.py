@@ -132,12 +132,14 @@ def decode_index(data: bytes, url: str) -> tuple[tuple[str, ...], PackedMembers,
 
 
 def decode_checked(
-    data: bytes, url: str, file: str | None = None
+    data: bytes, url: str, file: str | None = None, *, keep_arrays: bool = False
 ) -> tuple[tuple[str, ...], PackedMembers, int, str | None]:
     """:func:`decode_index`, then the layout checked against the recorded shard size.
 
     The checks are those of NOTE [ index verification ]: counts, increasing starts, and
     each member's data on a block boundary, inside the shard, after the previous one.
+    ``keep_arrays`` keeps the file's arrays on the members (``PackedMembers.arrays``, views
+    of ``data``) for the header check, for a caller that keeps ``data`` anyway.
 
     Raises:
         ValueError: the bytes are not an index file of this format (the message names the
@@ -151,11 +153,11 @@ def decode_checked(
         ...
         detsamplers.loader._wds._index_file.IndexLieError: the index file 'a.tar.index.npz' ...
     """
-    return _decode(data, url, file or "")
+    return _decode(data, url, file or "", keep_arrays)
 
 
 def _decode(
-    data: bytes, url: str, file: str | None
+    data: bytes, url: str, file: str | None, keep_arrays: bool = False
 ) -> tuple[tuple[str, ...], PackedMembers, int, str | None]:
     """:func:`decode_index` (``file`` is ``None``) or :func:`decode_checked`."""
     try:
@@ -188,7 +190,7 @@ def _decode(
             raise ValueError("the sample starts do not match the keys and members")
         if np.any(np.diff(starts_array) < 0):
             raise ValueError("the sample starts decrease")
-        members = PackedMembers(suffixes, offsets, sizes, starts)
+        members = PackedMembers(suffixes, offsets, sizes, starts, arrays if keep_arrays else None)
         return keys, members, size, header.get("etag")
     except _UNREADABLE as exn:
         named = (
@@ -371,7 +373,8 @@ class LazyIndex:
         """
         if self._decoded is None:
             try:
-                keys, members, *_ = decode_checked(self.data, self.url, self.file)
+                # The arrays are views of ``data``, kept anyway: the header check reuses them.
+                keys, members, *_ = decode_checked(self.data, self.url, self.file, keep_arrays=True)
             except IndexLieError:
                 raise  # well formed but wrong: its writer is at fault, say so
             except ValueError:

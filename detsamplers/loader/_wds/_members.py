@@ -26,13 +26,26 @@ class PackedMembers(Sequence[list[Any]]):
         (2, [['cls', 3072, 1]], [['cls', 512, 1], ['png', 1536, 70]])
     """
 
-    __slots__ = ("_ordered", "offsets", "sizes", "starts", "suffixes")
+    __slots__ = ("_ordered", "arrays", "offsets", "sizes", "starts", "suffixes", "table")
 
     def __init__(
-        self, suffixes: list[str], offsets: list[int], sizes: list[int], starts: list[int]
+        self,
+        suffixes: list[str],
+        offsets: list[int],
+        sizes: list[int],
+        starts: list[int],
+        arrays: dict[str, np.ndarray[Any, Any]] | None = None,
     ) -> None:
         self.suffixes, self.offsets, self.sizes, self.starts = suffixes, offsets, sizes, starts
+        #: The index file's arrays these lists were decoded from (NOTE [ index file format ]),
+        #: or ``None``; the header check builds its table from them without re-encoding.
+        self.arrays = arrays
+        #: What the shard reader builds once per decoded index (its header table), or ``None``.
+        self.table: Any = None
         self._ordered: bool | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the lists only: the rest is rebuilt on demand
+        return PackedMembers, (self.suffixes, self.offsets, self.sizes, self.starts)
 
     @property
     def ordered(self) -> bool:

@@ -6,10 +6,12 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, BinaryIO, NoReturn
 
+from ..._native import kernel
 from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
 from ._header_check import HeaderTable, header_mismatch
 from ._index import ShardInfo
-from ._index_file import PackedMembers, resolved
+from ._index_file import resolved
+from ._members import PackedMembers
 from ._tar_headers import BLOCK
 from ._urls import is_remote
 from ._verify import open_regular, stamp_mismatch
@@ -186,7 +188,7 @@ class ShardReader:
             base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
             data = self._span(shard, base, end) if begin >= 0 else b""
             run = [indexes[i] for i in order[position:last]]
-            self._verify_many(shard, data, base, self._table().members_of(run))
+            self._verify_samples(shard, data, base, run)
             for i in order[position:last]:
                 index = indexes[i]
                 sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
@@ -220,12 +222,12 @@ class ShardReader:
             return False
         base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
         data = self._span(shard, base, end)
+        self._verify_range(shard, data, base, head, tail)  # while the bytes are in the cache
         blobs = [
             data[at - base : at - base + size]
             for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
         ]
         suffixes, keys = packed.suffixes, self.keys
-        self._verify_range(shard, data, base, head, tail)
         url, local = self.shards[shard].url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
@@ -253,10 +255,20 @@ class ShardReader:
         return self.handle
 
     def _table(self) -> HeaderTable:
-        """The open shard's :class:`HeaderTable`, built on its first batch read."""
-        if self.table is None:
-            self.table = HeaderTable(self.keys, self.packed)
-        return self.table
+        """The open shard's :class:`HeaderTable`, built once per decoded index and kept there."""
+        table = self.table
+        if table is None:
+            packed = self.packed
+            assert packed is not None
+            table = packed.table
+            if not isinstance(table, HeaderTable) or table.keys is not self.keys:
+                table = packed.table = HeaderTable(self.keys, packed)
+            self.table = table
+        return table
+
+    def _verify_samples(self, shard: int, data: bytes, base: int, samples: Sequence[int]) -> None:
+        """:meth:`_verify_many` of the members of ``samples`` of the open shard."""
+        self._verify_many(shard, data, base, self._table().members_of(samples))
 
     def _verify_many(self, shard: int, data: bytes, base: int, members: Any) -> None:
         """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
@@ -264,7 +276,7 @@ class ShardReader:
         found = table.mismatch(data, base, members)
         if found is not None:
             j, why = found
-            key, suffix = table.keys[table.owner[j]], table.suffixes[j]
+            key, suffix = table.key_of(j), table.suffixes[j]
             self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
 
     def _verify_range(self, shard: int, data: bytes, base: int, first: int, stop: int) -> None:
@@ -273,7 +285,7 @@ class ShardReader:
         found = table.range_mismatch(data, base, first, stop)
         if found is not None:
             j, why = found
-            key, suffix = table.keys[table.owner[j]], table.suffixes[j]
+            key, suffix = table.key_of(j), table.suffixes[j]
             self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
 
     def _verify(
@@ -337,15 +349,18 @@ class ShardReader:
             start = max(0, min(offsets[first:stop]) - BLOCK)  # with the first member's header
             end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
             data = self._span(shard, start, end)
-            self._verify(
-                shard,
-                data,
-                start,
-                [sample["__key__"]] * (stop - first),
-                suffixes[first:stop],
-                offsets[first:stop],
-                sizes[first:stop],
-            )
+            if kernel is not None:  # one compiled call over the shard's table, built once
+                self._verify_range(shard, data, start, first, stop)
+            else:
+                self._verify(
+                    shard,
+                    data,
+                    start,
+                    [sample["__key__"]] * (stop - first),
+                    suffixes[first:stop],
+                    offsets[first:stop],
+                    sizes[first:stop],
+                )
             for j in range(first, stop):
                 at = offsets[j] - start
                 sample[suffixes[j]] = data[at : at + sizes[j]]

@@ -28,10 +28,13 @@ is an error naming the file and the fix, never a rescan that hides it:
   signed, as :mod:`tarfile` accepts), it is a regular file, its size is the indexed size,
   and its name is the sample's key and the member's suffix (a name too long for the
   header, carried by a pax or GNU record before it, is compared up to the 100 bytes the
-  header holds). A batch's members are checked together (``HeaderTable``: a dozen
-  numpy calls over the headers, compared as words with what tarfile writes), a single
-  sample's in pure Python; a member that differs is then read the way tarfile reads it,
-  which decides. The cost is measured by ``benchmarks/webdataset_table.py``.
+  header holds). The compiled kernel checks a run's members in one C call over the bytes
+  just read (``check_headers``, against a table packed once per decoded index from the
+  index file's own arrays and names, ``HeaderTable``); without it, a batch's members are
+  checked in a dozen numpy calls and a single sample's in a Python loop. Each quick test
+  only ever refuses more than tarfile would: a member that fails it is then read the way
+  tarfile reads it, which decides (tests/webdataset/test_wds_header_check.py holds both
+  paths to the same outcome). The cost is measured by ``benchmarks/webdataset_table.py``.
 - *The shard is the one indexed.* A local shard's size, modification time and inode are
   recorded when the source is built and compared with ``fstat`` of the opened file, once
   per shard opened; over HTTP each ranged response's ``ETag`` (or ``Last-Modified``) is
