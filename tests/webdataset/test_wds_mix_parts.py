@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,30 @@ def test_the_state_of_two_sets_of_half_a_million_shards_is_at_most_one_kilobyte(
     size = len(json.dumps(state))
     assert size <= 1024, size
     assert [c["shards"] for c in state["counts"]] == [500_000, 500_000]
+
+
+def test_a_set_added_at_a_resume_with_parts_gives_the_run_that_had_it_from_there(
+    sets: list[list[str]],
+) -> None:
+    options: dict[str, Any] = {"parts": 4, "batch_size": 1}
+    before = [b[0] for b in simulate(mix(sets[:2], (0.6, 0.4), **options), 0, 80)]
+    for entry in (1, 13, 40):
+        grown = mix(sets, (0.6, 0.4), curriculum=[(entry, [0.3, 0.2, 0.5])], **options)
+        straight = [b[0] for b in simulate(grown, 0, entry + 20)]
+        assert straight[:entry] == before[:entry]  # the past is the saved run's
+        saved = mix(sets[:2], (0.6, 0.4), **options).state_dict()
+        resumed = mix(
+            sets, (0.6, 0.4), curriculum=[(entry, [0.3, 0.2, 0.5])], **{**options, "batch_size": 2}
+        )
+        resumed.load_state_dict(json.loads(json.dumps({**saved, "position": entry})))
+        assert [x for b in simulate(resumed, 0, 10) for x in b] == straight[entry:][:20]
+        assert grown.progress(entry)["consumed"][2] == 0
+        assert grown._lanes is not None
+        k, t = grown._lanes.stream(np.arange(entry, entry + 40))
+        assert 0 in t[k == 2].tolist()  # the new set starts at its own stream's position 0
+
+
+def test_an_unpickled_mixture_with_parts_gives_the_same_batches(sets: list[list[str]]) -> None:
+    source = mix(sets, parts=[4, 2, 0], shuffle_block_shards=2, skip=5)
+    copy = pickle.loads(pickle.dumps(source))
+    assert simulate(copy, 2, 12) == simulate(source, 2, 12)
