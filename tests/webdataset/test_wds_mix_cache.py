@@ -7,8 +7,12 @@ in one process, as the ranks of a node are, and share one cache folder, or have 
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import socket
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ from typing import Any
 import pytest
 import webdataset as wds
 from nginx_server import Nginx
+from wds_helpers import simulate
 
 from detsamplers.loader import WebDatasetMix
 
@@ -128,3 +133,65 @@ def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_of_each_set(
     # (all but the last few of the epoch's order, before the margin).
     for counts in per_rank(0):
         assert all(n >= 0.75 * SHARDS for n in counts), counts
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.distributed
+def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts_of_each_set(
+    served: Served, tmp_path: Path
+) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    port = _free_port()
+    steps = (sum(served.sizes) - MARGIN) // (8 * 2)
+    mark = served.nginx.mark()
+    agents = []
+    for node in range(2):
+        (tmp_path / f"out{node}").mkdir()
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=mix-nodes",
+            "-m", "mix_two_nodes", f"--urls={served.urls[0]}", f"--urls={served.urls[1]}",
+            "--sizes", *map(str, served.sizes), f"--steps={steps}",
+            f"--cache={tmp_path / f'cache{node}'}", f"--out={tmp_path / f'out{node}'}",
+            f"--index-dir={served.index_dir}",
+        ]  # fmt: skip
+        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
+        agents.append(
+            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        )
+    try:
+        for agent, _ in agents:
+            agent.wait(timeout=180)
+    finally:
+        for agent, log in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+            log.close()
+    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
+    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+    sent, _ = served.nginx.served(mark)  # before the simulation below reads the shards
+    assert sent <= 1.2 * served.bytes
+    results = sorted(
+        (
+            json.loads(p.read_text())
+            for n in range(2)
+            for p in (tmp_path / f"out{n}").glob("*.json")
+        ),
+        key=lambda r: r["rank"],
+    )
+    assert len(results) == 2
+    options = {"parts": 8, "shuffle_block_shards": 2}
+    expected = [simulate(served.make(world_size=2, rank=r, **options), 0, steps) for r in range(2)]
+    assert [r["labels"] for r in results] == [[x for b in e for x in b] for e in expected]
+    for r in results:  # each node: its half of each set's shards, and its runs' edges
+        held = [sum(r["present"][:SHARDS]), sum(r["present"][SHARDS:])]
+        assert all(n <= SHARDS // 2 + 3 for n in held), held
