@@ -81,6 +81,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/locality_table.py --quick
 	$(PY) benchmarks/part_shuffle_quality.py --quick
 	$(PY) benchmarks/webdataset_mix_table.py --quick
+	$(PY) benchmarks/webdataset_mix_locality.py --quick
 	$(PY) benchmarks/shuffle_quality.py --quick
 	$(PY) benchmarks/shard_shuffle_table.py --quick
 	$(PY) benchmarks/mix_table.py --quick
@@ -103,6 +104,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/locality_table.py
 	$(PY) benchmarks/part_shuffle_quality.py
 	$(PY) benchmarks/webdataset_mix_table.py
+	$(PY) benchmarks/webdataset_mix_locality.py
 	$(PY) benchmarks/shuffle_quality.py
 	$(PY) benchmarks/shard_shuffle_table.py
 	$(PY) benchmarks/mix_table.py --plot docs/mix.png

@@ -10,7 +10,9 @@ order ]), ``_split`` deals them to ranks and workers (NOTE [ shard stream split 
 ``_reader`` reads samples from local and remote shards side by side; ``_decode`` builds the
 decode stage, ``_state`` checks a saved state; ``_source`` is :class:`WebDatasetSource`
 and ``_loader`` is :class:`WebDataLoader`; ``_mix_order`` maps positions of a mixture of
-shard sets to samples (NOTE [ shard stream mixture ]) and ``_mix`` is
+shard sets to samples (NOTE [ shard stream mixture ]), ``_mix_lanes`` does so by lanes with
+rank-local parts (NOTE [ mixture lanes ]), ``_mix_args``, ``_mix_reader`` and ``_mix_state``
+check a mixture's own arguments, read its sets and check its state, and ``_mix`` is
 :class:`WebDatasetMix`; ``_writer`` is :class:`ShardWriter`, which writes shards with their
 index files (NOTE [ writing shards with their index ]). The public names are re-exported
 from :mod:`detsamplers.loader`.

@@ -1,13 +1,21 @@
 """``WebDatasetMix``: several webdataset shard sets mixed with weights, exactly resumable.
 
-The order is NOTE [ shard stream mixture ] (:mod:`._mix_order`); everything else (the
-split, the batch grid, decoding, per-batch seeding, the loader) is the single source's,
-except that ``decode`` and ``map`` may differ per shard set. A DataLoader worker keeps one
-reader per shard set, so each set's reads stay sequential.
+NOTE [ shard set mixture ]
+A mixture is a :class:`WebDatasetSource` over the concatenation of its shard sets (set 0's
+shards, then set 1's...) whose order is not the source's: global position ``p`` maps to a
+set ``k`` and a position of set ``k``'s own shard stream by the mixture law (NOTE [ shard
+stream mixture ], :mod:`._mix_order`) or, with ``parts``, by one law per lane (NOTE
+[ mixture lanes ], :mod:`._mix_lanes`). Everything else is the single source's: the split
+across ranks and workers, the batch grid, per-batch seeding, the node cache and the
+loader, except that ``decode`` and ``map`` may differ per set (NOTE [ per-set arguments
+], :mod:`._mix_args`), each set is read by its own reader (NOTE [ mixture readers ],
+:mod:`._mix_reader`), and the state has an entry per set (NOTE [ mixture state ],
+:mod:`._mix_state`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
@@ -15,85 +23,36 @@ from typing import Any
 import numpy as np
 from torch.utils.data import default_collate
 
-from ..._errors import ReproducibilityError, check_int
+from ..._errors import check_int
 from ..._mix import MixSampler
 from ..._seeds import derive
-from ..._state import check_header, fingerprint
+from ..._state import fingerprint
 from .._seeding import seed_globals
+from ._cached import CachedReader
 from ._decode import make_decoder
-from ._fetch import RemoteOptions
-from ._index import ShardInfo
+from ._mix_args import check_named, per_set_decode, per_set_map
+from ._mix_lanes import LaneOrder
 from ._mix_order import MixOrder
+from ._mix_reader import MixReader
+from ._mix_state import (
+    MIX_STATE_VERSION,
+    check_mix_state,
+    shard_name,
+    stable,
+    summarize_sets,
+)
 from ._order import ShardOrder
 from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._source import WebDatasetSource
-from ._state import STATE_VERSION
 from ._urls import expand_urls
 
 __all__ = ["WebDatasetMix"]
 
-_STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
-#: Keys a state carries for people to read, never checked: where each shard set is.
-_INFORMATION = ("mixture",)
-#: Configuration compared on load, in this order (the curriculum separately).
-_CHECKED = ("seed", "weights", "window", "shuffle_shards", "shuffle_window", "shuffle_block_shards")
-#: A checked key's value when a state or configuration leaves it out (it is off).
-_ABSENT = {"shuffle_block_shards": 0}
-
 #: One shard set's decoder and map, either of them None.
 Stage = tuple[Callable[[dict[str, Any]], Any] | None, Callable[[Any], Any] | None]
-
-
-class _MixReader(ShardReader):
-    """One reader per shard set, so that each set's reads stay sequential.
-
-    With the block shuffle (``block`` > 1), each set's reader is a :class:`ShardReaders`
-    keeping up to ``2 * block`` of the set's shards open, as a single source's does.
-    """
-
-    def __init__(
-        self,
-        shards: Sequence[ShardInfo],
-        options: RemoteOptions,
-        offsets: list[int],
-        block: int = 0,
-    ) -> None:
-        super().__init__(shards, options)
-        self.offsets = offsets
-        bounds = [*offsets[1:], len(shards)]
-        self.parts: list[ShardReader | ShardReaders] = [
-            ShardReaders(shards[a:b], min(2 * block, b - a), options)
-            if block > 1
-            else ShardReader(shards[a:b], options)
-            for a, b in zip(offsets, bounds, strict=True)
-        ]
-        self.owner = [
-            k for k, (a, b) in enumerate(zip(offsets, bounds, strict=True)) for _ in range(a, b)
-        ]
-
-    def read(self, shard: int, index: int) -> dict[str, Any]:
-        k = self.owner[shard]
-        return self.parts[k].read(shard - self.offsets[k], index)
-
-    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
-        """:meth:`ShardReader.read_many`, each set's samples read by that set's reader."""
-        out: list[dict[str, Any]] = [{}] * len(shards)
-        by_set: dict[int, list[int]] = {}
-        for i, shard in enumerate(shards):
-            by_set.setdefault(self.owner[shard], []).append(i)
-        for k, items in by_set.items():
-            got = self.parts[k].read_many(
-                [shards[i] - self.offsets[k] for i in items], [indexes[i] for i in items]
-            )
-            for i, sample in zip(items, got, strict=True):
-                out[i] = sample
-        return out
-
-    def close(self) -> None:
-        for part in self.parts:
-            part.close()
-        super().close()
+#: Shards a set's reader keeps open at most (as the single source's).
+_OPEN_SHARDS = 64
 
 
 class WebDatasetMix(WebDatasetSource):
@@ -160,6 +119,16 @@ class WebDatasetMix(WebDatasetSource):
         retries: As for :class:`WebDatasetSource` (every set alike).
         read_ahead: As for :class:`WebDatasetSource` (every set alike).
         seeding: As for :class:`WebDatasetSource` (every set alike).
+        parts: As for :class:`WebDatasetSource`: one ``C`` for every set, or a list with
+            one per set (0: that set in the plain order). The stream is then dealt to
+            ``lcm`` of them lanes, ``p mod C``, each a mixture of its own (NOTE [ mixture
+            lanes ]), so that a rank of a world size dividing a set's ``C`` reads only its
+            parts of that set's shards; any other world size stays exact. The parts are
+            in the fingerprint.
+        cache_dir: As for :class:`WebDatasetSource` (every set alike; with ``parts`` over
+            remote shards and no ``cache_dir``, the default cache folder).
+        cache_limit: As for :class:`WebDatasetSource`.
+        prefetch: As for :class:`WebDatasetSource`.
 
     Raises:
         TypeError: an argument has the wrong type (``urls`` a single string, an entry of
@@ -213,6 +182,10 @@ class WebDatasetMix(WebDatasetSource):
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
+        parts: int | Sequence[int] = 0,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        prefetch: int = 8,
     ) -> None:
         if isinstance(urls, str) or not isinstance(urls, Sequence):
             raise TypeError(
@@ -226,12 +199,18 @@ class WebDatasetMix(WebDatasetSource):
                 f"weights should be a sequence of {len(urls)} non-negative numbers, one per "
                 f"shard set, but got weights={weights!r} of type {type(weights).__name__}"
             )
-        _check_named(weights, curriculum, len(urls))
+        check_named(weights, curriculum, len(urls))
         seed = check_int("seed", seed)
+        per_set_parts = _check_parts(parts, len(urls))
+        lanes = (
+            math.lcm(*[c for c in per_set_parts if c > 1])
+            if any(c > 1 for c in per_set_parts)
+            else 0
+        )
         # The weights, window, curriculum, decode and map are checked before any shard is
         # indexed.
         MixSampler([range(1)] * len(urls), weights, seed, window=window, curriculum=curriculum)
-        decoders, maps = _per_set_decode(decode, len(urls)), _per_set_map(map, len(urls))
+        decoders, maps = per_set_decode(decode, len(urls)), per_set_map(map, len(urls))
         stages: list[Stage] | None = None
         if decoders is not None or maps is not None:
             one = make_decoder(decode) if decoders is None else None
@@ -270,10 +249,14 @@ class WebDatasetMix(WebDatasetSource):
             retries=retries,
             read_ahead=read_ahead,
             seeding=seeding,
+            parts=lanes,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            prefetch=prefetch,
         )
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in sets])]).tolist()
-        parts = [self.shards[a:b] for a, b in pairwise(offsets)]
-        counts = [[len(s) for s in part] for part in parts]
+        groups = [self.shards[a:b] for a, b in pairwise(offsets)]
+        counts = [[len(s) for s in part] for part in groups]
         for k, part_counts in enumerate(counts):
             if sum(part_counts) == 0:
                 raise ValueError(
@@ -285,10 +268,17 @@ class WebDatasetMix(WebDatasetSource):
             [range(sum(c)) for c in counts], weights, seed, window=window, curriculum=curriculum
         )
         orders = [
-            ShardOrder(c, s, shuffle_shards, shuffle_window, self.shuffle_block_shards)
-            for c, s in zip(counts, self.seeds, strict=True)
+            ShardOrder(c, s, shuffle_shards, shuffle_window, self.shuffle_block_shards, p)
+            for c, s, p in zip(counts, self.seeds, per_set_parts, strict=True)
         ]
-        self._order = MixOrder(self.mixture, orders)  # type: ignore[assignment]
+        self.set_parts = per_set_parts
+        self._lanes: LaneOrder | None = None
+        if lanes:
+            plan = [(0, weights), *[(int(a), w) for a, w in curriculum]]
+            self._lanes = LaneOrder(plan, window, seed, lanes, orders)
+            self._order = self._lanes  # type: ignore[assignment]
+        else:
+            self._order = MixOrder(self.mixture, orders)  # type: ignore[assignment]
         self._offsets = offsets[:-1]
         self._stages = stages
         #: The shard set of each shard (shards numbered across the sets).
@@ -302,16 +292,28 @@ class WebDatasetMix(WebDatasetSource):
             "shuffle_shards": shuffle_shards,
             "shuffle_window": shuffle_window,
             # Per set, a hash of its shard file names in order (a state stays small).
-            "shards": [fingerprint([{"shards": [_name(s) for s in part]}]) for part in parts],
+            "shards": [fingerprint([{"shards": [shard_name(s) for s in part]}]) for part in groups],
         }
         if self.shuffle_block_shards:  # absent when off: states saved before it still load
             self._config["shuffle_block_shards"] = self.shuffle_block_shards
-        self._fingerprint = _stable(self._config)
+        if lanes:  # likewise; one value when every set has it
+            same = len(set(per_set_parts)) == 1
+            self._config["parts"] = per_set_parts[0] if same else list(per_set_parts)
+        self._fingerprint = stable(self._config)
         self._mix_counts = counts
-        self._mix_paths = [[s.path for s in part] for part in parts]
+        self._mix_paths = [[s.path for s in part] for part in groups]
+        self._mix_summaries: list[dict[str, Any]] | None = None
 
-    def _reader(self) -> ShardReader:
-        return _MixReader(self.shards, self.remote, self._offsets, self.shuffle_block_shards)
+    def _reader(self) -> ShardReader | ShardReaders | CachedReader:
+        """One reader per shard set (NOTE [ mixture readers ]), or the node cache's."""
+        if self.cache is not None:
+            return CachedReader(self.shards, self.cache, self.prefetch)
+        block = max(1, self.shuffle_block_shards)
+        capacities = [
+            min(2 * max(1, c // self.world_size) * block, _OPEN_SHARDS) if c > 1 or block > 1 else 0
+            for c in self.set_parts
+        ]
+        return MixReader(self.shards, self.remote, self._offsets, capacities)
 
     def _transform(self, items: list[dict[str, Any]], shards: Any, batch: int) -> list[Any]:
         """Each sample decoded and mapped by its own shard set's ``decode`` and ``map``.
@@ -353,7 +355,9 @@ class WebDatasetMix(WebDatasetSource):
     def progress(self, position: int | None = None) -> dict[str, Any]:
         """Samples each shard set has given before ``position`` (default: the current one).
 
-        ``epochs[k]`` is the passes shard set ``k`` has completed (``MixSampler.progress``).
+        ``epochs[k]`` is the passes shard set ``k`` has completed (``MixSampler.progress``;
+        with ``parts``, ``consumed[k] // N_k``: the lanes finish a pass at about the same
+        position, NOTE [ mixture lanes ]).
 
         Examples:
             >>> import os, tempfile, webdataset as wds
@@ -364,22 +368,35 @@ class WebDatasetMix(WebDatasetSource):
             >>> WebDatasetMix([path, path], [1, 1], seed=0, batch_size=1).progress(4)
             {'position': 4, 'consumed': [2, 2], 'epochs': [2, 2]}
         """
-        return self.mixture.progress(self.position if position is None else position)
+        at = self.position if position is None else check_int("position", position, minimum=0)
+        if self._lanes is None:
+            return self.mixture.progress(at)
+        consumed = self._lanes.progress(at)
+        sizes = self.mixture.lengths
+        epochs = [c // n if n else 0 for c, n in zip(consumed, sizes, strict=True)]
+        return {"position": at, "consumed": consumed, "epochs": epochs}
 
     def state_dict(self) -> dict[str, Any]:
         """The resume state: the global position, what it is checked against, and progress.
 
-        ``counts`` are each shard set's shards' sample counts; ``mixture`` shows each set's
-        samples consumed and epochs completed (informational: loading ignores it).
+        ``counts`` holds each shard set's counts summary, a fixed size whatever its
+        number of shards (NOTE [ mixture state ]); ``mixture`` shows each set's samples
+        consumed and epochs completed (informational: loading ignores it).
         """
         return {
-            "version": STATE_VERSION,
+            "version": MIX_STATE_VERSION,
             "position": self.position,
             "fingerprint": self._fingerprint,
             "config": {**self._config, "shards": list(self._config["shards"])},
-            "counts": [list(c) for c in self._mix_counts],
+            "counts": [dict(s) for s in self._set_summaries()],
             "mixture": self.progress(),
         }
+
+    def _set_summaries(self) -> list[dict[str, Any]]:
+        """Each set's counts summary, computed once."""
+        if self._mix_summaries is None:
+            self._mix_summaries = summarize_sets(self._mix_counts)
+        return self._mix_summaries
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at the state's position, on any world size, batch size or ``num_workers``.
@@ -388,309 +405,44 @@ class WebDatasetMix(WebDatasetSource):
         position (as for ``MixSampler``), and shard sets appended to the saved ones may
         enter with such a segment (NOTE [ adding a component ]): the positions before it
         read what the saved run read, every saved set continues where it was and the new
-        one starts at its own sample 0.
+        one starts at its own sample 0. States of every version load (NOTE [ mixture
+        state ]).
 
         Raises:
             TypeError: ``state_dict`` is not a mapping, or its counts or config have the
                 wrong type.
             ValueError: a key is missing or unknown, or the version is unknown.
-            ReproducibilityError: a weight, the window, the seed, a shuffle setting, a
-                shard set's shards or a shard's sample count changed, or a curriculum
-                segment before the saved position; or shard sets were removed, reordered,
-                inserted before the saved ones, or added before the saved position (the
-                message names the change and the fix).
+            ReproducibilityError: a weight, the window, the seed, a shuffle setting, the
+                parts, a shard set's shards or a shard's sample count changed, or a
+                curriculum segment before the saved position; or shard sets were removed,
+                reordered, inserted before the saved ones, or added before the saved
+                position (the message names the change and the fix).
         """
-        position = check_header(state_dict, _STATE_KEYS, "WebDatasetMix", STATE_VERSION)
-        unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS + _INFORMATION)
-        if unknown:
-            raise ValueError(
-                f"state has keys {', '.join(unknown)} that WebDatasetMix.state_dict() never "
-                "writes; it was saved by another object or edited: pass the state it saved"
-            )
-        saved, counts = state_dict["config"], state_dict["counts"]
-        if not isinstance(saved, Mapping):
-            raise TypeError(
-                "state['config'] should be the dict of settings from "
-                f"WebDatasetMix.state_dict(), but got {saved!r}"
-            )
-        if not (isinstance(counts, list) and all(isinstance(c, list) for c in counts)):
-            raise TypeError(
-                "state['counts'] should be a list of lists of samples per shard, one per "
-                f"shard set, from WebDatasetMix.state_dict(), but got {counts!r}"
-            )
-        changed = _differences(dict(saved), counts, self._config, self._mix_counts, position)
-        for path_list, old, new in zip(self._mix_paths, counts, self._mix_counts, strict=False):
-            if len(old) == len(new) and old != new:
-                changed += [
-                    f"shard {path!r} had {a} samples when the state was saved but has {b} now"
-                    for path, a, b in zip(path_list, old, new, strict=True)
-                    if a != b
-                ]
-        # With shard sets appended, the saved fingerprint is checked against the saved
-        # configuration: the comparison above named every other difference.
-        expected = self._fingerprint if len(counts) == len(self._mix_counts) else _stable(saved)
-        if not changed and state_dict["fingerprint"] != expected:
-            changed = ["the state's fingerprint does not match its configuration"]
-        if changed:
-            raise ReproducibilityError(
-                f"cannot load this state into WebDatasetMix: {'; '.join(changed)}; resuming "
-                "from it would train on other data. Rebuild the mixture as it was."
-            )
+        position = check_mix_state(
+            state_dict,
+            config=self._config,
+            fingerprint_here=self._fingerprint,
+            paths=self._mix_paths,
+            counts=self._mix_counts,
+            summaries=self._set_summaries(),
+        )
         self._seek(position)
 
 
-def _check_named(weights: Sequence[float], curriculum: Any, count: int) -> None:
-    """Check how many shard sets ``weights`` and each curriculum segment name.
-
-    ``weights`` names the sets mixed from position 0; a segment names at least as many as
-    the one before it, and the last names all ``count``: a segment that names more adds
-    sets from its start on, as for ``MixSampler`` (NOTE [ adding a component ]). Malformed
-    entries are left to ``MixSampler``'s checks.
+def _check_parts(parts: Any, count: int) -> list[int]:
+    """Each of the ``count`` shard sets' parts, from one value or a list of ``count``.
 
     Examples:
-        >>> _check_named([1, 1], [(10, [1, 1, 2])], 3)
-        >>> try:
-        ...     _check_named([1, 1], [], 3)
-        ... except ValueError as error:
-        ...     print(str(error).split("; ")[1][:52])
-        to add a shard set at a resume, append its urls last
+        >>> _check_parts(6, 2), _check_parts([4, 0], 2), _check_parts(1, 1)
+        ([6, 6], [4, 0], [0])
     """
-    entries: list[tuple[str, Any]] = [("weights", weights)]
-    if isinstance(curriculum, Sequence) and not isinstance(curriculum, (str, bytes)):
-        entries += [
-            (f"curriculum[{i}] weights", entry[1])
-            for i, entry in enumerate(curriculum)
-            if isinstance(entry, Sequence) and len(entry) == 2
-        ]
-    low = 1
-    for i, (name, values) in enumerate(entries):
-        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
-            return
-        n = len(values)
-        last = i == len(entries) - 1
-        if n > count or (last and n < count) or (0 < n < low):
-            fix = (
-                f"; the segment before it names {low}, and a shard set cannot leave a mixture: "
-                "give it weight 0 instead"
-                if n < low
-                else (
-                    "; to add a shard set at a resume, append its urls last and name its "
-                    "weight from the position it enters at: curriculum=[(position, "
-                    f"[{count} weights])]"
-                    if n < count
-                    else ""
-                )
-            )
-            raise ValueError(
-                f"{name} should have one weight per shard set in urls ({count}), but got {n}: "
-                f"{name}={list(values)!r}{fix}"
-            )
-        low = max(low, n)
-
-
-def _stable(config: Mapping[str, Any]) -> str:
-    """The fingerprint of a configuration, its curriculum left out.
-
-    Segments still to come may change at a resume, and shard sets may be added with them.
-    """
-    return fingerprint(
-        [{"source": "webdataset-mix", **{k: v for k, v in config.items() if k != "curriculum"}}]
-    )
-
-
-def _differences(
-    saved: dict[str, Any],
-    counts: list[list[Any]],
-    config: Mapping[str, Any],
-    here: list[list[int]],
-    position: int,
-) -> list[str]:
-    """What differs between a saved mixture's configuration and this one, each named.
-
-    Shard sets appended after the saved ones are no difference if they enter with a
-    curriculum segment that starts at or after ``position`` (NOTE [ adding a component ]).
-
-    Raises:
-        ReproducibilityError: shard sets were removed, inserted before or among the saved
-            ones while others were appended, or appended ones enter before ``position``.
-    """
-    old_k, new_k = len(counts), len(here)
-    names = saved.get("shards")
-    old_names = list(names) if isinstance(names, list) else []
-    new_names = list(config["shards"])
-    if new_k < old_k:
-        raise ReproducibilityError(
-            f"cannot load this state into WebDatasetMix: it was saved with {old_k} shard sets, "
-            f"but urls name {new_k}; a shard set cannot be removed at a resume, since the "
-            "mixture law would change for the positions already trained. Keep every saved "
-            "shard set in the saved order and give the one to drop weight 0 in a curriculum "
-            f"segment from position {position} on: curriculum=[({position}, [{old_k} weights])]"
-        )
-    added = new_k - old_k
-    if added and old_names[:old_k] != new_names[:old_k]:
-        k = next(k for k in range(old_k) if k >= len(old_names) or old_names[k] != new_names[k])
-        raise ReproducibilityError(
-            f"cannot load this state into WebDatasetMix: urls[{k}] is not the saved run's "
-            f"urls[{k}] (other shard files or another order) while urls name {added} more "
-            f"shard set{'s' if added > 1 else ''}; a shard set added at a resume goes last, "
-            f"after the saved run's {old_k}, so that every saved set keeps its place. Keep the "
-            "saved shard sets in their order and append the new ones"
-        )
-    out: list[str] = []
-    for key in _CHECKED:
-        old, new = saved.get(key, _ABSENT.get(key)), config.get(key, _ABSENT.get(key))
-        if old == new:
-            continue
-        if key == "weights" and isinstance(old, list) and len(old) == len(new):
-            out += [
-                f"weights[{k}] is {a!r} in the state but {b!r} here"
-                for k, (a, b) in enumerate(zip(old, new, strict=True))
-                if a != b
-            ]
-        elif key == "weights" and added and len(new) > old_k:
-            raise ReproducibilityError(
-                f"cannot load this state into WebDatasetMix: urls[{old_k}:] enter this mixture "
-                f"at position 0 (weights is {old!r} in the state but {new!r} here), before "
-                f"position {position}, which the saved run had reached; keep the saved weights "
-                f"and add them with a curriculum segment of {new_k} weights from position "
-                f"{position} on: curriculum=[({position}, [{new_k} weights])]"
-            )
-        else:
-            out.append(f"{key} is {old!r} in the state but {new!r} here")
-    if (
-        not added
-        and old_names != new_names
-        and sorted(map(str, old_names)) == sorted(map(str, new_names))
-    ):
-        out.append(
-            "the shard sets are in another order than in the state; keep the saved order "
-            "(a shard set added at a resume goes last)"
-        )
-    else:
-        for k, names_k in enumerate(new_names[:old_k]):
-            if (old_names[k] if k < len(old_names) else None) != names_k:
-                out.append(
-                    f"urls[{k}] names other shard files or another order than in the state "
-                    f"({len(counts[k])} shards then, {len(here[k])} now)"
-                )
-    old_plan, new_plan = saved.get("curriculum"), config["curriculum"]
-    if old_plan != new_plan:
-
-        def past(plan: Any) -> list[Any]:
-            if not isinstance(plan, list):
-                return [plan]
-            return [e for e in plan if isinstance(e, list) and e and e[0] < position]
-
-        if past(old_plan) != past(new_plan):
-            entering = next(
-                (
-                    e
-                    for e in past(new_plan)
-                    if added and len(e) > 1 and isinstance(e[1], list) and len(e[1]) > old_k
-                ),
-                None,
-            )
-            if entering is not None:
-                raise ReproducibilityError(
-                    f"cannot load this state into WebDatasetMix: urls[{old_k}:] enter the "
-                    f"mixture at position {entering[0]} (a curriculum segment of "
-                    f"{len(entering[1])} weights), before position {position}, which the "
-                    f"saved run had already reached with {old_k} shard sets; start that "
-                    f"segment at position {position} or later"
-                )
-            out.append(
-                f"the curriculum changed before position {position}, which the saved run "
-                f"had already reached (curriculum is {old_plan!r} in the state but "
-                f"{new_plan!r} here); segments may only be added or changed from position "
-                f"{position} on"
-            )
-    return out
-
-
-def _per_set_decode(decode: Any, count: int) -> list[Any] | None:
-    """Each of the ``count`` shard sets' decoders if ``decode`` is a per-set list, else None.
-
-    A list of image specs and handlers only is one decoder for every set (webdataset's
-    ``.decode(*args)``, as ``WebDatasetSource`` reads it); a list of ``count`` of them could
-    mean either, so it is refused. Any other list is one entry per set.
-
-    Examples:
-        >>> _per_set_decode(("rgb8", "l8"), 2) is None  # a tuple: one decoder for both
-        True
-        >>> [d is None for d in _per_set_decode([None, "rgb8"], 2)]
-        [True, False]
-    """
-    if not isinstance(decode, list):
-        return None
-    from webdataset import autodecode
-
-    def handler(entry: Any) -> bool:
-        return isinstance(entry, str) or (
-            callable(entry) and not isinstance(entry, autodecode.Decoder)
-        )
-
-    if all(handler(entry) for entry in decode):
-        if count >= 2 and len(decode) == count:
-            wrapped = ", ".join(f"({entry!r},)" for entry in decode)
-            raise ValueError(
-                f"decode={decode!r} is ambiguous with {count} shard sets: a list of {count} "
-                "image specs or handlers may be one decoder for every set or one per set; "
-                f"pass a tuple, decode={tuple(decode)!r}, for one decoder with these "
-                f"handlers for every set, or wrap each set's entry, decode=[{wrapped}], "
-                "for one per set"
-            )
-        return None
-    if len(decode) != count:
+    values = list(parts) if isinstance(parts, (list, tuple)) else [parts] * count
+    if len(values) != count:
         raise ValueError(
-            f"decode should be one decode value for every shard set or a list of {count}, "
-            f"one per shard set (None: no decoding), but got a list of {len(decode)}: "
-            f"decode={decode!r}; give each of the {count} sets an entry"
+            f"parts should be one part count for every shard set or a list of {count}, one "
+            f"per shard set (0: that set in the plain order), but got a list of "
+            f"{len(values)}: parts={list(parts)!r}"
         )
-    out: list[Any] = []
-    for k, entry in enumerate(decode):
-        try:
-            out.append(make_decoder(entry))
-        except TypeError:
-            raise TypeError(
-                f"decode[{k}] should be shard set {k}'s decode: an image spec such as "
-                "'rgb8', a decoding handler, a tuple of these, a webdataset.autodecode."
-                f"Decoder, or None for no decoding, but got decode[{k}]={entry!r} of type "
-                f"{type(entry).__name__}"
-            ) from None
-    return out
-
-
-def _per_set_map(fn: Any, count: int) -> list[Any] | None:
-    """Each of the ``count`` shard sets' maps if ``fn`` is a per-set list, else None.
-
-    Examples:
-        >>> _per_set_map(len, 2) is None, _per_set_map([len, None], 2)
-        (True, [<built-in function len>, None])
-    """
-    if not isinstance(fn, list):
-        if fn is not None and not callable(fn):
-            raise TypeError(
-                "map should be a callable or None for every shard set, or a list of "
-                f"{count} of them, one per shard set, but got map={fn!r} of type "
-                f"{type(fn).__name__}; pass a function of one sample, or a list of them"
-            )
-        return None
-    if len(fn) != count:
-        raise ValueError(
-            f"map should be one callable for every shard set or a list of {count}, one per "
-            f"shard set (None: no map), but got a list of {len(fn)}: map={fn!r}; give each "
-            f"of the {count} sets an entry"
-        )
-    for k, entry in enumerate(fn):
-        if entry is not None and not callable(entry):
-            raise TypeError(
-                f"map[{k}] should be shard set {k}'s map, a callable or None (no map), but "
-                f"got map[{k}]={entry!r} of type {type(entry).__name__}; pass a function of "
-                "one sample"
-            )
-    return list(fn)
-
-
-def _name(shard: ShardInfo) -> str:
-    """A shard's file name: its folder or host may change between runs."""
-    return shard.path.rsplit("/", 1)[-1]
+    name = "parts" if not isinstance(parts, (list, tuple)) else "parts[{}]"
+    out = [check_int(name.format(k), v, minimum=0) for k, v in enumerate(values)]
+    return [c if c > 1 else 0 for c in out]

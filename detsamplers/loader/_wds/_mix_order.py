@@ -23,6 +23,7 @@ position and resuming on another world size or global batch continues at that sa
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +58,11 @@ class MixOrder:
         self.orders = list(orders)
         sizes = [len(order.counts) for order in self.orders]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+    def fork(self) -> MixOrder:
+        """An equal order with caches of its own, for another thread (the prefetch's)."""
+        mixture = pickle.loads(pickle.dumps(self.mixture))  # its tables are rebuilt lazily
+        return MixOrder(mixture, [order.fork() for order in self.orders])
 
     def locate(self, positions: I64) -> tuple[I64, I64]:
         """The shard (numbered across the shard sets) and sample of each global position."""

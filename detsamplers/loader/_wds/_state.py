@@ -38,7 +38,7 @@ import numpy as np
 from ..._errors import ReproducibilityError
 from ..._state import check_header
 
-__all__ = ["STATE_VERSION", "check_state", "summarize_counts"]
+__all__ = ["STATE_VERSION", "check_counts_summary", "check_state", "summarize_counts"]
 
 #: The format version of ``WebDatasetSource.state_dict()`` (1: a count per shard).
 STATE_VERSION = 2
@@ -220,6 +220,23 @@ def _check_counts(saved: list[Any], paths: Sequence[str], counts: Sequence[int])
         )
 
 
+def check_counts_summary(
+    saved: Any, paths: Sequence[str], counts: Sequence[int], now: Mapping[str, Any], owner: str
+) -> None:
+    """Check a saved counts summary against the shards here, naming a changed shard.
+
+    Raises:
+        TypeError: ``saved`` is not a summary from :func:`summarize_counts`.
+        ReproducibilityError: the shard count or a shard's sample count changed.
+    """
+    if not (isinstance(saved, Mapping) and _valid_summary(saved)):
+        raise TypeError(
+            f"a counts summary in the state should be what {owner}.state_dict() wrote "
+            f"(shards, samples, digest, moments), but got {saved!r}"
+        )
+    _check_summary(saved, paths, counts, now, owner)
+
+
 def _valid_summary(summary: Mapping[str, Any]) -> bool:
     if set(summary) != set(_SUMMARY_KEYS) or not isinstance(summary["digest"], str):
         return False
@@ -238,10 +255,11 @@ def _check_summary(
     paths: Sequence[str],
     counts: Sequence[int],
     now: Mapping[str, Any],
+    owner: str = "WebDatasetSource",
 ) -> None:
     if saved["shards"] != now["shards"]:
         raise ReproducibilityError(
-            f"cannot load this state into WebDatasetSource: it was saved with "
+            f"cannot load this state into {owner}: it was saved with "
             f"{saved['shards']} shards, but urls name {now['shards']}; pass the same urls"
         )
     if saved["digest"] == now["digest"]:
@@ -260,6 +278,6 @@ def _check_summary(
             f"{now['digest']} now)"
         )
     raise ReproducibilityError(
-        f"cannot resume WebDatasetSource: {changed}; the stream after the checkpoint "
+        f"cannot resume {owner}: {changed}; the stream after the checkpoint "
         "would differ. Restore the original shards or start a new run."
     )
