@@ -37,7 +37,7 @@ class Records(torch.utils.data.Dataset[dict[str, Any]]):
         return {"index": index, "x": torch.full((4,), float(index))}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a folder written by save_state")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     accelerator = Accelerator(cpu=True)
     data = DataLoader(
