@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 
 from detsamplers.loader import DataLoader
 
@@ -46,9 +46,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a folder written by save_state")
+    parser.add_argument(
+        "--stateful", action="store_true", help="use_stateful_dataloader=True (same resume)"
+    )
     args = parser.parse_args(argv)
 
-    accelerator = Accelerator(cpu=True)
+    # use_stateful_dataloader concerns loaders passed to prepare(); ours is not, and resumes
+    # exactly with or without it.
+    config = DataLoaderConfiguration(use_stateful_dataloader=args.stateful)
+    accelerator = Accelerator(cpu=True, dataloader_config=config)
     data = DataLoader(
         Records(args.records),
         batch_size=args.batch_size,

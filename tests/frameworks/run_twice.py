@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 WAIT = 180  # seconds a rank waits for the others before it fails
 
@@ -43,6 +44,38 @@ def wait_for(paths: list[Path]) -> None:
         time.sleep(0.05)
 
 
+def keep_process_group() -> Any:
+    """Keep the first run's process group for the second; return the real destroy.
+
+    A group destroyed and created again in the same processes can hang (one rank finds the
+    first group's keys in torchrun's store); so the examples' ``destroy_process_group``
+    waits for the end, and their ``init_process_group`` keeps a live group.
+    """
+    import torch.distributed as dist
+
+    init, destroy = dist.init_process_group, dist.destroy_process_group
+
+    def init_once(*args: Any, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            init(*args, **kwargs)
+
+    dist.init_process_group = init_once  # type: ignore[assignment]
+    dist.destroy_process_group = lambda *args, **kwargs: None  # type: ignore[assignment]
+    return destroy
+
+
+def fresh_process_state() -> None:
+    """Forget what a new process would not know: Accelerate's process-wide singletons.
+
+    As Accelerate's own tests do between runs; the next ``Accelerator`` finds the live
+    process group (:func:`keep_process_group`).
+    """
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("script", type=Path)
@@ -60,6 +93,7 @@ def main() -> None:
 
     if args.checks is not None:
         load(args.checks).check(args.first)
+    destroy = keep_process_group()
     example = load(args.script)
     example.main(args.first_args)
     (marks / f"done-{rank}").touch()
@@ -68,7 +102,9 @@ def main() -> None:
         shutil.copytree(args.first, args.second)
         (marks / "copied").touch()
     wait_for([marks / "copied"])
+    fresh_process_state()
     example.main(second_args)
+    destroy()
 
 
 if __name__ == "__main__":
