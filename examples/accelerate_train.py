@@ -8,6 +8,10 @@ checkpointing instead, and ``save_state``/``load_state`` carry its small state::
     torchrun --nproc_per_node=1 examples/accelerate_train.py --out run --max-steps 16 \
         --batch-size 8 --resume run/checkpoints/step-3
 
+``--stateful`` builds the Accelerator with ``use_stateful_dataloader=True``, which concerns
+loaders given to ``prepare()``: the resume is the same. To skip batches instead of loading a
+state, ``accelerator.skip_first_batches(train, n)`` seeks in O(1) on this loader.
+
 Each rank appends the record indices it trained to ``<out>/records-rank<r>.jsonl``.
 """
 
