@@ -4,7 +4,8 @@ examples/hf_trainer_train.py (docs/recipes/hf-trainer.md) under torchrun: 64 rec
 global batch of 8, so an epoch is 8 steps. A run with 2 loader workers stops at step 3;
 ``checkpoint-3`` resumes on 2 processes (in the same launch, tests/frameworks/
 run_twice.py) and on 1, to step 16: every record is trained exactly once in each of the
-two epochs, and each resumed run trained only what was left.
+two epochs, and each resumed run trained only what was left. The same launch first checks
+(tests/frameworks/hf_checks.py) that the recipe's Trainer refuses ``ignore_data_skip=False``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .framework_helpers import per_epoch, torchrun, torchrun_twice
+from .framework_helpers import HERE, per_epoch, torchrun, torchrun_twice
 
 pytest.importorskip("transformers")
 
@@ -42,7 +43,10 @@ def test_the_hf_trainer_resumes_mid_epoch_on_1_and_2_processes(tmp_path: Path) -
         ["--out", str(first), "--max-steps", "3", "--num-workers", "2"],
         resume_args(on_2, 4),
         tmp_path / "on-2.log",
+        checks=HERE / "hf_checks.py",
     )
+    for rank in (0, 1):  # the recipe's Trainer refused ignore_data_skip=False
+        assert (first / f"hf-checks-rank{rank}.json").exists()
     assert trained(first) == 3 * 8
     shutil.copytree(first, on_1)
     torchrun("hf_trainer_train.py", 1, resume_args(on_1, 8), tmp_path / "on-1.log")
