@@ -8,6 +8,10 @@ checkpointing instead, and ``save_state``/``load_state`` carry its small state::
     torchrun --nproc_per_node=1 examples/accelerate_train.py --out run --max-steps 16 \
         --batch-size 8 --resume run/checkpoints/step-3
 
+``--stateful`` builds the Accelerator with ``use_stateful_dataloader=True``, which concerns
+loaders given to ``prepare()``: the resume is the same. To skip batches instead of loading a
+state, ``accelerator.skip_first_batches(train, n)`` seeks in O(1) on this loader.
+
 Each rank appends the record indices it trained to ``<out>/records-rank<r>.jsonl``.
 """
 
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 
 from detsamplers.loader import DataLoader
 
@@ -37,7 +41,7 @@ class Records(torch.utils.data.Dataset[dict[str, Any]]):
         return {"index": index, "x": torch.full((4,), float(index))}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
@@ -46,9 +50,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a folder written by save_state")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--stateful", action="store_true", help="use_stateful_dataloader=True (same resume)"
+    )
+    args = parser.parse_args(argv)
 
-    accelerator = Accelerator(cpu=True)
+    # use_stateful_dataloader concerns loaders passed to prepare(); ours is not, and resumes
+    # exactly with or without it.
+    config = DataLoaderConfiguration(use_stateful_dataloader=args.stateful)
+    accelerator = Accelerator(cpu=True, dataloader_config=config)
     data = DataLoader(
         Records(args.records),
         batch_size=args.batch_size,

@@ -44,7 +44,7 @@ def latest(checkpoints: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     # Setup.
     dist.init_process_group("gloo")

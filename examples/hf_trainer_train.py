@@ -69,13 +69,21 @@ class LoaderState(TrainerCallback):
 class LoaderTrainer(Trainer):
     def __init__(self, *args: Any, train_loader: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.args.ignore_data_skip:
+            # The loader resumes from its own state; the Trainer's skip would come on top.
+            raise ValueError(
+                "TrainingArguments.ignore_data_skip should be True with a detsamplers "
+                "loader, but got False: the loader's state already resumes it, and the "
+                "Trainer's own skip would skip the batches of the resumed epoch a second "
+                "time; pass ignore_data_skip=True"
+            )
         self.train_loader = train_loader
 
     def get_train_dataloader(self) -> Any:
         return self.train_loader  # already split by process: not prepared again
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
@@ -84,7 +92,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a checkpoint-<step> folder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     training = TrainingArguments(
         output_dir=str(args.out),

@@ -72,7 +72,7 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=2)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a checkpoint of Lightning's")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
     trainer = L.Trainer(

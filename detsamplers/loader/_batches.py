@@ -28,6 +28,7 @@ from .._skip import SkipBatchSampler
 from .._stage import _Cursor
 from .._state import check_state, fingerprint
 from ._digest import sample_digest, sample_probes, stream_digest
+from ._frameworks import accelerate_skip
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
 __all__ = ["Handed", "LoaderBatchSampler"]
@@ -135,6 +136,18 @@ class LoaderBatchSampler(SkipBatchSampler):
         for position, batch in enumerate(super()._generate_fallback(cursor, start, epoch), start):
             number = position * world + rank
             yield positioned_batch(batch, number, batch_key(seed, number), 0, position)
+
+    def __iter__(self) -> Iterator[Any]:
+        # Accelerate's skip_first_batches, answered by a seek (NOTE [ accelerate skip ]).
+        skip = accelerate_skip(self) if self.infinite and self.indexable else 0
+        if skip:
+            handed = self._handed
+            start = handed.position if handed is not None else None
+            if start is None:
+                start = self._next_start()[0]
+            self._cursor = _Cursor(start + skip)
+            self._handed, self._tracked = None, False
+        return self._generate()
 
     # -- handed batches (NOTE [ handed batches ]) ------------------------------------------
 

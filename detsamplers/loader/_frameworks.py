@@ -24,10 +24,26 @@ position divided by the dataset length, so a resume lands in the right pass what
 epoch number the framework believes in, and forgetting the call repeats nothing. The
 number is recorded as ``epoch``. On a validation loader (``repeat=False``) it selects
 the pass, as torch's ``DistributedSampler.set_epoch`` does.
+
+NOTE [ accelerate skip ]
+``accelerate.skip_first_batches(loader, n)`` (also ``Accelerator.skip_first_batches``, and
+the HF Trainer's resume) rebuilds the loader around its ``SkipBatchSampler``, whose
+``__iter__`` enumerates ``loader.batch_sampler`` from its start and discards the first
+``n`` batches: a replay of ``n`` batches of indices, ``O(n)`` before the first batch. Our
+batch sampler answers it in O(1): when its ``__iter__`` is called from that
+``SkipBatchSampler.__iter__`` on itself (the caller's frame; Accelerate is never
+imported by us, only recognised once the user has), :func:`accelerate_skip` takes the
+wrapper's count and sets it to 0, and the stream starts ``n`` batches on, where the
+replay would have started yielding. The batches are the same; none of the skipped ones
+is drawn or fetched. The wrapper's count is read on every item, so it yields from the
+first batch ours yields; a second ``iter()`` of the rebuilt loader continues the stream
+(the replay would skip ``n`` more, losing them). Any other caller, or an Accelerate whose
+``SkipBatchSampler`` no longer looks like this, gets the replay: slower, same batches.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,14 +52,15 @@ import torch.utils.data as tud
 
 from .._errors import check_int
 
-__all__ = ["ACCELERATE_FIX", "ShardView"]
+__all__ = ["ACCELERATE_FIX", "ShardView", "accelerate_skip"]
 
 #: How to use the loader with Accelerate on several processes (docs/recipes/accelerate.md).
 ACCELERATE_FIX = (
     "leave the loader out of accelerator.prepare() (it is already sharded by rank: "
     "DataLoader.get_data_loader(num_replicas=accelerator.num_processes, "
     "rank=accelerator.process_index)), and call accelerator.register_for_checkpointing(loader) "
-    "so that save_state/load_state resume it"
+    "so that save_state/load_state resume it, with or without "
+    "DataLoaderConfiguration(use_stateful_dataloader=True): the loader is stateful itself"
 )
 
 
@@ -139,3 +156,28 @@ def attach_shard_view(loader: tud.DataLoader[Any], view: ShardView) -> None:
     """
     object.__setattr__(loader, "sampler", view)
     loader.batch_sampler.sampler = view  # type: ignore[union-attr]
+
+
+def accelerate_skip(batch_sampler: object) -> int:
+    """The batches Accelerate's ``SkipBatchSampler`` would replay, taken over (0 if none).
+
+    Called by the batch sampler's ``__iter__``: if its caller is Accelerate's
+    ``SkipBatchSampler.__iter__`` over ``batch_sampler``, the wrapper's ``skip_batches``
+    is returned and set to 0, so the caller seeks instead (NOTE [ accelerate skip ]).
+    """
+    module = sys.modules.get("accelerate.data_loader")
+    wrapper_class = getattr(module, "SkipBatchSampler", None)
+    code = getattr(getattr(wrapper_class, "__iter__", None), "__code__", None)
+    if code is None:
+        return 0
+    caller = sys._getframe(2)  # accelerate's frame, above the batch sampler's __iter__
+    if caller.f_code is not code:
+        return 0
+    wrapper = caller.f_locals.get("self")
+    skip = getattr(wrapper, "skip_batches", None)
+    if getattr(wrapper, "batch_sampler", None) is not batch_sampler or type(skip) is not int:
+        return 0
+    if skip <= 0:
+        return 0
+    wrapper.skip_batches = 0  # type: ignore[union-attr]
+    return skip

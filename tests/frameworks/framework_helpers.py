@@ -12,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+HERE = Path(__file__).resolve().parent
 TIMEOUT = 240  # seconds a launch may take on a loaded machine before the test fails
 
 
@@ -23,6 +24,33 @@ def free_port() -> int:
 
 def torchrun(script: str, ranks: int, args: list[str], log: Path) -> None:
     """Run ``examples/<script>`` on ``ranks`` processes (gloo on 127.0.0.1); fail, never hang."""
+    launch(EXAMPLES / script, ranks, args, log)
+
+
+def torchrun_twice(
+    script: str,
+    ranks: int,
+    runs: tuple[Path, Path],
+    first: list[str],
+    second: list[str],
+    log: Path,
+    checks: Path | None = None,
+) -> None:
+    """Run ``examples/<script>`` into ``runs[0]``, then resume a copy of it, ``runs[1]``.
+
+    Both in one launch on ``ranks`` processes (tests/frameworks/run_twice.py); ``checks``
+    is a file whose ``check(runs[0])`` runs first.
+    """
+    args = [str(EXAMPLES / script), *map(str, runs)]
+    if checks is not None:
+        args += ["--checks", str(checks)]
+    args += ["--first-args", *first, "--second-args", *second]
+    launch(HERE / "run_twice.py", ranks, args, log)
+
+
+def launch(path: Path, ranks: int, args: list[str], log: Path) -> None:
+    """Run the script at ``path`` on ``ranks`` processes (gloo on 127.0.0.1); fail, never hang."""
+    script = path.name
     command = [
         sys.executable,
         "-m",
@@ -30,7 +58,7 @@ def torchrun(script: str, ranks: int, args: list[str], log: Path) -> None:
         f"--nproc_per_node={ranks}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
-        str(EXAMPLES / script),
+        str(path),
         *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -1,25 +1,48 @@
-"""Accelerate on 2 processes: never sharded twice, exact mid-epoch resume via save_state.
+"""Accelerate on 2 processes: never sharded twice, an O(1) skip, exact resume via save_state.
 
 examples/accelerate_train.py (docs/recipes/accelerate.md) under torchrun: 64 records, a
-global batch of 8, so an epoch is 8 steps. A run with 2 loader workers stops at step 3;
-its ``save_state`` folder resumes on 1 process and on 2, to the end of the second epoch.
+global batch of 8, so an epoch is 8 steps. One launch on 2 processes runs
+tests/frameworks/accelerate_checks.py (``prepare`` refuses with
+``use_stateful_dataloader=True``; ``skip_first_batches`` fetches none of the skipped
+records, with 0 and 2 workers, and seeks 10**12 batches), then a run with 2 loader
+workers and ``use_stateful_dataloader=True`` that stops at step 3, then its ``save_state``
+folder resumed on 2 processes; a second launch resumes it on 1 (without the flag).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+from itertools import islice
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detsamplers.loader import DataLoader
 
-from .framework_helpers import per_epoch, torchrun
+from .framework_helpers import HERE, per_epoch, torchrun, torchrun_twice
 
 accelerate = pytest.importorskip("accelerate")
 
 RECORDS = 64
 STEPS_PER_EPOCH = 8
+
+
+class Counted:
+    """Records that count their fetches (in this process: ``num_workers=0``)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.fetched: list[int] = []
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        self.fetched.append(index)
+        return index
 
 
 def test_prepare_on_several_processes_refuses_to_shard_the_loader_again() -> None:
@@ -30,26 +53,85 @@ def test_prepare_on_several_processes_refuses_to_shard_the_loader_again() -> Non
         prepare_data_loader(train, num_processes=2, process_index=1)
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    world=st.integers(1, 3),
+    data=st.data(),
+    skip=st.integers(0, 40),
+    before=st.integers(0, 5),
+)
+def test_skip_first_batches_seeks_and_fetches_none_of_the_skipped_records(
+    world: int, data: st.DataObject, skip: int, before: int
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    loader = DataLoader(range(48), batch_size=2, shuffle=True, seed=3)
+    plain = [b.tolist() for b in islice(loader.get_data_loader(True, 0, world, rank), 60)]
+    counted = Counted(48)
+    train = DataLoader(counted, batch_size=2, shuffle=True, seed=3).get_data_loader(
+        True, 0, world, rank
+    )
+    batches = iter(train)
+    got = [next(batches).tolist() for _ in range(before)]  # where the loader stands
+    counted.fetched.clear()
+    skipped = accelerate.skip_first_batches(train, skip)
+    got += [b.tolist() for b in islice(skipped, 5)]
+    assert got == plain[:before] + plain[before + skip : before + skip + 5]
+    assert sorted(counted.fetched) == sorted(i for b in got[before:] for i in b)
+    assert skipped.batch_sampler.skip_batches == 0  # taken over: nothing left to replay
+
+
+def test_skip_first_batches_past_any_replay_lands_where_get_data_loader_skip_does() -> None:
+    loader = DataLoader(range(40), batch_size=4, shuffle=True, seed=2)
+    far = 10**15
+    skipped = accelerate.skip_first_batches(loader.get_data_loader(True, 0, 2, 1), far)
+    assert (
+        next(iter(skipped)).tolist() == next(iter(loader.get_data_loader(True, far, 2, 1))).tolist()
+    )
+
+
+def test_a_second_pass_of_the_skipped_loader_continues_the_stream() -> None:
+    loader = DataLoader(range(40), batch_size=4, shuffle=True, seed=2)
+    plain = [b.tolist() for b in islice(loader.get_data_loader(repeat=True), 20)]
+    skipped = accelerate.skip_first_batches(loader.get_data_loader(repeat=True), 3)
+    first = [b.tolist() for b in islice(skipped, 4)]
+    assert first + [b.tolist() for b in islice(skipped, 4)] == plain[3:11]
+
+
+def test_skip_first_batches_over_a_validation_loader_keeps_accelerates_replay() -> None:
+    loader = DataLoader(range(12), batch_size=2, shuffle=True, seed=2)
+    skipped = accelerate.skip_first_batches(loader.get_data_loader(), 2)
+    assert [b.tolist() for b in skipped] == [b.tolist() for b in loader.get_data_loader()][2:]
+    assert skipped.batch_sampler.skip_batches == 2
+
+
 @pytest.mark.distributed
 @pytest.mark.frameworks
-def test_accelerate_resumes_mid_epoch_from_save_state_on_1_and_2_processes(
+def test_accelerate_skips_in_o1_and_resumes_mid_epoch_from_save_state_on_1_and_2_processes(
     tmp_path: Path,
 ) -> None:
-    first = tmp_path / "first"
-    torchrun(
+    first, on_2, on_1 = (tmp_path / name for name in ("first", "resumed-on-2", "resumed-on-1"))
+
+    def resume_args(run: Path, batch_size: int) -> list[str]:
+        args = ["--out", str(run), "--max-steps", "16", "--batch-size", str(batch_size)]
+        return [*args, "--resume", str(run / "checkpoints" / "step-3")]
+
+    torchrun_twice(
         "accelerate_train.py",
         2,
-        ["--out", str(first), "--max-steps", "3", "--num-workers", "2"],
-        tmp_path / "first.log",
+        (first, on_2),
+        ["--out", str(first), "--max-steps", "3", "--num-workers", "2", "--stateful"],
+        [*resume_args(on_2, 4), "--stateful"],
+        tmp_path / "on-2.log",
+        checks=HERE / "accelerate_checks.py",
     )
+    for rank in (0, 1):
+        report = json.loads((first / f"accelerate-checks-rank{rank}.json").read_text())
+        assert "use_stateful_dataloader" in report["refused"]
     assert sum(per_epoch(first, STEPS_PER_EPOCH)[0].values()) == 3 * 8
-    for ranks, batch_size in ((1, 8), (2, 4)):
-        run = tmp_path / f"resumed-on-{ranks}"
-        shutil.copytree(first, run)
-        args = ["--out", str(run), "--max-steps", "16", "--batch-size", str(batch_size)]
-        args += ["--resume", str(run / "checkpoints" / "step-3")]
-        torchrun("accelerate_train.py", ranks, args, tmp_path / f"resumed-on-{ranks}.log")
+    shutil.copytree(first, on_1)
+    torchrun("accelerate_train.py", 1, resume_args(on_1, 8), tmp_path / "on-1.log")
+    for run in (on_1, on_2):
         counts = per_epoch(run, STEPS_PER_EPOCH)
-        assert sorted(counts) == [0, 1], ranks
+        assert sorted(counts) == [0, 1], run.name
         for epoch, seen in counts.items():
-            assert seen == dict.fromkeys(range(RECORDS), 1), (ranks, epoch)
+            assert seen == dict.fromkeys(range(RECORDS), 1), (run.name, epoch)

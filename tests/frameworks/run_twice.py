@@ -1,0 +1,111 @@
+"""Under torchrun: an example's run, then its resume from a copy, in the same processes.
+
+One launch instead of two: the first run stops mid-epoch and saves through the framework's
+own checkpointing; every rank then waits until all have finished, rank 0 copies the run's
+folder, and each rank calls the example's ``main`` again on the copy, resuming from the
+checkpoint on disk (nothing carries over in memory: a new trainer, model and loader)::
+
+    python -m torch.distributed.run --nproc_per_node=2 tests/frameworks/run_twice.py \\
+        examples/lightning_train.py FIRST SECOND --first ARGS... --second ARGS...
+
+``FIRST`` is left as the first run made it, so another launch can resume it on another
+number of processes. ``--checks PATH`` runs ``check(FIRST)`` of the file at ``PATH`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+WAIT = 180  # seconds a rank waits for the others before it fails
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # so that worker processes can unpickle its classes
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_for(paths: list[Path]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not all(path.exists() for path in paths):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {WAIT} s for {[str(p) for p in paths]}")
+        time.sleep(0.05)
+
+
+def keep_process_group() -> Any:
+    """Keep the first run's process group for the second; return the real destroy.
+
+    A group destroyed and created again in the same processes can hang (one rank finds the
+    first group's keys in torchrun's store); so the examples' ``destroy_process_group``
+    waits for the end, and their ``init_process_group`` keeps a live group.
+    """
+    import torch.distributed as dist
+
+    init, destroy = dist.init_process_group, dist.destroy_process_group
+
+    def init_once(*args: Any, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            init(*args, **kwargs)
+
+    dist.init_process_group = init_once  # type: ignore[assignment]
+    dist.destroy_process_group = lambda *args, **kwargs: None  # type: ignore[assignment]
+    return destroy
+
+
+def fresh_process_state() -> None:
+    """Forget what a new process would not know: Accelerate's process-wide singletons.
+
+    As Accelerate's own tests do between runs; the next ``Accelerator`` finds the live
+    process group (:func:`keep_process_group`).
+    """
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("script", type=Path)
+    parser.add_argument("first", type=Path)
+    parser.add_argument("second", type=Path)
+    parser.add_argument("--checks", type=Path, default=None)
+    parser.add_argument("--first-args", nargs=argparse.REMAINDER, required=True)
+    argv = sys.argv[1:]
+    split = argv.index("--second-args")
+    args = parser.parse_args(argv[:split])
+    second_args = argv[split + 1 :]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    marks = args.first.parent / f"{args.first.name}.marks"
+    marks.mkdir(parents=True, exist_ok=True)
+
+    if args.checks is not None:
+        load(args.checks).check(args.first)
+    destroy = keep_process_group()
+    example = load(args.script)
+    example.main(args.first_args)
+    (marks / f"done-{rank}").touch()
+    if rank == 0:
+        wait_for([marks / f"done-{r}" for r in range(world)])
+        shutil.copytree(args.first, args.second)
+        (marks / "copied").touch()
+    wait_for([marks / "copied"])
+    fresh_process_state()
+    example.main(second_args)
+    destroy()
+
+
+if __name__ == "__main__":
+    main()
