@@ -36,7 +36,13 @@ from ._index import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir, scan_shar
 from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._ranges import check_range_support
-from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
+from ._set_index import (
+    SET_INDEX_NAME,
+    SetEntry,
+    encode_set,
+    forget_absence,
+    from_set_indexes,
+)
 from ._urls import is_remote, local_path
 
 __all__ = ["INDEX_SUFFIX", "RemoteFile", "index_remote_shards", "write_index", "write_indexes"]
@@ -296,6 +302,7 @@ def write_indexes(
     for folder, entries in folders.items():
         target = folder + "/" + SET_INDEX_NAME if out is None else os.path.join(out, SET_INDEX_NAME)
         _put(target, encode_set(entries), options)
+        forget_absence(folder + "/")
         sets.append((target, len(entries)))
     return written, sets
 
