@@ -81,7 +81,9 @@ def test_an_epoch_over_s3_serves_each_shard_once_and_a_warm_cache_serves_nothing
     sent, gets = bucket.shard_traffic()
     assert sorted(labels) == list(range(bucket.total))
     assert bucket.bytes <= sent <= 1.05 * bucket.bytes, (sent / bucket.bytes, gets)
-    assert gets == SHARDS  # each shard whole, in one ranged GetObject (under read_ahead)
+    # Each shard whole, in one ranged GetObject (under read_ahead), plus each rank's first
+    # batch by ranges of its own samples (NOTE [ shard prefetch ]).
+    assert SHARDS <= gets <= SHARDS + 8 * world
     # Epoch 2 through the warm cache, from new sources (as after a restart): no shard bytes.
     bucket.s3.reset()
     again = one_epoch(bucket, tmp_path / "cache", world, **shuffle)
@@ -117,8 +119,18 @@ def test_a_resume_mid_epoch_over_s3_downloads_exactly_the_shards_still_to_read(
         got.extend([int(x) for x in batch] for batch in resumed)
     assert got == expected
     sent, gets = bucket.shard_traffic()
-    assert gets == len(still) < SHARDS  # each shard still to read, once, whole
-    assert sent == sum(whole[0].shards[shard].size for shard in still)
+    # Each shard still to read, once, whole; and each rank's first batch by its samples'
+    # ranges (NOTE [ shard prefetch ]): never a shard the resumed epoch is done with.
+    exact = sum(whole[0].shards[shard].size for shard in still)
+    first = [(shard, index) for s in whole for shard, index in s.locate(s._positions(steps // 2))]
+    ranged = sum(
+        m[-1][1] + m[-1][2] - m[0][1]
+        for shard, index in first
+        for m in [whole[0].shards[shard].members[index]]
+    )
+    assert len(still) < SHARDS
+    assert len(still) <= gets <= len(still) + len(first)
+    assert exact <= sent <= exact + ranged
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -142,3 +154,24 @@ def test_dataloader_worker_processes_of_two_ranks_share_one_node_cache_over_s3(
         simulate(bucket.make(tmp_path / "node", rank=r, **options), 2, 10**6) for r in (0, 1)
     ]
     assert got == expected
+
+
+def test_a_readers_first_batch_reads_only_its_samples_bytes_not_their_whole_shards(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2)
+    located = source.locate(source._positions(5))
+    assert len({shard for shard, _ in located}) > 2  # parts: the batch spans many shards
+    starts = [0]
+    for info in source.shards:
+        starts.append(starts[-1] + len(info))
+    wanted = sum(
+        m[-1][1] + m[-1][2] - m[0][1]
+        for shard, index in located
+        for m in [source.shards[shard].members[index]]
+    )
+    bucket.s3.reset()
+    batch = [int(x) for x in source.batch_at(5)]  # a reader of its own: no prefetch thread
+    assert batch == [starts[shard] + index for shard, index in located]
+    assert bucket.shard_traffic() == (wanted, len(located))  # one ranged GET per sample
+    assert not list((tmp_path / "cold").glob("*.tar"))  # no shard downloaded whole
