@@ -156,12 +156,12 @@ def test_dataloader_worker_processes_of_two_ranks_share_one_node_cache_over_s3(
     assert got == expected
 
 
-def test_a_readers_first_batch_reads_only_its_samples_bytes_not_their_whole_shards(
+def test_a_first_batch_over_more_shards_than_prefetch_reads_its_samples_not_whole_shards(
     bucket: Bucket, tmp_path: Path
 ) -> None:
-    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2)
+    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2, prefetch=2)
     located = source.locate(source._positions(5))
-    assert len({shard for shard, _ in located}) > 2  # parts: the batch spans many shards
+    assert len({shard for shard, _ in located}) > 2  # parts: more shards than prefetch
     starts = [0]
     for info in source.shards:
         starts.append(starts[-1] + len(info))
@@ -175,3 +175,14 @@ def test_a_readers_first_batch_reads_only_its_samples_bytes_not_their_whole_shar
     assert batch == [starts[shard] + index for shard, index in located]
     assert bucket.shard_traffic() == (wanted, len(located))  # one ranged GET per sample
     assert not list((tmp_path / "cold").glob("*.tar"))  # no shard downloaded whole
+
+
+def test_a_first_batch_within_prefetch_shards_waits_for_them_whole(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2, prefetch=SHARDS)
+    located = source.locate(source._positions(5))
+    needed = {shard for shard, _ in located}
+    bucket.s3.reset()
+    source.batch_at(5)
+    assert bucket.shard_traffic() == (sum(source.shards[s].size for s in needed), len(needed))

@@ -12,12 +12,13 @@ and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a pinned shard with
 by the reading thread itself (a resume's first batch, or a prefetch too short). A shard
 is unpinned once the plan no longer needs it after the batch just read.
 
-The first batch a reader reads (a start, a resume) does not wait for whole shards: the
-samples whose shard is neither pinned nor in the folder yet are read by ranged requests
-of their own bytes (concurrently, at the version indexed, NOTE [ remote reads ]), while
-the thread downloads those shards whole for the batches after it. With parts, a batch
-draws from ``min(B, C / W)`` parts, so without this the first batch waited for that many
-shards; it costs at most one batch's bytes more per reader start.
+The first batch a reader reads (a start, a resume) does not wait for more whole shards
+than ``prefetch``: when its samples lie in more shards that are neither pinned nor in the
+folder yet, those samples are read by ranged requests of their own bytes (concurrently, at
+the version indexed, NOTE [ remote reads ]), while the thread downloads the shards whole
+for the batches after it. With parts, a batch draws from ``min(B, C / W)`` parts, so
+without this the first batch waited for that many shards (with ``parts=720`` on one rank,
+every shard); it costs at most one batch's bytes more per reader start.
 
 Memory per process: one download range (``read_ahead`` bytes) in the thread, the samples
 of the batch being read, and a file descriptor plus a few dict entries per pinned shard.
@@ -150,8 +151,8 @@ class CachedReader:
             for i, shard in enumerate(shards)
             if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
         ]
-        if len(cold) < 2:
-            return {}
+        if len({shards[i] for i in cold}) <= self.prefetch:
+            return {}  # no more whole shards than the prefetch would download ahead anyway
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
             for shard in {shards[i] for i in cold}
