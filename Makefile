@@ -91,6 +91,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/testing_table.py --quick
 	$(PY) benchmarks/bench_overhead.py --quick
 	$(PY) benchmarks/s3_build_table.py --quick
+	$(PY) benchmarks/s3_peers_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 	$(PY) benchmarks/framework_resume_table.py --quick
 
@@ -113,6 +114,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/resume_table.py
 	$(PY) benchmarks/grow_table.py
 	$(PY) benchmarks/framework_resume_table.py
+	$(PY) benchmarks/s3_peers_table.py
 
 # The peers' questions with Mosaic streaming's rows (builds .venv-mosaic first).
 bench-mosaic: $(STAMP) $(MOSAIC_STAMP)

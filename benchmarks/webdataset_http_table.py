@@ -16,7 +16,8 @@ files with ``python -m detsamplers index``, then measures:
    the source to its first batch, and the shard bytes the server sent for it, split into
    bytes before the resumed sample and at or after it; against the same resume of a
    source over the local files, and one HTTP round trip (a 1-byte range GET, median); the
-   median of 5 resumes each, in a process that has already read over HTTP.
+   median of 5 resumes each, in a process that has already read over HTTP; then the same
+   resume with the folder's set index (``detsamplers-set.index.npz``, NOTE [ set index ]).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from webdataset_table import BATCH, ours, plain, rate, write
 
 from detsamplers.loader._wds._fetch import RemoteOptions
 from detsamplers.loader._wds._remote_index import write_index
+from detsamplers.loader._wds._set_index import SET_INDEX_NAME, encode_set, forget_absence
 from detsamplers.loader._wds._urls import expand_urls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +141,27 @@ def main() -> None:
             index_bytes = sum(b - a for p, a, b in log if p.endswith(".index.npz"))
             rtt = round_trip(f"{base}/{name.lstrip('/')}")
             local_time, http_time = statistics.median(local_times), statistics.median(http_times)
+            # The same resume with the folder's set index (what `python -m detsamplers index`
+            # writes besides the shards' files): the shards' index files are then fetched
+            # when a shard is first read, so a resume fetches only the first batch's.
+            entries = [
+                (u.rsplit("/", 1)[-1], s.size, s.version, len(s))
+                for u, s in zip(expand_urls(urls), source.shards, strict=True)
+            ]
+            with open(os.path.join(folder, SET_INDEX_NAME), "wb") as handle:
+                handle.write(encode_set(entries))
+            forget_absence(base + "/")  # this process looked for it before it was written
+            set_times, set_logs = [], []
+            for _ in range(5):
+                served(base)
+                set_times.append(resume(urls, target)[0])
+                set_logs.append(served(base))
+            set_time = statistics.median(set_times)
+            set_index_files = [
+                p
+                for p, _, _ in set_logs[-1]
+                if p.endswith(".index.npz") and not p.endswith(SET_INDEX_NAME)
+            ]
             print(f"resume at sample {target:,} (mid epoch 3), build + load + first batch:")
             print(f"  local files:  {local_time * 1000:8.1f} ms")
             print(
@@ -151,6 +174,10 @@ def main() -> None:
                 f"{sample_bytes:,} bytes); at or after it: {after:,} in {len(shard_gets)} "
                 f"range request(s); index files: {index_bytes:,} bytes, "
                 f"{len(log) - len(shard_gets)} request(s)"
+            )
+            print(
+                f"  HTTP with the folder's set index: {set_time * 1000:8.1f} ms ("
+                f"the set index and {len(set_index_files)} shard index file(s))"
             )
         finally:
             server.terminate()

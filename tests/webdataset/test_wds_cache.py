@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -18,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import webdataset as wds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nginx_server import Nginx
-from wds_helpers import simulate
+from wds_helpers import simulate, write_small_samples
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.loader._wds._cache import ShardCache
@@ -30,20 +28,6 @@ from detsamplers.loader._wds._index import ShardInfo
 
 SHARDS = 16
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
-
-
-def write_small_samples(folder: Path) -> int:
-    """16 shards of 30 to 50 samples of 2-8 KB; returns the number of samples."""
-    folder.mkdir(parents=True)
-    rng = random.Random(0)
-    label = 0
-    for shard in range(SHARDS):
-        with wds.TarWriter(str(folder / f"d-{shard:02d}.tar")) as sink:
-            for _ in range(rng.randint(30, 50)):
-                payload = rng.randbytes(rng.randint(2048, 8192))
-                sink.write({"__key__": f"k{label:05d}", "bin": payload, "cls": label})
-                label += 1
-    return label
 
 
 class Served:
@@ -64,7 +48,7 @@ def _label(sample: dict[str, Any]) -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("nginx-root")
-    total = write_small_samples(root / "s")
+    total = write_small_samples(root / "s", SHARDS)
     nginx = Nginx(root, tmp_path_factory.mktemp("nginx-run"))
     try:
         out = Served(nginx, root, total, str(tmp_path_factory.mktemp("index")))

@@ -235,3 +235,19 @@ def test_index_files_that_s3_forbids_as_it_does_missing_keys_are_treated_as_abse
     source = on_s3(s3, url, tmp_path, batch_size=4)  # scans the shards instead
     assert [len(s) for s in source.shards] == COUNTS
     assert ("GET", "s/detsamplers-set.index.npz", 403) in s3.served.statuses
+
+
+def test_a_folder_without_a_set_index_is_asked_once_until_this_process_writes_one(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    url = upload(s3, shards)
+    on_s3(s3, url, tmp_path, batch_size=4)
+    assert s3.served.requests["s/detsamplers-set.index.npz"] == 1
+    on_s3(s3, url, tmp_path, batch_size=4)  # a resume, a validation source: not asked again
+    assert s3.served.requests["s/detsamplers-set.index.npz"] == 1
+    argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
+    assert main([*argv, "--storage-option", "secret=testing"]) == 0
+    s3.reset()
+    source = on_s3(s3, url, tmp_path, batch_size=4)  # the set index written here is read
+    assert sum(s3.served.requests.values()) == 1
+    assert [len(s) for s in source.shards] == COUNTS

@@ -22,6 +22,24 @@ TOTAL = sum(COUNTS)
 PATTERN = "data-{000000..000006}.tar"
 
 
+def write_small_samples(folder: Path, shards: int) -> int:
+    """``shards`` shards ``d-NN.tar`` of 30 to 50 samples of 2-8 KB; returns the sample count.
+
+    Sample ``k{label:05d}`` holds random bytes under ``bin`` and its running label under
+    ``cls`` (so ``decode=()`` and ``map=label`` give the label).
+    """
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    count = 0
+    for shard in range(shards):
+        with wds.TarWriter(str(folder / f"d-{shard:02d}.tar")) as sink:
+            for _ in range(rng.randint(30, 50)):
+                payload = rng.randbytes(rng.randint(2048, 8192))
+                sink.write({"__key__": f"k{count:05d}", "bin": payload, "cls": count})
+                count += 1
+    return count
+
+
 def png_bytes(value: int) -> bytes:
     """A valid 2x2 8-bit greyscale PNG whose pixels are ``value % 256``."""
 

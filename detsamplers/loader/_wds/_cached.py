@@ -12,6 +12,14 @@ and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a pinned shard with
 by the reading thread itself (a resume's first batch, or a prefetch too short). A shard
 is unpinned once the plan no longer needs it after the batch just read.
 
+The first batch a reader reads (a start, a resume) does not wait for more whole shards
+than ``prefetch``: when its samples lie in more shards that are neither pinned nor in the
+folder yet, those samples are read by ranged requests of their own bytes (concurrently, at
+the version indexed, NOTE [ remote reads ]), while the thread downloads the shards whole
+for the batches after it. With parts, a batch draws from ``min(B, C / W)`` parts, so
+without this the first batch waited for that many shards (with ``parts=720`` on one rank,
+every shard); it costs at most one batch's bytes more per reader start.
+
 Memory per process: one download range (``read_ahead`` bytes) in the thread, the samples
 of the batch being read, and a file descriptor plus a few dict entries per pinned shard.
 The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
@@ -24,9 +32,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._cache import ShardCache
+from ._fetch import RemoteShard
 from ._index import ShardInfo
 from ._index_file import resolved
 
@@ -34,6 +44,8 @@ __all__ = ["CachedReader"]
 
 #: The prefetch thread walks at most this many batches past the one being read.
 _BATCHES_AHEAD = 256
+#: Ranged reads in flight at once for a reader's first batch.
+_RANGED_THREADS = 16
 
 
 class CachedReader:
@@ -116,7 +128,11 @@ class CachedReader:
 
     def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``(shards[i], indexes[i])``, in that order: one batch of the plan."""
-        out = [self._sample(shard, index) for shard, index in zip(shards, indexes, strict=True)]
+        first = self._first_batch(shards, indexes) if self.done == -1 else {}
+        out = [
+            first[i] if i in first else self._sample(shard, index)
+            for i, (shard, index) in enumerate(zip(shards, indexes, strict=True))
+        ]
         with self.lock:
             self.done += 1
             for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
@@ -126,7 +142,30 @@ class CachedReader:
             self.lock.notify_all()
         return out
 
-    def _sample(self, shard: int, index: int) -> dict[str, Any]:
+    def _first_batch(self, shards: Sequence[int], indexes: Sequence[int]) -> dict[int, Any]:
+        """The first batch's samples of shards not cached yet, by ranged reads (see the NOTE)."""
+        with self.lock:
+            pinned = set(self.pins)
+        cold = [
+            i
+            for i, shard in enumerate(shards)
+            if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
+        ]
+        if len({shards[i] for i in cold}) <= self.prefetch:
+            return {}  # no more whole shards than the prefetch would download ahead anyway
+        streams = {
+            shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
+            for shard in {shards[i] for i in cold}
+            for info in [self.shards[shard]]
+        }
+
+        def fetch(i: int) -> dict[str, Any]:
+            return self._sample(shards[i], indexes[i], streams[shards[i]])
+
+        with ThreadPoolExecutor(max_workers=min(_RANGED_THREADS, len(cold))) as pool:
+            return dict(zip(cold, pool.map(fetch, cold), strict=True))
+
+    def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
         info = self.shards[shard]
         keys, members = resolved(info.keys), resolved(info.members)
         if not 0 <= index < len(keys):
@@ -136,7 +175,10 @@ class CachedReader:
         if parts:
             start = min(m[1] for m in parts)
             end = max(m[1] + m[2] for m in parts)
-            data = os.pread(self._fd(shard), end - start, start)
+            if stream is not None:
+                data = stream.fetch(start, end)
+            else:
+                data = os.pread(self._fd(shard), end - start, start)
             if len(data) != end - start:
                 raise ValueError(
                     f"shard {info.url!r}: its cached copy is shorter than the index says; "

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..._errors import check_int
+from ._after_fork import guard_fork
 from ._object_store import (
     ShardChangedError,
     changed_error,
@@ -146,6 +147,7 @@ def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
             f"reading {url!r} needs fsspec: pip install 'detsamplers[remote]' "
             "(plus s3fs for s3:// or gcsfs for gs://)"
         ) from None
+    guard_fork()  # NOTE [ fsspec loop after fork ]
     kwargs = filesystem_defaults(url, options.timeout, dict(options.storage_options))
     if url.split("://", 1)[0] in ("http", "https"):
         try:

@@ -36,7 +36,13 @@ from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._ranges import check_range_support
 from ._scan import scan_shard
-from ._set_index import SET_INDEX_NAME, SetEntry, encode_set, from_set_indexes
+from ._set_index import (
+    SET_INDEX_NAME,
+    SetEntry,
+    encode_set,
+    forget_absence,
+    from_set_indexes,
+)
 from ._shard_info import PROGRESS_MIN_SHARDS, ShardInfo, default_index_dir
 from ._urls import is_remote, local_path
 
@@ -297,6 +303,7 @@ def write_indexes(
     for folder, entries in folders.items():
         target = folder + "/" + SET_INDEX_NAME if out is None else os.path.join(out, SET_INDEX_NAME)
         _put(target, encode_set(entries), options)
+        forget_absence(folder + "/")
         sets.append((target, len(entries)))
     return written, sets
 

@@ -15,7 +15,8 @@ generation: NOTE [ object storage ]) and number of samples. It is an uncompresse
 - ``sizes``, ``counts``: int64, ``n`` entries.
 
 Building a source over remote shards first asks for this file in each folder of its
-URLs (one request per folder, not one per shard). Each shard it lists, whose version is
+URLs (one request per folder, not one per shard; a folder without one is not asked again
+by the same process for ``ABSENT_FOR`` = 5 minutes). Each shard it lists, whose version is
 checked by every read (a strong ETag over HTTP(S) or S3, a GCS generation), is then
 known without any request: its sample count comes from the set file, and its own index
 file is fetched when a reader first opens the shard, and refused by name if its size or
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +42,14 @@ from ._index_file import LazyIndex, decode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._shard_info import ShardInfo
 
-__all__ = ["SET_INDEX_NAME", "SetEntry", "decode_set", "encode_set", "from_set_indexes"]
+__all__ = [
+    "SET_INDEX_NAME",
+    "SetEntry",
+    "decode_set",
+    "encode_set",
+    "forget_absence",
+    "from_set_indexes",
+]
 
 SET_INDEX_NAME = "detsamplers-set.index.npz"
 _FORMAT = "detsamplers-set-index"
@@ -160,7 +169,39 @@ class RemoteLazyIndex(LazyIndex):
         self._decoded = decoded
 
 
+#: Seconds a folder found without a set index is not asked again by this process.
+ABSENT_FOR = 300.0
+#: ``(folder, storage options) -> monotonic time`` of the last answer "no set index here".
+_absent: dict[tuple[str, str], float] = {}
+
+
 def _fetch_set(folder: str, options: RemoteOptions) -> bytes | None:
+    """The folder's set index, or ``None``; an absence is remembered for ``ABSENT_FOR`` s.
+
+    A process that builds sources again and again over the same folder (a resume, a
+    validation source, a benchmark) then pays the lookup once; a set index written since
+    is found after at most ``ABSENT_FOR`` seconds (until then the shards' own index files
+    are read, which give the same samples).
+    """
+    key = (folder, repr(sorted(options.storage_options.items())))
+    seen = _absent.get(key)
+    if seen is not None and time.monotonic() - seen < ABSENT_FOR:
+        return None
+    data = _fetch_set_now(folder, options)
+    if data is None:
+        _absent[key] = time.monotonic()
+    else:
+        _absent.pop(key, None)
+    return data
+
+
+def forget_absence(folder: str) -> None:
+    """Forget that ``folder`` had no set index (this process just wrote one there)."""
+    for key in [k for k in _absent if k[0] == folder]:
+        del _absent[key]
+
+
+def _fetch_set_now(folder: str, options: RemoteOptions) -> bytes | None:
     fs, path = remote_fs(folder + SET_INDEX_NAME, options)
     whole = whole_file_kwargs(folder)
     try:

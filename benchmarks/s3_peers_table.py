@@ -1,0 +1,417 @@
+"""Streaming from S3 side by side: ours (rank-local parts + node cache) against Mosaic and litdata.
+
+Run ``python benchmarks/s3_peers_table.py`` (8,192 samples of 2-8 KB in 32 shards, batch
+64) or ``--quick`` (512 samples in 8 shards, W = 1, our shuffled row only; ``make
+bench-quick``, about a minute). The same samples
+(random bytes under ``bin``, the label under ``cls``) are written three ways: webdataset
+tar shards (``webdataset.TarWriter``, with their set index), Mosaic's MDS (``MDSWriter``,
+shards of the same sample count) and litdata's chunks (``litdata.optimize``, the same
+count per chunk), and uploaded to moto's S3 server on 127.0.0.1 behind the tests' counting
+proxy (``tests/webdataset/s3_server.py``, in this process). For W = 1 and 4 ranks, each
+rank a process of its own (``torch.distributed`` over gloo on 127.0.0.1 when W > 1; one
+node: the ranks share one cache folder), ``num_workers=0``, it measures:
+
+- epoch 1 and epoch 2 bytes of shards served (over the dataset's bytes in that format) and
+  ``GetObject`` requests;
+- samples/s of epoch 1 and epoch 2 (all ranks' samples over the slowest rank's time);
+- the time from building a reader, with the state its loader saved mid-epoch 1 loaded,
+  to its first batch (the slowest rank; each cache emptied first: the worst case).
+
+Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
+``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
+local=..., shuffle=True)``: py1e, ``predownload`` and ``cache_limit`` at their defaults),
+run in ``.venv-mosaic`` (``make mosaic``; with ``boto3``) when it exists; litdata
+(``StreamingDataset("s3://...", shuffle=True)``, through boto3: its obstore client
+refuses an ``http://`` endpoint). A peer that is not installed gets a line
+saying why. moto and the proxy run in Python on the same 2 cores as the ranks: the figures
+compare the libraries on one loopback server, not S3's latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.machine import load_average
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TESTS = ROOT / "tests" / "webdataset"
+MOSAIC_PYTHON = ROOT / ".venv-mosaic" / "bin" / "python"
+BATCH = 64
+BUCKET = "peers"
+ROWS = {
+    "ours, parts=720, tar order": ("ours", {"parts": 720}),
+    "ours, parts=720, shuffle_block_shards=4": ("ours", {"parts": 720, "shuffle_block_shards": 4}),
+    "Mosaic streaming (py1e)": ("mosaic", {}),
+    "litdata": ("litdata", {}),
+}
+SUFFIX = {"ours": ".tar", "mosaic": ".mds", "litdata": ".bin"}
+
+
+def samples(total: int) -> list[tuple[bytes, int]]:
+    rng = random.Random(0)
+    return [(rng.randbytes(rng.randint(2048, 8192)), label) for label in range(total)]
+
+
+# -- writing the three copies ---------------------------------------------------------
+
+
+def write_tar(folder: Path, data: list[tuple[bytes, int]], shards: int) -> None:
+    import webdataset as wds
+
+    folder.mkdir(parents=True)
+    per = len(data) // shards
+    for shard in range(shards):
+        with wds.TarWriter(str(folder / f"d-{shard:03d}.tar")) as sink:
+            for payload, label in data[shard * per : (shard + 1) * per]:
+                sink.write({"__key__": f"k{label:06d}", "bin": payload, "cls": label})
+
+
+def write_mds(folder: Path, total: int, shards: int) -> None:
+    """Run in .venv-mosaic (``--write-mds``): MDS shards of ``total / shards`` samples."""
+    sys.path.insert(0, str(HERE))
+    base = importlib.import_module("peers.mosaic_streaming").streaming_base()
+    data = samples(total)
+    per = total // shards
+    limit = 1 + max(8 + len(p) + 8 for p, _ in data) * per  # about per samples a shard
+    with base.MDSWriter(
+        out=str(folder), columns={"bin": "bytes", "cls": "int"}, size_limit=limit
+    ) as sink:
+        for payload, label in data:
+            sink.write({"bin": payload, "cls": label})
+
+
+def _litdata_sample(item: tuple[bytes, int]) -> dict[str, Any]:
+    return {"bin": item[0], "cls": item[1]}
+
+
+def write_litdata(folder: Path, data: list[tuple[bytes, int]], shards: int) -> None:
+    import litdata
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        litdata.optimize(
+            fn=_litdata_sample,
+            inputs=data,
+            output_dir=str(folder),
+            chunk_size=len(data) // shards,
+            num_workers=1,
+            verbose=False,
+        )
+
+
+# -- one rank ---------------------------------------------------------------------------
+
+
+def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
+    from detsamplers.loader import WebDatasetSource
+
+    def build(state: Any = None) -> Any:
+        source = WebDatasetSource(
+            spec["urls"],
+            seed=0,
+            batch_size=BATCH,
+            world_size=spec["world"],
+            rank=spec["rank"],
+            repeat=False,
+            collate_fn=len,
+            cache_dir=spec["cache"],
+            storage_options=spec["storage_options"],
+            index_dir=spec["index_dir"],
+            **spec["config"],
+        )
+        if state is not None:
+            source.load_state_dict(state)
+        return source
+
+    return build, int  # collate_fn=len: a batch is its sample count
+
+
+def _mosaic(spec: dict[str, Any]) -> tuple[Any, Any]:
+    sys.path.insert(0, str(HERE))
+    base = importlib.import_module("peers.mosaic_streaming").streaming_base()
+
+    def build(state: Any = None) -> Any:
+        dataset = base.StreamingDataset(
+            remote=spec["remote"],
+            local=spec["cache"],
+            shuffle=True,
+            shuffle_seed=0,
+            batch_size=BATCH,
+        )
+        loader = base.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0)
+        if state is not None:
+            loader.load_state_dict(state)
+        return loader
+
+    return build, lambda batch: len(batch["cls"])
+
+
+def _litdata(spec: dict[str, Any]) -> tuple[Any, Any]:
+    import litdata
+    from litdata.streaming import downloader
+
+    # Its obstore path builds a client that refuses an http:// endpoint (BadScheme, no
+    # allow_http); its boto3 path, the one it takes without obstore, reads moto's.
+    downloader._OBSTORE_AVAILABLE = False
+
+    def build(state: Any = None) -> Any:
+        dataset = litdata.StreamingDataset(
+            spec["remote"],
+            cache_dir=spec["cache"],
+            shuffle=True,
+            seed=0,
+            drop_last=spec["world"] > 1,
+            storage_options=spec["litdata_options"],
+        )
+        loader = litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0)
+        if state is not None:
+            loader.load_state_dict(state)
+        return loader
+
+    return build, lambda batch: len(batch["cls"])
+
+
+def rank_main(spec: dict[str, Any]) -> None:
+    """One rank: ``epochs`` (two epochs, saving the state mid-epoch 1) or ``resume``."""
+    if spec["world"] > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", rank=spec["rank"], world_size=spec["world"])
+    build, count = {"ours": _ours, "mosaic": _mosaic, "litdata": _litdata}[spec["peer"]](spec)
+    state_file = Path(spec["state_dir"]) / f"rank-{spec['rank']}.json"
+    out: dict[str, Any] = {}
+    if spec["phase"] == "epochs":
+        loader = build()
+        for epoch in (1, 2):
+            seen, started = 0, time.perf_counter()
+            for step, batch in enumerate(loader):
+                seen += count(batch)
+                if epoch == 1 and step == spec["save_at"]:
+                    state_file.write_text(json.dumps(loader.state_dict()))
+            out[f"seconds{epoch}"] = time.perf_counter() - started
+            out[f"samples{epoch}"] = seen
+            print(json.dumps({"epoch": epoch}), flush=True)
+            input()  # the driver reads the server's log between the epochs
+    else:
+        state = json.loads(state_file.read_text())
+        started = time.perf_counter()
+        batches = iter(build(state))
+        next(batches)
+        out["resume"] = time.perf_counter() - started
+    print(json.dumps(out), flush=True)
+    os._exit(0)  # leave prefetch threads and peers' background downloads behind
+
+
+# -- the driver -------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def run_ranks(python: str, spec: dict[str, Any], world: int, server: Any) -> list[Any]:
+    """Start ``world`` rank processes; for ``epochs``, the shard traffic of each epoch."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        S3_ENDPOINT_URL=server.endpoint,
+        OMP_NUM_THREADS="1",
+        PYTHONWARNINGS="ignore",
+    )
+    ranks = []
+    for rank in range(world):
+        rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(world)}
+        rank_env.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        ranks.append(
+            subprocess.Popen(
+                [python, __file__, "--rank", json.dumps({**spec, "rank": rank, "world": world})],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=rank_env,
+                cwd=tempfile.gettempdir(),
+            )
+        )
+    traffic = []
+    try:
+        if spec["phase"] == "epochs":
+            for _ in (1, 2):
+                server.reset()
+                for process in ranks:
+                    _read_json(process)
+                traffic.append(shard_traffic(server, spec["peer"]))
+                for process in ranks:
+                    assert process.stdin is not None
+                    process.stdin.write("\n")
+                    process.stdin.flush()
+        results = [_read_json(process) for process in ranks]
+        for process in ranks:
+            process.wait(timeout=600)
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+    return [results, traffic]
+
+
+def _read_json(process: subprocess.Popen[str]) -> dict[str, Any]:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("{"):
+            out: dict[str, Any] = json.loads(line)
+            return out
+    raise RuntimeError(f"a rank ended without a result (exit {process.wait(timeout=60)})")
+
+
+def shard_traffic(server: Any, peer: str) -> tuple[int, int]:
+    keys = [k for k in server.served.ranges if k.startswith(f"{peer}/")]
+    shards = [k for k in keys if k.endswith(SUFFIX[peer])]
+    sent = sum(server.served.bytes[k] for k in shards)
+    return sent, sum(len(server.served.ranges[k]) for k in keys)
+
+
+def upload(server: Any, folder: Path, prefix: str) -> int:
+    """Upload a folder's files under ``prefix/``; the bytes of its shards."""
+    client, data = server.client(), 0
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        key = f"{prefix}/{path.relative_to(folder)}"
+        client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+        if key.endswith(SUFFIX[prefix]):
+            data += path.stat().st_size
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="512 samples in 8 shards, W = 1 (CI)")
+    parser.add_argument("--rank", help=argparse.SUPPRESS)
+    parser.add_argument("--write-mds", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank:
+        rank_main(json.loads(args.rank))
+        return
+    if args.write_mds:
+        write_mds(Path(args.write_mds[0]), int(args.write_mds[1]), int(args.write_mds[2]))
+        return
+    total, shards = (512, 8) if args.quick else (8192, 32)
+    worlds = (1,) if args.quick else (1, 4)
+    sys.path.insert(0, str(TESTS))
+    server = importlib.import_module("s3_server").S3Server()
+    folder = Path(tempfile.mkdtemp(prefix="s3-peers-"))
+    try:
+        server.create_bucket(BUCKET)
+        data = samples(total)
+        sizes: dict[str, int] = {}
+        pythons: dict[str, str] = {"ours": sys.executable}
+        write_tar(folder / "ours", data, shards)
+        sizes["ours"] = upload(server, folder / "ours", "ours")
+        urls = f"s3://{BUCKET}/ours/d-{{000..{shards - 1:03d}}}.tar"
+        cli = importlib.import_module("detsamplers.__main__").main
+        with contextlib.redirect_stdout(io.StringIO()):
+            argv = ["index", urls, "--endpoint-url", server.endpoint, "--storage-option"]
+            cli([*argv, "key=testing", "--storage-option", "secret=testing"])
+        missing: dict[str, str] = {}
+        mosaic = MOSAIC_PYTHON if MOSAIC_PYTHON.exists() else None
+        if mosaic is None:
+            missing["mosaic"] = "no .venv-mosaic: run make mosaic"
+        else:
+            code = "import boto3, importlib.util as u; assert u.find_spec('streaming')"
+            check = subprocess.run([str(mosaic), "-c", code], check=False)
+            if check.returncode:
+                missing["mosaic"] = ".venv-mosaic lacks boto3 or streaming: run make mosaic"
+        if "mosaic" not in missing:
+            subprocess.run(
+                [str(mosaic), __file__, "--write-mds", str(folder / "mosaic"), str(total),
+                 str(shards)],
+                check=True,
+            )  # fmt: skip
+            sizes["mosaic"] = upload(server, folder / "mosaic", "mosaic")
+            pythons["mosaic"] = str(mosaic)
+        try:
+            write_litdata(folder / "litdata", data, shards)
+            sizes["litdata"] = upload(server, folder / "litdata", "litdata")
+            pythons["litdata"] = sys.executable
+        except ImportError:
+            missing["litdata"] = "not installed: pip install litdata (the compare extra)"
+        options: dict[str, Any] = {"key": "testing", "secret": "testing"}
+        options["client_kwargs"] = {"endpoint_url": server.endpoint, "region_name": "us-east-1"}
+        litdata_options = {
+            "endpoint_url": server.endpoint,
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "region_name": "us-east-1",
+        }
+        megabytes = ", ".join(f"{peer} {size / 1e6:.1f} MB" for peer, size in sizes.items())
+        print(
+            f"# {total} samples of 2-8 KB in {shards} shards ({megabytes}); batch {BATCH}, "
+            f"num_workers=0; moto S3 on 127.0.0.1; load average {load_average()}"
+        )
+        print(
+            "| | W | epoch 1 bytes / data (GETs) | epoch 1 samples/s | epoch 2 bytes / data |"
+            " epoch 2 samples/s | first batch after resume |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for name, (peer, config) in ROWS.items():
+            if args.quick and name == "ours, parts=720, tar order":
+                continue  # CI: the shuffled row only
+            if peer in missing:
+                print(f"| {name} | | {missing[peer]} | | | | |")
+                continue
+            for world in worlds:
+                cache = folder / f"cache-{peer}-{world}-{len(config)}"
+                spec: dict[str, Any] = {
+                    "peer": peer,
+                    "config": config,
+                    "urls": urls,
+                    "remote": f"s3://{BUCKET}/{peer}",
+                    "cache": str(cache),
+                    "index_dir": str(folder / "index"),
+                    "storage_options": options,
+                    "litdata_options": litdata_options,
+                    "state_dir": str(folder / "states"),
+                    "save_at": total // (2 * BATCH * world),
+                    "phase": "epochs",
+                }
+                shutil.rmtree(folder / "states", ignore_errors=True)
+                (folder / "states").mkdir()
+                results, traffic = run_ranks(pythons[peer], spec, world, server)
+                shutil.rmtree(cache, ignore_errors=True)
+                resumed, _ = run_ranks(pythons[peer], {**spec, "phase": "resume"}, world, server)
+                shutil.rmtree(cache, ignore_errors=True)
+                cells = []
+                for epoch, (sent, gets) in zip((1, 2), traffic, strict=True):
+                    seen = sum(r[f"samples{epoch}"] for r in results)
+                    rate = seen / max(r[f"seconds{epoch}"] for r in results)
+                    ratio = f"{sent / sizes[peer]:.2f}x" + (f" ({gets})" if epoch == 1 else "")
+                    cells += [ratio, f"{rate:,.0f}"]
+                resume = 1000 * max(r["resume"] for r in resumed)
+                print(f"| {name} | {world} | {' | '.join(cells)} | {resume:,.0f} ms |", flush=True)
+        for peer, why in missing.items():
+            print(f"# {peer} skipped: {why}")
+        print(f"# load average at the end {load_average()}")
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
