@@ -150,6 +150,12 @@ def check_state(
             not a multiple of ``global_batch`` (when given) or past ``end``.
         ReproducibilityError: a shard's count, the shard list or the configuration changed.
     """
+    if isinstance(state_dict, Mapping) and "mixture" in state_dict:
+        raise ValueError(
+            "state was saved by a WebDatasetMix (it has a 'mixture' entry), not by a "
+            "WebDatasetSource: load it into the WebDatasetMix that saved it, with the same "
+            "shard sets and weights"
+        )
     old = isinstance(state_dict, Mapping) and state_dict.get("version") == 1
     version = 1 if old else STATE_VERSION
     position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", version)
