@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,41 @@ def test_the_demo_without_its_trial_says_where_to_get_it_and_exits_1(
     assert main(["demo", "--workdir", str(tmp_path / "work")]) == 1
     assert "DETSAMPLERS_EXAMPLES to a folder holding a copy" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()  # nothing ran
+
+
+def test_a_wheel_carries_the_demo_trial_and_an_install_of_it_finds_it(tmp_path: Path) -> None:
+    # Build a wheel from the project's own files, unpack it as site-packages, and ask the
+    # unpacked package, in a fresh interpreter away from the checkout, where its demo is.
+    root = EXAMPLES.parent
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy(root / name, source / name)
+    shutil.copytree(
+        root / "detsamplers", source / "detsamplers", ignore=shutil.ignore_patterns("*.so")
+    )
+    (source / "examples").mkdir()
+    shutil.copy(EXAMPLES / "demo_trial.py", source / "examples" / "demo_trial.py")
+    env = {**os.environ, "DETSAMPLERS_NO_KERNEL": "1", "PIP_NO_INDEX": "1"}
+    env.pop("DETSAMPLERS_EXAMPLES", None)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        check=True, env=env, timeout=300, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("detsamplers-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(site)
+    assert "detsamplers/_examples/demo_trial.py" in names
+    assert not [n for n in names if n.startswith("examples/")]  # no top-level examples
+    copy = site / "detsamplers" / "_examples" / "demo_trial.py"
+    assert copy.read_bytes() == (EXAMPLES / "demo_trial.py").read_bytes()
+    found = subprocess.run(
+        [sys.executable, "-c",
+         "from detsamplers.trial._demo import examples_dir; print(examples_dir())"],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(site)}, timeout=120,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert found.stdout.strip() == str(copy.parent)

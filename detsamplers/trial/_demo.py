@@ -57,26 +57,31 @@ EXAMPLES_ENV = "DETSAMPLERS_EXAMPLES"
 
 
 def examples_dir() -> str:
-    """The folder of the runnable examples: ``examples/`` beside the package, in a checkout.
+    """The folder of the runnable examples that holds the demo trial.
 
-    An editable install (``pip install -e .``, ``make install``) finds it next to the
-    ``detsamplers`` folder; a wheel does not install the examples, so point
-    ``$DETSAMPLERS_EXAMPLES`` at a folder holding ``demo_trial.py`` (a copy of the
-    repository's ``examples/``).
+    In order: the folder ``$DETSAMPLERS_EXAMPLES`` names; ``examples/`` beside the
+    ``detsamplers`` folder (a checkout, or an editable install such as ``make install``);
+    the copy a wheel carries, ``detsamplers/_examples/`` (setup.py puts it there).
 
     Raises:
-        FileNotFoundError: neither holds ``demo_trial.py``; the message says where to get it.
+        FileNotFoundError: none holds ``demo_trial.py``; the message says where to get it.
     """
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     given = os.environ.get(EXAMPLES_ENV)
-    folder = given or os.path.join(os.path.dirname(package), "examples")
-    if os.path.isfile(os.path.join(folder, f"{DEMO_TRIAL}.py")):
-        return folder
-    where = f"${EXAMPLES_ENV}={given!r}" if given else f"{folder!r} (beside the package)"
+    if given:
+        candidates = [given]
+    else:
+        candidates = [os.path.join(os.path.dirname(package), "examples")]
+        candidates.append(os.path.join(package, "_examples"))
+    for folder in candidates:
+        if os.path.isfile(os.path.join(folder, f"{DEMO_TRIAL}.py")):
+            return folder
+    where = f"${EXAMPLES_ENV}={given!r}" if given else f"{candidates[0]!r} (beside the package)"
     raise FileNotFoundError(
-        f"the demo trial examples/{DEMO_TRIAL}.py is not in {where}: a wheel does not "
-        "install the repository's examples/; run the demo from a checkout (make demo), or "
-        f"set {EXAMPLES_ENV} to a folder holding a copy of examples/{DEMO_TRIAL}.py"
+        f"the demo trial examples/{DEMO_TRIAL}.py is not in {where}, nor in the package: "
+        "this install was built without the repository's examples/; run the demo from a "
+        f"checkout (make demo), or set {EXAMPLES_ENV} to a folder holding a copy of "
+        f"examples/{DEMO_TRIAL}.py"
     )
 
 
