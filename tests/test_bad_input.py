@@ -832,8 +832,8 @@ WRITER_CASES: dict[str, tuple[Callable[[Path], Any], type[Exception], str]] = {
     "a field name with a slash": (
         lambda f: written(f, {"__key__": "a", "seg/png": b"x"}),
         ValueError,
-        r"sample field names should not hold '/', but sample 'a' has 'seg/png': the member "
-        r"'a.seg/png' would not read back",
+        r"sample field names should not hold '/' or a NUL byte, but sample 'a' has 'seg/png': "
+        r"the member 'a.seg/png' would not read back",
     ),
     "a key that is not a string": (
         lambda f: written(f, {"__key__": 3, "cls": 1}),
