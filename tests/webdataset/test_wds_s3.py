@@ -352,3 +352,19 @@ def test_a_folder_without_a_set_index_is_asked_once_until_this_process_writes_on
     source = on_s3(s3, url, tmp_path, batch_size=4)  # the set index written here is read
     assert sum(s3.served.requests.values()) == 1
     assert [len(s) for s in source.shards] == COUNTS
+
+
+def test_a_set_index_embeds_the_index_files_only_within_its_byte_limit() -> None:
+    from detsamplers.loader._wds import _set_index
+    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+
+    entries = [("a.tar", 3072, '"e"', 2), ("b.tar", 1024, None, 1)]
+    files = [b"x" * 600, b"y" * 400]
+    assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_set_index, "EMBED_LIMIT", 999)
+        assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, None)
+        mp.setattr(_set_index, "EMBED_LIMIT", 1000)
+        assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
+    with pytest.raises(ValueError, match="1 index files for 2 shards"):
+        encode_set(entries, files[:1])
