@@ -4,7 +4,9 @@ Run ``python benchmarks/s3_peers_table.py`` (8,192 samples of 2-8 KB in 32 shard
 64) or ``--quick`` (512 samples in 8 shards, W = 1, our shuffled row only; ``make
 bench-quick``, about a minute). The same samples
 (random bytes under ``bin``, the label under ``cls``) are written three ways: webdataset
-tar shards (``webdataset.TarWriter``, with their set index), Mosaic's MDS (``MDSWriter``,
+tar shards (``webdataset.TarWriter``, then indexed on S3 as docs/webdataset.md tells a
+user to, ``python -m detsamplers index URLS --endpoint-url ...``: each shard's index file
+and the folder's set index, which embeds them), Mosaic's MDS (``MDSWriter``,
 shards of the same sample count) and litdata's chunks (``litdata.optimize``, the same
 count per chunk), and uploaded to moto's S3 server on 127.0.0.1 behind the tests' counting
 proxy (``tests/webdataset/s3_server.py``, in this process). For W = 1 and 4 ranks, each
@@ -15,7 +17,9 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
   ``GetObject`` requests;
 - samples/s of epoch 1 and epoch 2 (all ranks' samples over the slowest rank's time);
 - the time from building a reader, with the state its loader saved mid-epoch 1 loaded,
-  to its first batch (the slowest rank; each cache emptied first: the worst case).
+  to its first batch (the slowest rank; each cache emptied first: the worst case). Each
+  library's S3 client (s3fs, boto3) is imported before the timer starts, as ``import
+  litdata`` imports boto3: the figure is the reader's, not an import's.
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
 ``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
@@ -119,6 +123,8 @@ def write_litdata(folder: Path, data: list[tuple[bytes, int]], shards: int) -> N
 def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
     from detsamplers.loader import WebDatasetSource
 
+    importlib.import_module("s3fs")  # the S3 client, imported before any timer as litdata's
+
     def build(state: Any = None) -> Any:
         source = WebDatasetSource(
             spec["urls"],
@@ -143,6 +149,7 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
 def _mosaic(spec: dict[str, Any]) -> tuple[Any, Any]:
     sys.path.insert(0, str(HERE))
     base = importlib.import_module("peers.mosaic_streaming").streaming_base()
+    importlib.import_module("boto3")  # the S3 client, imported before any timer as litdata's
 
     def build(state: Any = None) -> Any:
         dataset = base.StreamingDataset(

@@ -141,7 +141,108 @@ def test_the_index_command_takes_an_endpoint_and_a_build_then_sends_one_request(
     steps = TOTAL // 4
     assert simulate(source, 0, steps) == simulate(make(shards, batch_size=4), 0, steps)
     index_files = [k for k in s3.served.requests if k.endswith(".tar.index.npz")]
+    assert index_files == []  # embedded in the set index: a read asks for shards only
+    shard_gets = [k for k in s3.served.requests if k.endswith(".tar")]
+    assert sum(s3.served.requests.values()) == 1 + sum(s3.served.requests[k] for k in shard_gets)
+
+
+def _set_file(s3: S3Server, url: str) -> tuple[str, bytes]:
+    """The set index the index command wrote for ``url``'s folder: its key and bytes."""
+    bucket = url.split("/")[2]
+    key = "s/detsamplers-set.index.npz"
+    return key, s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _version_1_set(entries: list[tuple[str, int, str | None, int]]) -> bytes:
+    """A set index as version 1 of the format wrote it (no embedded index files)."""
+    import io
+    import json
+
+    import numpy as np
+
+    def joined(strings: list[str]) -> np.ndarray:
+        return np.frombuffer("".join(s + "\0" for s in strings).encode(), dtype=np.uint8)
+
+    header = {"format": "detsamplers-set-index", "version": 1, "shards": len(entries)}
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+        names=joined([e[0] for e in entries]),
+        versions=joined([e[2] or "" for e in entries]),
+        sizes=np.array([e[1] for e in entries], dtype=np.int64),
+        counts=np.array([e[3] for e in entries], dtype=np.int64),
+    )
+    return buffer.getvalue()
+
+
+def test_an_older_set_index_without_embedded_index_files_still_loads(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    from detsamplers.loader._wds._set_index import decode_set_indexes
+
+    url = upload(s3, shards)
+    argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
+    assert main([*argv, "--storage-option", "secret=testing"]) == 0
+    key, data = _set_file(s3, url)
+    entries, embedded = decode_set_indexes(data, "s3://b/s/")
+    assert embedded is not None and len(embedded) == len(COUNTS)
+    old = _version_1_set(entries)
+    s3.put(url.split("/")[2], key, old)
+    assert decode_set_indexes(old, "s3://b/s/") == (entries, None)
+    s3.reset()
+    source = on_s3(s3, url, tmp_path, batch_size=4)
+    steps = TOTAL // 4
+    assert simulate(source, 0, steps) == simulate(make(shards, batch_size=4), 0, steps)
+    index_files = [k for k in s3.served.requests if k.endswith(".tar.index.npz")]
     assert len(index_files) == len(COUNTS)  # each fetched once, when its shard was opened
+
+
+def test_a_set_index_whose_embedded_index_file_lies_is_refused_naming_it(
+    s3: S3Server, shards: str, tmp_path: Path
+) -> None:
+    from detsamplers.loader._wds._index_file import encode_index
+    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+
+    url = upload(s3, shards)
+    bucket = url.split("/")[2]
+    argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
+    assert main([*argv, "--storage-option", "secret=testing"]) == 0
+    key, data = _set_file(s3, url)
+    entries, embedded = decode_set_indexes(data, "s3://b/s/")
+    assert embedded is not None
+    name, size, version, count = entries[1]
+    members = [[["cls", 512 + 1024 * i, 1]] for i in range(count)]
+    keys = tuple(f"x{i}" for i in range(count))
+    # A well-formed index file of another size: the entry and the file disagree.
+    liars = [
+        encode_index(keys, members, size + 512, version),
+        encode_index(keys, members, size, '"other"'),
+    ]
+    for liar in liars:
+        s3.put(bucket, key, encode_set(entries, [*embedded[:1], liar, *embedded[2:]]))
+        s3.reset()
+        source = on_s3(s3, url, tmp_path, batch_size=1, shuffle_shards=False, repeat=False)
+        with pytest.raises(
+            ValueError,
+            match=rf"the set index 's3://{bucket}/s/detsamplers-set\.index\.npz' is wrong "
+            rf"about shard '{name}': the index file it embeds records",
+        ):
+            list(source)
+    # An embedded file that describes no tar of its size: the shard-file checks refuse it.
+    overlapping = [[["cls", 512, size]] for _ in range(count)]
+    s3.put(
+        bucket,
+        key,
+        encode_set(
+            entries, [*embedded[:1], encode_index(keys, overlapping, size, version), *embedded[2:]]
+        ),
+    )
+    source = on_s3(s3, url, tmp_path, batch_size=1, shuffle_shards=False, repeat=False)
+    with pytest.raises(
+        ValueError, match=rf"wrong about shard '{name}': the index file it embeds is refused"
+    ):
+        list(source)
 
 
 def test_a_shard_rewritten_after_its_set_index_was_written_is_refused_by_name(
@@ -251,3 +352,19 @@ def test_a_folder_without_a_set_index_is_asked_once_until_this_process_writes_on
     source = on_s3(s3, url, tmp_path, batch_size=4)  # the set index written here is read
     assert sum(s3.served.requests.values()) == 1
     assert [len(s) for s in source.shards] == COUNTS
+
+
+def test_a_set_index_embeds_the_index_files_only_within_its_byte_limit() -> None:
+    from detsamplers.loader._wds import _set_index
+    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+
+    entries = [("a.tar", 3072, '"e"', 2), ("b.tar", 1024, None, 1)]
+    files = [b"x" * 600, b"y" * 400]
+    assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_set_index, "EMBED_LIMIT", 999)
+        assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, None)
+        mp.setattr(_set_index, "EMBED_LIMIT", 1000)
+        assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
+    with pytest.raises(ValueError, match="1 index files for 2 shards"):
+        encode_set(entries, files[:1])

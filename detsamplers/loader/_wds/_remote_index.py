@@ -266,7 +266,7 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
     Returns:
         Where the file was written, and the shard's number of samples.
     """
-    target, info = _write_one(url, options, out)
+    target, info, _ = _write_one(url, options, out)
     return target, len(info)
 
 
@@ -293,23 +293,25 @@ def write_indexes(
     """
     written: list[tuple[str, int]] = []
     sets: list[tuple[str, int]] = []
-    folders: dict[str, list[SetEntry]] = {}
+    folders: dict[str, tuple[list[SetEntry], list[bytes]]] = {}
     for url in urls:
-        target, info = _write_one(url, options, out)
+        target, info, data = _write_one(url, options, out)
         written.append((target, len(info)))
         folder, _, name = url.rstrip("/").rpartition("/")
         if is_remote(url):  # a local source never reads a set index: it reads no network
-            folders.setdefault(folder, []).append((name, info.size, info.version, len(info)))
-    for folder, entries in folders.items():
+            entries, indexes = folders.setdefault(folder, ([], []))
+            entries.append((name, info.size, info.version, len(info)))
+            indexes.append(data)
+    for folder, (entries, indexes) in folders.items():
         target = folder + "/" + SET_INDEX_NAME if out is None else os.path.join(out, SET_INDEX_NAME)
-        _put(target, encode_set(entries), options)
+        _put(target, encode_set(entries, indexes), options)
         forget_absence(folder + "/")
         sets.append((target, len(entries)))
     return written, sets
 
 
-def _write_one(url: str, options: RemoteOptions, out: str | None) -> tuple[str, ShardInfo]:
-    """Scan a shard, write its index file; where, and its index."""
+def _write_one(url: str, options: RemoteOptions, out: str | None) -> tuple[str, ShardInfo, bytes]:
+    """Scan a shard, write its index file; where, its index and the file's bytes."""
     mtime_ns = None  # recorded for a local shard: its index is then current while it is
     if is_remote(url):
         size, version = stat_remote(url, options)
@@ -328,4 +330,4 @@ def _write_one(url: str, options: RemoteOptions, out: str | None) -> tuple[str, 
     else:
         target = info.path + INDEX_SUFFIX
     _put(target, data, options)
-    return target, info
+    return target, info, data

@@ -12,18 +12,26 @@ generation: NOTE [ object storage ]) and number of samples. It is an uncompresse
   "shards": <n>}``;
 - ``names``, ``versions``: uint8, the ``n`` file names and versions (empty: none) in
   UTF-8, each followed by a NUL byte;
-- ``sizes``, ``counts``: int64, ``n`` entries.
+- ``sizes``, ``counts``: int64, ``n`` entries;
+- since version 2, when the shards' index files take at most ``EMBED_LIMIT`` bytes in
+  all: ``indexes``, uint8, the ``n`` shards' own index files (NOTE [ index file format ])
+  end to end, and ``index_ends``, int64, where each ends (absent: none embedded).
 
 Building a source over remote shards first asks for this file in each folder of its
 URLs (one request per folder, not one per shard; a folder without one is not asked again
 by the same process for ``ABSENT_FOR`` = 5 minutes). Each shard it lists, whose version is
 checked by every read (a strong ETag over HTTP(S) or S3, a GCS generation), is then
-known without any request: its sample count comes from the set file, and its own index
-file is fetched when a reader first opens the shard, and refused by name if its size or
-version differs from the set file's. Shards it does not list, or whose version cannot be
-checked on read, are indexed one by one as before. With the counts in one file, the set
-file is also where the per-shard counts behind a state's summary are found (NOTE [ counts
-summary ]).
+known without any request: its sample count comes from the set file, and its keys and
+offsets from the index file embedded in it (decoded when a reader first opens the shard),
+so building a source and a resume's first batch need no index request but this one. An
+embedded index file gets the checks of a shard's own (NOTE [ index verification ]), and
+must agree with its entry (size, version, samples), else the set file is refused by
+name. Without embedded files (a version 1 set file, or a set over ``EMBED_LIMIT``), a
+shard's own index file is fetched when a reader first opens the shard, and refused by
+name if its size or version differs from the set file's. Shards it does not list, or
+whose version cannot be checked on read, are indexed one by one as before. With the
+counts in one file, the set file is also where the per-shard counts behind a state's
+summary are found (NOTE [ counts summary ]).
 """
 
 from __future__ import annotations
@@ -38,14 +46,17 @@ from typing import Any
 import numpy as np
 
 from ._fetch import RemoteOptions, changed_error, remote_fs, retrying
-from ._index_file import LazyIndex, decode_index
+from ._index_file import LazyIndex, decode_checked, decode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._shard_info import ShardInfo
 
 __all__ = [
+    "EMBED_LIMIT",
     "SET_INDEX_NAME",
+    "EmbeddedIndex",
     "SetEntry",
     "decode_set",
+    "decode_set_indexes",
     "encode_set",
     "forget_absence",
     "from_set_indexes",
@@ -53,7 +64,12 @@ __all__ = [
 
 SET_INDEX_NAME = "detsamplers-set.index.npz"
 _FORMAT = "detsamplers-set-index"
-_VERSION = 1
+_VERSION = 2
+#: Set files of these versions are read (version 1 embeds no index files).
+_READABLE = (1, 2)
+#: The most bytes of shard index files a set file embeds (NOTE [ set index ]): each rank
+#: reads the whole set file when it builds a source, so a larger set embeds none.
+EMBED_LIMIT = 64 << 20
 _INDEX_SUFFIX = ".index.npz"
 
 #: One shard of a set index: file name, size, version, samples.
@@ -69,8 +85,13 @@ def _split(array: np.ndarray[Any, Any]) -> list[str]:
     return array.tobytes().decode(errors="surrogateescape").split("\0")[:-1]
 
 
-def encode_set(entries: Sequence[SetEntry]) -> bytes:
+def encode_set(entries: Sequence[SetEntry], indexes: Sequence[bytes] | None = None) -> bytes:
     """The bytes of a set index file (NOTE [ set index ]).
+
+    Args:
+        entries: Each shard's file name, size, version and samples.
+        indexes: Each shard's own index file, embedded when they take at most
+            ``EMBED_LIMIT`` bytes in all (``None``: none embedded).
 
     Examples:
         >>> data = encode_set([("a.tar", 3072, '"9f"', 2), ("b.tar", 1024, None, 1)])
@@ -78,15 +99,20 @@ def encode_set(entries: Sequence[SetEntry]) -> bytes:
         [('a.tar', 3072, '"9f"', 2), ('b.tar', 1024, None, 1)]
     """
     header = {"format": _FORMAT, "version": _VERSION, "shards": len(entries)}
+    arrays: dict[str, Any] = {
+        "header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+        "names": _joined([e[0] for e in entries]),
+        "versions": _joined([e[2] or "" for e in entries]),
+        "sizes": np.array([e[1] for e in entries], dtype=np.int64),
+        "counts": np.array([e[3] for e in entries], dtype=np.int64),
+    }
+    if indexes is not None and sum(map(len, indexes)) <= EMBED_LIMIT:
+        if len(indexes) != len(entries):
+            raise ValueError(f"{len(indexes)} index files for {len(entries)} shards")
+        arrays["indexes"] = np.frombuffer(b"".join(indexes), dtype=np.uint8)
+        arrays["index_ends"] = np.cumsum([len(i) for i in indexes], dtype=np.int64)
     buffer = io.BytesIO()
-    np.savez(
-        buffer,
-        header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-        names=_joined([e[0] for e in entries]),
-        versions=_joined([e[2] or "" for e in entries]),
-        sizes=np.array([e[1] for e in entries], dtype=np.int64),
-        counts=np.array([e[3] for e in entries], dtype=np.int64),
-    )
+    np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
@@ -96,6 +122,20 @@ def decode_set(data: bytes, folder: str) -> list[SetEntry]:
     Raises:
         ValueError: the bytes are not a set index of this format (naming ``folder``).
     """
+    return decode_set_indexes(data, folder)[0]
+
+
+def decode_set_indexes(data: bytes, folder: str) -> tuple[list[SetEntry], list[bytes] | None]:
+    """The entries of a set index file, and its embedded index files (``None``: none).
+
+    Raises:
+        ValueError: the bytes are not a set index of a readable version (naming ``folder``).
+
+    Examples:
+        >>> data = encode_set([("a.tar", 3072, None, 2)], [b"abc"])
+        >>> decode_set_indexes(data, "s3://b/s/")
+        ([('a.tar', 3072, None, 2)], [b'abc'])
+    """
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:  # stored entries only: no bomb
             if any(entry.compress_type != zipfile.ZIP_STORED for entry in archive.infolist()):
@@ -104,22 +144,34 @@ def decode_set(data: bytes, folder: str) -> list[SetEntry]:
             header = json.loads(npz["header"].tobytes())
             if not isinstance(header, dict) or header.get("format") != _FORMAT:
                 raise ValueError("not a set index")
-            if header.get("version") != _VERSION:
+            if header.get("version") not in _READABLE:
                 raise ValueError(f"version {header.get('version')!r}")
             names, versions = _split(npz["names"]), _split(npz["versions"])
             sizes, counts = npz["sizes"].tolist(), npz["counts"].tolist()
+            embedded = "indexes" in npz.files and header["version"] >= 2
+            blob = npz["indexes"].tobytes() if embedded else b""
+            ends = npz["index_ends"].tolist() if embedded else None
         if not len(names) == len(versions) == len(sizes) == len(counts) == header["shards"]:
             raise ValueError("its arrays differ in length")
         if any(c < 0 for c in counts) or any(s < 0 for s in sizes):
             raise ValueError("a size or count is negative")
-        return [
+        indexes = None
+        if ends is not None:
+            if len(ends) != len(names) or (ends and ends[-1] != len(blob)):
+                raise ValueError("its embedded index files do not match its shards")
+            starts = [0, *ends[:-1]]
+            if any(b < a for a, b in zip(starts, ends, strict=True)):
+                raise ValueError("its embedded index files' ends decrease")
+            indexes = [blob[a:b] for a, b in zip(starts, ends, strict=True)]
+        entries = [
             (n, int(s), v or None, int(c))
             for n, s, v, c in zip(names, sizes, versions, counts, strict=True)
         ]
+        return entries, indexes
     except (ValueError, KeyError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exn:
         raise ValueError(
             f"the set index {folder + SET_INDEX_NAME!r} is not a detsamplers set index "
-            f"({_FORMAT} version {_VERSION}): {exn}; delete it and rebuild it with "
+            f"({_FORMAT} version 1 or {_VERSION}): {exn}; delete it and rebuild it with "
             "`python -m detsamplers index`"
         ) from None
 
@@ -167,6 +219,54 @@ class RemoteLazyIndex(LazyIndex):
         url, count, size, version, options, decoded = state
         self.__init__(url, count, size, version, options)  # type: ignore[misc]
         self._decoded = decoded
+
+
+class EmbeddedIndex(LazyIndex):
+    """A shard's index file embedded in its folder's set index, decoded when first read.
+
+    The embedded file is checked as a shard's own (NOTE [ index verification ]) and against
+    the set file's entry for the shard; either failing refuses the set file by name.
+    """
+
+    __slots__ = ("size", "version")
+
+    def __init__(
+        self, data: bytes, url: str, count: int, size: int, version: str | None, file: str
+    ) -> None:
+        super().__init__(data, url, count, file)
+        self.size, self.version = size, version
+
+    def part(self, which: int) -> Sequence[Any]:
+        if self._decoded is None:
+            name = self.url.rsplit("/", 1)[1]
+            try:
+                keys, members, size, version = decode_checked(self.data, self.url, self.file)
+                wrong = None
+                if size != self.size or not same_version(self.version, version):
+                    wrong = (
+                        f"the index file it embeds records {size} bytes, version {version}; "
+                        f"its entry {self.size} bytes, version {self.version}"
+                    )
+                elif len(keys) != self.count:
+                    wrong = (
+                        f"the index file it embeds lists {len(keys)} samples, "
+                        f"its entry {self.count}"
+                    )
+            except ValueError as exn:
+                wrong = f"the index file it embeds is refused: {exn}"
+            if wrong is not None:
+                raise ValueError(
+                    f"the set index {self.file!r} is wrong about shard {name!r}: {wrong}; "
+                    "delete it and rebuild it with `python -m detsamplers index`"
+                )
+            self._decoded = keys, members
+        return self._decoded[which]
+
+    def __getstate__(self) -> Any:
+        return self.data, self.url, self.count, self.size, self.version, self.file
+
+    def __setstate__(self, state: Any) -> None:
+        self.__init__(*state)  # type: ignore[misc]
 
 
 #: Seconds a folder found without a set index is not asked again by this process.
@@ -233,12 +333,18 @@ def from_set_indexes(urls: Sequence[str], options: RemoteOptions) -> list[ShardI
         data = _fetch_set(folder, options)
         if data is None:
             continue
-        entries = {e[0]: e for e in decode_set(data, folder)}
+        listed, indexes = decode_set_indexes(data, folder)
+        entries = {e[0]: (e, None if indexes is None else indexes[j]) for j, e in enumerate(listed)}
         for i in slots:
-            entry = entries.get(urls[i].rsplit("/", 1)[1])
+            entry, embedded = entries.get(urls[i].rsplit("/", 1)[1], (None, None))
             if entry is None or not checked_on_read(urls[i], entry[2]):
                 continue
             _, size, version, count = entry
-            lazy = RemoteLazyIndex(urls[i], count, size, version, options)
+            lazy: LazyIndex
+            if embedded is None:
+                lazy = RemoteLazyIndex(urls[i], count, size, version, options)
+            else:
+                file = folder + SET_INDEX_NAME
+                lazy = EmbeddedIndex(embedded, urls[i], count, size, version, file)
             out[i] = ShardInfo(urls[i], urls[i], lazy.keys, lazy.members, size, version)
     return out
