@@ -57,6 +57,7 @@ from ._object_store import (
     one_attempt,
     pinned_version,
     read_pinned,
+    whole_file_kwargs,
 )
 from ._verify import version_mismatch
 
@@ -66,6 +67,7 @@ __all__ = [
     "ShardChangedError",
     "changed_error",
     "make_options",
+    "read_if_present",
     "remote_fs",
     "retrying",
     "stat_remote",
@@ -269,6 +271,25 @@ def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], 
             delay = min(_BACKOFF_FIRST * 2**tried, _BACKOFF_MAX)
             time.sleep(delay * (0.5 + _JITTER.random() / 2))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_if_present(file_url: str, url: str, what: str, options: RemoteOptions) -> bytes | None:
+    """The bytes of the small remote file ``file_url`` (an index file), or ``None`` if absent.
+
+    ``url`` and ``what`` name it in errors (:func:`retrying`). A missing file is ``None``,
+    and so is S3's 403 for a missing key to a caller who may not list the bucket.
+    """
+    fs, path = remote_fs(file_url, options)
+    whole = whole_file_kwargs(file_url)
+    try:
+        data: bytes = retrying(url, what, options, lambda: fs.cat_file(path, **whole))
+    except FileNotFoundError:
+        return None
+    except OSError as exn:
+        if isinstance(exn.__cause__, PermissionError):
+            return None
+        raise
+    return data
 
 
 def _is_timeout(exn: BaseException) -> bool:

@@ -23,7 +23,7 @@ position and resuming on another world size or global batch continues at that sa
 
 from __future__ import annotations
 
-import pickle
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,7 +61,7 @@ class MixOrder:
 
     def fork(self) -> MixOrder:
         """An equal order with caches of its own, for another thread (the prefetch's)."""
-        mixture = pickle.loads(pickle.dumps(self.mixture))  # its tables are rebuilt lazily
+        mixture = copy.deepcopy(self.mixture)  # via __getstate__: tables rebuilt lazily
         return MixOrder(mixture, [order.fork() for order in self.orders])
 
     def locate(self, positions: I64) -> tuple[I64, I64]:

@@ -31,7 +31,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ._fetch import RemoteOptions, RemoteShard, changed_error, remote_fs, retrying, stat_remote
+from ._fetch import (
+    RemoteOptions,
+    RemoteShard,
+    changed_error,
+    read_if_present,
+    remote_fs,
+    stat_remote,
+)
 from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._ranges import check_range_support
@@ -105,19 +112,7 @@ def _check(url: str, size: int, version: str | None, indexed: tuple[int, str | N
 
 
 def _sibling(url: str, options: RemoteOptions) -> bytes | None:
-    fs, path = remote_fs(url + INDEX_SUFFIX, options)
-    try:
-        whole = whole_file_kwargs(url)
-        data: bytes = retrying(
-            url, "reading the index file of", options, lambda: fs.cat_file(path, **whole)
-        )
-    except FileNotFoundError:
-        return None
-    except OSError as exn:
-        if isinstance(exn.__cause__, PermissionError):
-            return None  # S3 answers 403 for a missing key to a caller who cannot list
-        raise
-    return data
+    return read_if_present(url + INDEX_SUFFIX, url, "reading the index file of", options)
 
 
 def _scan(url: str, size: int, version: str | None, options: RemoteOptions) -> ShardInfo:

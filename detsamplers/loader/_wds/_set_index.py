@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fetch import RemoteOptions, changed_error, remote_fs, retrying
+from ._fetch import RemoteOptions, changed_error, read_if_present, remote_fs, retrying
 from ._index_file import LazyIndex, decode_checked, decode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._shard_info import ShardInfo
@@ -302,22 +302,8 @@ def forget_absence(folder: str) -> None:
 
 
 def _fetch_set_now(folder: str, options: RemoteOptions) -> bytes | None:
-    fs, path = remote_fs(folder + SET_INDEX_NAME, options)
-    whole = whole_file_kwargs(folder)
-    try:
-        data: bytes = retrying(
-            folder + SET_INDEX_NAME,
-            "reading the set index",
-            options,
-            lambda: fs.cat_file(path, **whole),
-        )
-    except FileNotFoundError:
-        return None
-    except OSError as exn:
-        if isinstance(exn.__cause__, PermissionError):
-            return None  # S3 answers 403 for a missing key to a caller who cannot list
-        raise
-    return data
+    file = folder + SET_INDEX_NAME
+    return read_if_present(file, file, "reading the set index", options)
 
 
 def from_set_indexes(urls: Sequence[str], options: RemoteOptions) -> list[ShardInfo | None]:
