@@ -20,6 +20,11 @@ shards of 2,000 samples of a tiny PNG plus a label), then measures:
    rebuilds the arrangements it uses, against the next batch of the original, median of
    ``runs``; and the pickled size of the single source after as many batches (its shard
    index is what both carry).
+4. the CPU time of ``state_dict()`` after each batch (what a loader that saves its state
+   per batch pays, and a checkpoint every step) with ``parts`` of 8, 64 and 720: the
+   single source against the mixture, whose ``mixture`` progress sums every lane's
+   counts (NOTE [ mixture lanes ]); ``time.process_time`` over the batches of ``runs``
+   rounds that alternate the two, median per call.
 
 The 1-minute load average is printed before and after: read the rates as ratios.
 """
@@ -128,11 +133,22 @@ def pickle_sizes(make: Callable[[], WebDatasetSource], runs: int) -> str:
     )
 
 
+def state_cost(make: Callable[[], WebDatasetSource], batches: int) -> list[float]:
+    """CPU seconds of ``state_dict()`` after each of ``batches`` batches of a fresh source."""
+    source, times = make(), []
+    for _ in islice(source, batches):
+        start = time.process_time()
+        source.state_dict()
+        times.append(time.process_time() - start)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
     args = parser.parse_args()
     shards, per_shard, runs = ((4, 2), 250, 1) if args.quick else ((20, 10), 2000, 5)
+    batches = 20 if args.quick else 200
     with tempfile.TemporaryDirectory() as folder:
         sets = [write(folder, name, n, per_shard) for name, n in zip("ab", shards, strict=True)]
         total = sum(shards) * per_shard
@@ -181,6 +197,19 @@ def main() -> None:
                 partial(WebDatasetMix, sets, WEIGHTS, window=window, **OPTIONS), runs
             )
             print(f"pickled mixture, window {window or 10}: {sizes}")
+        print(f"state_dict() after each of {batches} batches, CPU ms per call (median):")
+        print(f"{'parts':>7}  {'single':>7}  {'mix':>7}")
+        for parts in (8, 64, 720):
+            state_makers: dict[str, Callable[[], WebDatasetSource]] = {
+                "single": partial(WebDatasetSource, sets[0] + sets[1], parts=parts, **OPTIONS),
+                "mix": partial(WebDatasetMix, sets, WEIGHTS, parts=parts, **OPTIONS),
+            }
+            costs: dict[str, list[float]] = {name: [] for name in state_makers}
+            for round_ in range(runs):
+                for name in sorted(state_makers, reverse=round_ % 2 == 1):  # alternate
+                    costs[name] += state_cost(state_makers[name], batches)
+            single_ms, mix_ms = (statistics.median(costs[n]) * 1000 for n in state_makers)
+            print(f"{parts:>7}  {single_ms:>7.3f}  {mix_ms:>7.3f}")
         print(f"load average at the end: {load_average()}")
 
 

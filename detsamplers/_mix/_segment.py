@@ -293,6 +293,31 @@ class _Segment:
             out = [a + b for a, b in zip(out, part.tolist(), strict=True)]
         return out
 
+    def consumed_many(self, local: I64) -> I64:
+        """:meth:`consumed` at each of the local positions ``local``: ``(len(local), k)``.
+
+        A few numpy calls whatever ``len(local)`` (a mixture with parts asks at one
+        position of each lane, NOTE [ mixture lanes ]), the same integers as
+        :meth:`consumed`: each window's arrangement and rotation come from its key, and a
+        window read past its end wraps around its arrangement's prefix counts
+        (``prefix[:, 0]`` is zero, so an offset that does not wrap adds nothing).
+        """
+        size = self.window
+        local = np.asarray(local, dtype=np.int64)
+        window, offset = local // size, local % size
+        out: I64 = self.bases[None, :] + window[:, None] * self.counts[None, :]
+        busy = np.flatnonzero(offset)
+        if len(busy):
+            table, rotation = self._arrangement(window[busy])
+            end = rotation + offset[busy]
+            prefix = self.prefix
+            out[busy] += (
+                prefix[table, np.minimum(end, size)]
+                - prefix[table, rotation]
+                + prefix[table, np.maximum(end - size, 0)]
+            )
+        return out
+
     def config(self) -> list[Any]:
         return [self.start, [round(w, 12) for w in self.shares], self.window]
 

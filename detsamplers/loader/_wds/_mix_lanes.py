@@ -120,11 +120,12 @@ class LaneOrder:
         """What each of ``lanes`` gave each set in its first ``lengths`` of segment ``s``."""
         law, counts = self.laws[s], self.counts[s]
         size = law.window
+        # Lane u's position l is the law's virtual position (w C + u) P + o (step 2 above),
+        # for every lane at once: a state saved per batch asks for all C lanes.
+        w, o = np.divmod(np.asarray(lengths, dtype=np.int64), size)
+        got = law.consumed_many((w * self.parts + lanes) * size + o)
         out = np.zeros((len(lanes), self.sets), dtype=np.int64)
-        for i, (u, length) in enumerate(zip(lanes.tolist(), lengths.tolist(), strict=True)):
-            w, o = divmod(length, size)
-            got = np.asarray(law.progress((w * self.parts + u) * size + o)["consumed"])
-            out[i, : len(got)] = got - (w * (self.parts - 1) + u) * counts
+        out[:, : got.shape[1]] = got - (w * (self.parts - 1) + lanes)[:, None] * counts[None, :]
         return out
 
     def lane_counts(self, position: int) -> I64:
