@@ -54,6 +54,7 @@ __all__ = [
     "encode_index",
     "read_header",
     "resolved",
+    "stored_arrays",
 ]
 
 FORMAT = "detsamplers-shard-index"
@@ -222,16 +223,17 @@ _KINDS = {"header": "|u1", "keys": "|u1", "suffixes": "|u1"} | dict.fromkeys(_AR
 
 def _arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
     """The arrays of an index file, each size checked before it is read (no pickle)."""
-    return _stored_arrays(data) or load_arrays(data, _ARRAYS, _KINDS)
+    return stored_arrays(data, _ARRAYS) or load_arrays(data, _ARRAYS, _KINDS)
 
 
-def _stored_arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]] | None:
-    """The arrays of an index file as ``encode_index`` writes it, read without ``zipfile``.
+def stored_arrays(data: bytes, names: Sequence[str]) -> dict[str, np.ndarray[Any, Any]] | None:
+    """The arrays ``names`` of an ``.npz`` as ``numpy.savez`` writes it, read without ``zipfile``.
 
     That is: stored (uncompressed) entries with their sizes in the local headers (or their
     zip64 extra field), each a one-dimensional ``.npy`` 1.0 array of ``uint8`` or
-    little-endian ``int64``, CRC-32 checked. ``None`` for anything else, which
-    :func:`numpy.load` then reads (and reports if damaged).
+    little-endian ``int64``, CRC-32 checked, and no other entries. ``None`` for anything
+    else, which :func:`numpy.load` then reads (and reports if damaged). An index file
+    (``encode_index``) and a set index (``encode_set``) are read so.
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     position = 0
@@ -264,7 +266,7 @@ def _stored_arrays(data: bytes) -> dict[str, np.ndarray[Any, Any]] | None:
             return None
         arrays[name[:-4]] = np.frombuffer(body, dtype=dtype, count=count, offset=10 + length)
         position = start + stored
-    if set(arrays) != set(_ARRAYS):
+    if set(arrays) != set(names):
         return None
     return arrays
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ._fetch import RemoteOptions, changed_error, read_if_present, remote_fs, retrying
-from ._index_file import LazyIndex, decode_checked, decode_index
+from ._index_file import LazyIndex, decode_checked, decode_index, stored_arrays
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
 from ._shard_info import ShardInfo
 
@@ -71,6 +71,9 @@ _READABLE = (1, 2)
 #: reads the whole set file when it builds a source, so a larger set embeds none.
 EMBED_LIMIT = 64 << 20
 _INDEX_SUFFIX = ".index.npz"
+#: The arrays of a set file without and with embedded index files.
+_ARRAYS = ("header", "names", "versions", "sizes", "counts")
+_ARRAYS_EMBEDDED = (*_ARRAYS, "indexes", "index_ends")
 
 #: One shard of a set index: file name, size, version, samples.
 SetEntry = tuple[str, int, str | None, int]
@@ -137,20 +140,24 @@ def decode_set_indexes(data: bytes, folder: str) -> tuple[list[SetEntry], list[b
         ([('a.tar', 3072, None, 2)], [b'abc'])
     """
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:  # stored entries only: no bomb
-            if any(entry.compress_type != zipfile.ZIP_STORED for entry in archive.infolist()):
-                raise ValueError("it holds compressed entries")
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            header = json.loads(npz["header"].tobytes())
-            if not isinstance(header, dict) or header.get("format") != _FORMAT:
-                raise ValueError("not a set index")
-            if header.get("version") not in _READABLE:
-                raise ValueError(f"version {header.get('version')!r}")
-            names, versions = _split(npz["names"]), _split(npz["versions"])
-            sizes, counts = npz["sizes"].tolist(), npz["counts"].tolist()
-            embedded = "indexes" in npz.files and header["version"] >= 2
-            blob = npz["indexes"].tobytes() if embedded else b""
-            ends = npz["index_ends"].tolist() if embedded else None
+        # As encode_set writes it: read in place (no zipfile, no numpy.load per array).
+        npz: Any = stored_arrays(data, _ARRAYS_EMBEDDED) or stored_arrays(data, _ARRAYS)
+        if npz is None:  # any other .npz: numpy reads it, or says why not
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:  # stored entries only: no bomb
+                if any(entry.compress_type != zipfile.ZIP_STORED for entry in archive.infolist()):
+                    raise ValueError("it holds compressed entries")
+            with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
+                npz = {name: loaded[name] for name in loaded.files}
+        header = json.loads(npz["header"].tobytes())
+        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+            raise ValueError("not a set index")
+        if header.get("version") not in _READABLE:
+            raise ValueError(f"version {header.get('version')!r}")
+        names, versions = _split(npz["names"]), _split(npz["versions"])
+        sizes, counts = npz["sizes"].tolist(), npz["counts"].tolist()
+        embedded = "indexes" in npz and header["version"] >= 2
+        blob = npz["indexes"].tobytes() if embedded else b""
+        ends = npz["index_ends"].tolist() if embedded else None
         if not len(names) == len(versions) == len(sizes) == len(counts) == header["shards"]:
             raise ValueError("its arrays differ in length")
         if any(c < 0 for c in counts) or any(s < 0 for s in sizes):
