@@ -8,7 +8,11 @@ except the faults a test switches on by file name:
 - ``stall``: every GET sends its headers, then nothing for a minute;
 - ``fail_503``: the first GET answers HTTP 503;
 - ``no_range``: every request is answered HTTP 200 with the whole file and no
-  ``Accept-Ranges``, as from a server that ignores Range (``python -m http.server``).
+  ``Accept-Ranges``, as from a server that ignores Range (``python -m http.server``);
+- ``together``: a GET waits (up to 5 s) until a GET of another of these files is in
+  flight too; ``served.most_at_once`` is the most such GETs that were in flight at once.
+
+Every request is also logged as ``(method, file name)`` in ``served.requests``.
 
 Missing files are 404, as from any static server.
 """
@@ -32,6 +36,8 @@ class Served:
     ranges: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     statuses: list[tuple[str, int]] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    most_at_once: int = 0
 
 
 class ShardServer:
@@ -44,6 +50,8 @@ class ShardServer:
         self.stall: set[str] = set()
         self.fail_503: set[str] = set()
         self.no_range: set[str] = set()
+        self.together: set[str] = set()
+        self._in_flight = 0
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
         self.port = 0
@@ -57,6 +65,7 @@ class ShardServer:
         """Forget what was served and switch every fault off."""
         self.served = Served()
         self.drop, self.stall, self.fail_503, self.no_range = set(), set(), set(), set()
+        self.together = set()
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
@@ -87,6 +96,9 @@ class ShardServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         path = self.root / name
+        self.served.requests.append((request.method, name))
+        if name in self.together and request.method == "GET":
+            await self._meet()
         if not path.is_file():
             self.served.statuses.append((name, 404))
             raise web.HTTPNotFound()
@@ -107,6 +119,16 @@ class ShardServer:
         self.served.bytes[name] += stop - start
         self.served.statuses.append((name, 206 if request.http_range.start is not None else 200))
         return web.FileResponse(path)
+
+    async def _meet(self) -> None:
+        """Wait until another ``together`` GET is in flight (or 5 s), counting them."""
+        self._in_flight += 1
+        self.served.most_at_once = max(self.served.most_at_once, self._in_flight)
+        for _ in range(500):
+            if self._in_flight > 1 or self.served.most_at_once > 1:
+                break
+            await asyncio.sleep(0.01)
+        self._in_flight -= 1
 
     async def _fault(
         self, request: web.Request, name: str, path: Path, start: int, stop: int, size: int

@@ -363,6 +363,18 @@ class RemoteShard:
             self._prefetch()
         return data[: end - start]
 
+    def fill(self, start: int, stop: int) -> None:
+        """Fetch and keep the block ``[start, stop)`` (NOTE [ first blocks of a batch ])."""
+        self.keep(start, self.fetch(start, stop))
+
+    def keep(self, start: int, data: bytes) -> None:
+        """Keep ``data``, the shard's bytes from ``start`` (a fetched block)."""
+        self._keep(start, data)
+
+    async def get(self, start: int, end: int, received: bytearray) -> None:
+        """One attempt at the ranged GET of ``[start, end)`` over HTTP(S), into ``received``."""
+        await self._get(start, end, received)
+
     def _kept(self, start: int, end: int) -> bytes | None:
         for first, data in self.blocks:
             if first <= start and end <= first + len(data):

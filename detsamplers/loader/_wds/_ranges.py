@@ -10,33 +10,45 @@ once, with the first of its shards: a ``HEAD`` whose ``Accept-Ranges: bytes`` se
 ``Range: bytes=0-0``, whose 206 settles it and whose 200 is the error, the connection
 closed before the body is read. A host that answers neither (an error status) is left to
 the reads, whose errors name the shard. Other fsspec filesystems read ranges themselves.
+The set index of a folder (NOTE [ set index ]) is fetched first, with ``Range: bytes=0-``:
+a 206 with it settles its host, which is then not asked again (one round trip, the set
+index's, for both); a 200, or no set index, leaves the host to the check above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ._fetch import RemoteOptions, remote_fs, retrying
 
-__all__ = ["check_range_support"]
+__all__ = ["check_range_support", "host_of", "read_ranged_if_present"]
 
 _OK = 206
 
 
-def check_range_support(urls: Sequence[str], options: RemoteOptions) -> None:
+def host_of(url: str) -> tuple[str, str]:
+    """``(scheme, host)`` of ``url``: what Range support is settled for."""
+    scheme, _, rest = url.partition("://")
+    return scheme, rest.split("/", 1)[0]
+
+
+def check_range_support(
+    urls: Sequence[str], options: RemoteOptions, settled: Collection[tuple[str, str]] = ()
+) -> None:
     """Raise ``ValueError`` if an HTTP(S) host of ``urls`` ignores Range requests.
+
+    Hosts in ``settled`` (:func:`host_of`) answered a Range request with 206 already.
 
     Raises:
         ValueError: the server answered a one-byte Range request with the whole file; the
             message names the shard and the fix.
         OSError: the host could not be reached within ``options.retries`` (names the URL).
     """
-    hosts: set[tuple[str, str]] = set()
+    hosts = set(settled)
     for url in urls:
-        scheme, _, rest = url.partition("://")
-        host = (scheme, rest.split("/", 1)[0])
-        if scheme not in ("http", "https") or host in hosts:
+        host = host_of(url)
+        if host[0] not in ("http", "https") or host in hosts:
             continue
         hosts.add(host)
         status = retrying(url, "checking Range support of", options, _prober(url, options))
@@ -71,3 +83,34 @@ async def _probe(fs: Any, path: str) -> int | None:
     async with session.get(url, headers=headers, **kwargs) as response:
         # The body is never read: leaving the block closes a 200's connection.
         return response.status if response.status in (200, _OK) else None
+
+
+def read_ranged_if_present(
+    file_url: str, url: str, what: str, options: RemoteOptions
+) -> tuple[bytes | None, bool]:
+    """The small HTTP(S) file ``file_url`` (``None`` if absent), and whether it came as a 206.
+
+    Asked with ``Range: bytes=0-``, so that its answer also settles its host's Range
+    support; ``url`` and ``what`` name it in errors (``retrying``).
+    """
+    from fsspec.asyn import sync
+
+    fs, path = remote_fs(file_url, options)
+    try:
+        status, data = retrying(url, what, options, lambda: sync(fs.loop, _get_whole, fs, path))
+    except FileNotFoundError:
+        return None, False
+    return data, status == _OK
+
+
+async def _get_whole(fs: Any, path: str) -> tuple[int, bytes]:
+    """The status and the whole body of a ``GET`` of ``path`` with ``Range: bytes=0-``."""
+    session = await fs.set_session()
+    kwargs = dict(fs.kwargs)
+    headers = {**(kwargs.pop("headers", None) or {}), "Range": "bytes=0-"}
+    async with session.get(fs.encode_url(path), headers=headers, **kwargs) as response:
+        if response.status == 404:
+            raise FileNotFoundError(path)
+        response.raise_for_status()
+        data: bytes = await response.read()
+        return response.status, data

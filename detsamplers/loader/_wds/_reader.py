@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO, NoReturn
 
 from ..._native import kernel
+from ._ahead import AHEAD, fetch_first_blocks
 from ._fetch import RemoteOptions, RemoteShard, ShardChangedError
 from ._header_check import HeaderTable, header_mismatch
 from ._index import ShardInfo
@@ -121,21 +122,62 @@ class ShardReader:
             >>> reader.close()
         """
         out: list[dict[str, Any]] = [{}] * len(indexes)
+        ahead = self._ahead(shards, indexes)  # NOTE [ first blocks of a batch ]
         first = 0
-        while first < len(shards):  # each stretch of one shard
-            shard = shards[first]
-            stop = first + 1
-            while stop < len(shards) and shards[stop] == shard:
-                stop += 1
-            self._select(shard)
-            packed = self.packed
-            if packed is not None and packed.ordered and not self.remote[shard]:
-                self._read_runs(shard, packed, indexes, first, stop, out)
-            else:
-                for i in range(first, stop):
-                    out[i] = self.read(shard, indexes[i])
-            first = stop
+        try:
+            while first < len(shards):  # each stretch of one shard
+                shard = shards[first]
+                stop = first + 1
+                while stop < len(shards) and shards[stop] == shard:
+                    stop += 1
+                self._select(shard)
+                if first in ahead:
+                    self.stream = ahead.pop(first)
+                packed = self.packed
+                if packed is not None and packed.ordered and not self.remote[shard]:
+                    self._read_runs(shard, packed, indexes, first, stop, out)
+                else:
+                    for i in range(first, stop):
+                        out[i] = self.read(shard, indexes[i])
+                first = stop
+        finally:
+            for stream in ahead.values():
+                stream.close()
         return out
+
+    def _ahead(self, shards: Sequence[int], indexes: Sequence[int]) -> dict[int, RemoteShard]:
+        """The remote shards this batch opens, their first blocks fetched at once.
+
+        Keyed by the first item of each stretch that opens one; empty when the batch
+        opens fewer than two (NOTE [ first blocks of a batch ]).
+        """
+        jobs: dict[int, tuple[RemoteShard, ShardInfo, int]] = {}
+        first = 0
+        while first < len(shards) and len(jobs) < AHEAD:
+            shard = shards[first]
+            if self.remote[shard] and (first > 0 or shard != self.current):
+                info = self.shards[shard]
+                stream = RemoteShard(info.url, info.size, info.version, self.options)
+                jobs[first] = (stream, info, indexes[first])
+            while first < len(shards) and shards[first] == shard:
+                first += 1
+        if len(jobs) < 2:
+            return {}
+        fetch_first_blocks(list(jobs.values()))
+        return {i: job[0] for i, job in jobs.items()}
+
+    def open_remote(self, shard: int, index: int) -> tuple[RemoteShard, ShardInfo, int] | None:
+        """Open remote ``shard`` with a stream not read yet, unless it is open already.
+
+        The stream, the shard and ``index`` (the first sample to read), for
+        :func:`fetch_first_blocks`; ``None`` for a local or already open shard.
+        """
+        if shard == self.current or not self.remote[shard]:
+            return None
+        self._select(shard)
+        info = self.shards[shard]
+        self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+        return self.stream, info, index
 
     def _select(self, shard: int) -> None:
         """Make ``shard`` the open one."""

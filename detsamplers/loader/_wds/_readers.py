@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ._ahead import AHEAD, fetch_first_blocks
 from ._fetch import RemoteOptions
 from ._index import ShardInfo
 from ._reader import ShardReader
@@ -62,6 +63,13 @@ class ShardReaders:
         by_shard: dict[int, list[int]] = {}
         for i, shard in enumerate(shards):
             by_shard.setdefault(shard, []).append(i)
+        jobs = []  # the shards this batch opens, first blocks fetched at once
+        for shard in list(by_shard)[: min(self.capacity, AHEAD)]:
+            job = self._reader(shard).open_remote(shard, indexes[by_shard[shard][0]])
+            if job is not None:
+                jobs.append(job)
+        if len(jobs) > 1:  # NOTE [ first blocks of a batch ]
+            fetch_first_blocks(jobs)
         for shard, items in by_shard.items():
             got = self._reader(shard).read_many([shard] * len(items), [indexes[i] for i in items])
             for i, sample in zip(items, got, strict=True):

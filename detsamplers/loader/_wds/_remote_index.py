@@ -220,8 +220,9 @@ def index_remote_shards(
     A folder's set index (NOTE [ set index ]) costs one request for all its shards; the
     others are indexed on threads.
     """
-    check_range_support(urls, options)  # NOTE [ range support ]
-    known = from_set_indexes(urls, options)
+    settled: set[tuple[str, str]] = set()  # hosts whose set index came with a 206
+    known = from_set_indexes(urls, options, settled)
+    check_range_support(urls, options, settled)  # NOTE [ range support ]
     rest = [i for i, info in enumerate(known) if info is None]
     if rest:
         built = _index_each([urls[i] for i in rest], options, index_dir, progress)

@@ -48,6 +48,7 @@ import numpy as np
 from ._fetch import RemoteOptions, changed_error, read_if_present, remote_fs, retrying
 from ._index_file import LazyIndex, decode_checked, decode_index, stored_arrays
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
+from ._ranges import host_of, read_ranged_if_present
 from ._shard_info import ShardInfo
 
 __all__ = [
@@ -282,7 +283,9 @@ ABSENT_FOR = 300.0
 _absent: dict[tuple[str, str], float] = {}
 
 
-def _fetch_set(folder: str, options: RemoteOptions) -> bytes | None:
+def _fetch_set(
+    folder: str, options: RemoteOptions, settled: set[tuple[str, str]] | None = None
+) -> bytes | None:
     """The folder's set index, or ``None``; an absence is remembered for ``ABSENT_FOR`` s.
 
     A process that builds sources again and again over the same folder (a resume, a
@@ -294,7 +297,7 @@ def _fetch_set(folder: str, options: RemoteOptions) -> bytes | None:
     seen = _absent.get(key)
     if seen is not None and time.monotonic() - seen < ABSENT_FOR:
         return None
-    data = _fetch_set_now(folder, options)
+    data = _fetch_set_now(folder, options, settled)
     if data is None:
         _absent[key] = time.monotonic()
     else:
@@ -308,22 +311,33 @@ def forget_absence(folder: str) -> None:
         del _absent[key]
 
 
-def _fetch_set_now(folder: str, options: RemoteOptions) -> bytes | None:
+def _fetch_set_now(
+    folder: str, options: RemoteOptions, settled: set[tuple[str, str]] | None = None
+) -> bytes | None:
     file = folder + SET_INDEX_NAME
-    return read_if_present(file, file, "reading the set index", options)
+    if host_of(file)[0] not in ("http", "https"):
+        return read_if_present(file, file, "reading the set index", options)
+    data, ranged = read_ranged_if_present(file, file, "reading the set index", options)
+    if ranged and settled is not None:  # NOTE [ range support ]
+        settled.add(host_of(file))
+    return data
 
 
-def from_set_indexes(urls: Sequence[str], options: RemoteOptions) -> list[ShardInfo | None]:
+def from_set_indexes(
+    urls: Sequence[str], options: RemoteOptions, settled: set[tuple[str, str]] | None = None
+) -> list[ShardInfo | None]:
     """Each URL's :class:`ShardInfo` from its folder's set index (``None``: not there).
 
-    One request per folder of ``urls`` (NOTE [ set index ]).
+    One request per folder of ``urls`` (NOTE [ set index ]). Over HTTP(S) it asks with a
+    Range header, and adds to ``settled`` each host that answered with a 206 (NOTE
+    [ range support ]).
     """
     out: list[ShardInfo | None] = [None] * len(urls)
     folders: dict[str, list[int]] = {}
     for i, url in enumerate(urls):
         folders.setdefault(url.rsplit("/", 1)[0] + "/", []).append(i)
     for folder, slots in folders.items():
-        data = _fetch_set(folder, options)
+        data = _fetch_set(folder, options, settled)
         if data is None:
             continue
         listed, indexes = decode_set_indexes(data, folder)

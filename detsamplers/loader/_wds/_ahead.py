@@ -1,0 +1,71 @@
+"""A batch's first blocks of its remote shards, fetched at once.
+
+NOTE [ first blocks of a batch ]
+A reader reads a batch's samples shard after shard (NOTE [ runs of samples ]); each remote
+shard it opens costs a first block (NOTE [ remote reads ]), one request that waited for
+the one before. A batch that opens several remote shards (the first batch after a resume,
+which crosses a shard boundary or reads a part of each of several shards; a window shuffle
+that visits several) waited for their round trips one after the other. So before reading,
+the reader finds the shards of the batch it will open, and fetches the first block of each,
+the block its first read would fetch, the same bytes in the same requests, all at once:
+the first on the calling thread, up to ``AHEAD - 1`` others on threads. A shard still
+open from the batch before, which continues its kept block, is not fetched again; a batch
+that opens one shard fetches it as before. Memory: at most ``AHEAD`` first blocks (256 KiB
+each by default, or the sample if larger) held until the reader reaches their shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ._fetch import RemoteShard
+from ._index import ShardInfo
+from ._index_file import resolved
+
+__all__ = ["AHEAD", "fetch_first_blocks"]
+
+#: Remote shards of one batch whose first blocks are fetched at once.
+AHEAD = 8
+
+
+def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> None:
+    """Fill each new stream with the first block its sample ``index`` needs, at once.
+
+    Over HTTP(S) the requests go out together on the filesystem's event loop (one call,
+    no thread); a request that fails there is made again by :meth:`RemoteShard.fill`, with
+    its retries and errors. Other filesystems are filled one by one.
+
+    Args:
+        jobs: ``(stream, shard info, sample index)``: a stream of the shard opened but not
+            read yet, and the first sample the reader will read from it.
+    """
+    spans = []
+    for stream, info, index in jobs:
+        members = resolved(info.members)[index]
+        start = min(m[1] for m in members) if members else 0
+        end = max(m[1] + m[2] for m in members) if members else 0
+        spans.append((stream, start, min(stream.size, max(end, start + stream.block))))
+    together = [s for s in spans if s[0].http and s[0].fs.loop is spans[0][0].fs.loop]
+    if len(together) > 1:
+        from fsspec.asyn import sync
+
+        received = [bytearray() for _ in together]
+        got = sync(together[0][0].fs.loop, _get_all, together, received)
+        for (stream, start, stop), error, data in zip(together, got, received, strict=True):
+            if error is None and len(data) == stop - start:
+                stream.keep(start, bytes(data))
+    for stream, start, stop in spans:
+        if not stream.blocks:  # not fetched together: alone, with retries
+            stream.fill(start, stop)
+
+
+async def _get_all(
+    spans: Sequence[tuple[RemoteShard, int, int]], received: Sequence[bytearray]
+) -> list[BaseException | None]:
+    """One attempt at each span's ranged GET, concurrently; each one's error or ``None``."""
+    attempts = [
+        stream.get(start, stop, data)
+        for (stream, start, stop), data in zip(spans, received, strict=True)
+    ]
+    return list(await asyncio.gather(*attempts, return_exceptions=True))
