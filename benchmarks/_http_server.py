@@ -2,8 +2,9 @@
 
 aiohttp's static file route (``Range`` requests answered with 206) on a free port, printed
 as the first line of output. Every GET is logged with its path and byte range;
-``GET /__log__`` returns the log as JSON and clears it. It runs in its own process so
-that the server does not share the reader's interpreter lock.
+``GET /__log__`` returns the log as JSON and clears it. Other requests (``HEAD``) are
+logged as ``[method, path]``, which ``GET /__other__`` returns and clears. It runs in its
+own process so that the server does not share the reader's interpreter lock.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 LOG: list[tuple[str, int, int]] = []
+OTHER: list[tuple[str, str]] = []
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -27,6 +29,12 @@ def main(folder: str) -> None:
             out = list(LOG)
             LOG.clear()
             return web.Response(text=json.dumps(out))
+        if request.path == "/__other__":
+            other = list(OTHER)
+            OTHER.clear()
+            return web.Response(text=json.dumps(other))
+        if request.method != "GET":
+            OTHER.append((request.method, request.path))
         response = await handler(request)
         path = os.path.join(folder, request.path.lstrip("/"))
         # A FileResponse says 200 before it is sent; a file that is not there becomes a 404
