@@ -8,7 +8,8 @@ which crosses a shard boundary or reads a part of each of several shards; a wind
 that visits several) waited for their round trips one after the other. So before reading,
 the reader finds the shards of the batch it will open, and fetches the first block of each,
 the block its first read would fetch, the same bytes in the same requests, all at once:
-the first on the calling thread, up to ``AHEAD - 1`` others on threads. A shard still
+up to ``AHEAD`` of them, over HTTP(S) as concurrent requests on the filesystem's event loop
+(no thread of ours; other filesystems one after the other). A shard still
 open from the batch before, which continues its kept block, is not fetched again; a batch
 that opens one shard fetches it as before. Memory: at most ``AHEAD`` first blocks (256 KiB
 each by default, or the sample if larger) held until the reader reaches their shards.
