@@ -21,9 +21,9 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
   library's S3 client (s3fs, boto3) is imported before the timer starts, as ``import
   litdata`` imports boto3, and so is webdataset, which ours expands the URLs with: the
   figure is the reader's, not an import's;
-- ours only: how often, and how long, a rank's reading waited on a download in epoch 1
-  after its first batch (the cache's ``stats.waits`` and ``stats.waited``; the slowest
-  rank's seconds against its epoch time, and the waits of all ranks).
+- ours only: how often, and how long, reading waited on a download in epoch 1 after each
+  rank's first batch (the cache's ``stats.waits`` and ``stats.waited``: the rank that
+  waited longest, its wait against its epoch time, and the waits of all ranks).
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
 ``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
@@ -300,7 +300,7 @@ def _read_json(process: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def waited(results: list[dict[str, Any]]) -> str:
-    """Ours: the slowest rank's epoch 1 waits on downloads after its first batch, of its time."""
+    """Ours: the longest epoch 1 wait on downloads after a rank's first batch, of its time."""
     if "waited1" not in results[0]:
         return "not measured"
     worst = max(results, key=lambda r: r["waited1"])
