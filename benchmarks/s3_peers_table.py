@@ -19,7 +19,11 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
 - the time from building a reader, with the state its loader saved mid-epoch 1 loaded,
   to its first batch (the slowest rank; each cache emptied first: the worst case). Each
   library's S3 client (s3fs, boto3) is imported before the timer starts, as ``import
-  litdata`` imports boto3: the figure is the reader's, not an import's.
+  litdata`` imports boto3, and so is webdataset, which ours expands the URLs with: the
+  figure is the reader's, not an import's;
+- ours only: how often, and how long, reading waited on a download in epoch 1 after each
+  rank's first batch (the cache's ``stats.waits`` and ``stats.waited``: the rank that
+  waited longest, its wait against its epoch time, and the waits of all ranks).
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
 ``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
@@ -124,6 +128,7 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
     from detsamplers.loader import WebDatasetSource
 
     importlib.import_module("s3fs")  # the S3 client, imported before any timer as litdata's
+    importlib.import_module("webdataset")  # expands the URLs: a library, imported as the peers'
 
     def build(state: Any = None) -> Any:
         source = WebDatasetSource(
@@ -205,12 +210,17 @@ def rank_main(spec: dict[str, Any]) -> None:
         loader = build()
         for epoch in (1, 2):
             seen, started = 0, time.perf_counter()
+            stats = getattr(getattr(loader, "cache", None), "stats", None)
+            waits, waited = (stats.waits, stats.waited) if stats is not None else (0, 0.0)
             for step, batch in enumerate(loader):
                 seen += count(batch)
                 if epoch == 1 and step == spec["save_at"]:
                     state_file.write_text(json.dumps(loader.state_dict()))
             out[f"seconds{epoch}"] = time.perf_counter() - started
             out[f"samples{epoch}"] = seen
+            if stats is not None:  # ours: reading's waits on downloads after the first batch
+                out[f"waits{epoch}"] = stats.waits - waits
+                out[f"waited{epoch}"] = stats.waited - waited
             print(json.dumps({"epoch": epoch}), flush=True)
             input()  # the driver reads the server's log between the epochs
     else:
@@ -287,6 +297,15 @@ def _read_json(process: subprocess.Popen[str]) -> dict[str, Any]:
             out: dict[str, Any] = json.loads(line)
             return out
     raise RuntimeError(f"a rank ended without a result (exit {process.wait(timeout=60)})")
+
+
+def waited(results: list[dict[str, Any]]) -> str:
+    """Ours: the longest epoch 1 wait on downloads after a rank's first batch, of its time."""
+    if "waited1" not in results[0]:
+        return "not measured"
+    worst = max(results, key=lambda r: r["waited1"])
+    share = f"{1000 * worst['waited1']:,.0f} of {1000 * worst['seconds1']:,.0f} ms"
+    return f"{share} ({sum(r['waits1'] for r in results)} waits)"
 
 
 def shard_traffic(server: Any, peer: str) -> tuple[int, int]:
@@ -374,14 +393,14 @@ def main() -> None:
         )
         print(
             "| | W | epoch 1 bytes / data (GETs) | epoch 1 samples/s | epoch 2 bytes / data |"
-            " epoch 2 samples/s | first batch after resume |"
+            " epoch 2 samples/s | first batch after resume | epoch 1 waits on downloads |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for name, (peer, config) in ROWS.items():
             if args.quick and name == "ours, parts=720, tar order":
                 continue  # CI: the shuffled row only
             if peer in missing:
-                print(f"| {name} | | {missing[peer]} | | | | |")
+                print(f"| {name} | | {missing[peer]} | | | | | |")
                 continue
             for world in worlds:
                 cache = folder / f"cache-{peer}-{world}-{len(config)}"
@@ -411,7 +430,9 @@ def main() -> None:
                     ratio = f"{sent / sizes[peer]:.2f}x" + (f" ({gets})" if epoch == 1 else "")
                     cells += [ratio, f"{rate:,.0f}"]
                 resume = 1000 * max(r["resume"] for r in resumed)
-                print(f"| {name} | {world} | {' | '.join(cells)} | {resume:,.0f} ms |", flush=True)
+                cells.append(f"{resume:,.0f} ms")
+                cells.append(waited(results))
+                print(f"| {name} | {world} | {' | '.join(cells)} |", flush=True)
         for peer, why in missing.items():
             print(f"# {peer} skipped: {why}")
         print(f"# load average at the end {load_average()}")

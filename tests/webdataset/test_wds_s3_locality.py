@@ -19,6 +19,7 @@ from wds_helpers import label, simulate, write_small_samples
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
+from detsamplers.loader._wds._cached import CachedReader
 
 SHARDS = 16
 PARTS = 48
@@ -159,9 +160,11 @@ def test_dataloader_worker_processes_of_two_ranks_share_one_node_cache_over_s3(
 def test_a_first_batch_over_more_shards_than_prefetch_reads_its_samples_not_whole_shards(
     bucket: Bucket, tmp_path: Path
 ) -> None:
-    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2, prefetch=2)
+    # Shards larger than read_ahead (one download request): the samples are read by ranges.
+    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2, prefetch=2, read_ahead=1 << 14)
     located = source.locate(source._positions(5))
     assert len({shard for shard, _ in located}) > 2  # parts: more shards than prefetch
+    assert all(source.shards[shard].size > 1 << 14 for shard, _ in located)
     starts = [0]
     for info in source.shards:
         starts.append(starts[-1] + len(info))
@@ -186,3 +189,53 @@ def test_a_first_batch_within_prefetch_shards_waits_for_them_whole(
     bucket.s3.reset()
     source.batch_at(5)
     assert bucket.shard_traffic() == (sum(source.shards[s].size for s in needed), len(needed))
+
+
+def test_a_first_batch_over_more_shards_than_prefetch_downloads_those_within_read_ahead_whole(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    # A shard no larger than one download request costs one GET whole or by a range: whole,
+    # it is downloaded once for the batches after this one too (NOTE [ shard prefetch ]).
+    source = bucket.make(tmp_path / "cold", shuffle_block_shards=2, prefetch=2)
+    located = source.locate(source._positions(5))
+    needed = {shard for shard, _ in located}
+    assert len(needed) > 2
+    assert all(source.shards[shard].size <= source.remote.read_ahead for shard in needed)
+    starts = [0]
+    for info in source.shards:
+        starts.append(starts[-1] + len(info))
+    bucket.s3.reset()
+    batch = [int(x) for x in source.batch_at(5)]  # a reader of its own: no prefetch thread
+    assert batch == [starts[shard] + index for shard, index in located]
+    whole = sum(source.shards[shard].size for shard in needed)
+    assert bucket.shard_traffic() == (whole, len(needed))  # each shard once, one GET each
+    assert len(list((tmp_path / "cold").glob("*.tar"))) == len(needed)
+
+
+def test_reading_counts_its_waits_on_downloads_after_the_first_batch(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"parts": 0, "shuffle_shards": False, "repeat": False}
+    source = bucket.make(tmp_path / "c", **options)
+    assert source.cache is not None
+    # Without the prefetch thread each shard after the first batch's is waited for: exactly.
+    reader = CachedReader(source.shards, source.cache, source.prefetch)
+    first: set[int] = set()
+    labels = []
+    for t in range(len(source)):
+        shards, samples = source._order.locate(source._positions(t))
+        first = first or set(shards.tolist())
+        labels += [int(s["cls"]) for s in reader.read_many(shards.tolist(), samples.tolist())]
+    reader.close()
+    assert labels == list(range(bucket.total))
+    stats = source.cache.stats
+    assert (stats.downloaded, stats.waits) == (SHARDS, SHARDS - len(first))
+    assert stats.waited > 0.0
+    # An epoch through the warm cache, as a user reads it (prefetch thread on): no wait.
+    bucket.s3.reset()
+    again = bucket.make(tmp_path / "c", **options)
+    assert [int(x) for batch in again for x in batch] == list(range(bucket.total))
+    assert again.cache is not None
+    assert (again.cache.stats.downloaded, again.cache.stats.waits) == (0, 0)
+    assert again.cache.stats.waited == 0.0
+    assert bucket.shard_traffic() == (0, 0)

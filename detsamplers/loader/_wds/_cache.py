@@ -70,12 +70,17 @@ class CacheStats:
         bytes: Bytes it downloaded (retried bytes not counted twice).
         hits: Pins that found the shard in the folder.
         evicted: Shards it deleted to stay under the limit.
+        waits: Times a batch after a reader's first one needed a shard that was not in the
+            folder yet, so that reading waited on its download (NOTE [ shard prefetch ]).
+        waited: Seconds reading spent in those waits.
     """
 
     downloaded: int = 0
     bytes: int = 0
     hits: int = 0
     evicted: int = 0
+    waits: int = 0
+    waited: float = 0.0
 
 
 class ShardCache:

@@ -5,23 +5,32 @@ A process reading remote shards through the cache (NOTE [ shard cache ]) knows w
 shards its next batches need: the order is a pure function of the position (NOTE [ shard
 stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...`` (NOTE
 [ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
-shards of those batches, in order; the thread pins them (downloading the absent ones,
-one at a time) while at most ``prefetch`` pinned shards lie beyond the batch being read,
-and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a pinned shard with
-``os.pread`` at the offsets of the index; a shard the thread has not reached yet is pinned
-by the reading thread itself (a resume's first batch, or a prefetch too short). A shard
-is unpinned once the plan no longer needs it after the batch just read.
+shards of those batches, in order; the thread pins them (downloading the absent ones, up
+to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
+the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a
+pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
+reached yet is pinned by the reading thread itself (a prefetch too short): that is a
+*wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``
+(seconds) for every batch after a reader's first. A shard is unpinned once the plan no
+longer needs it after the batch just read.
 
-The first batch a reader reads (a start, a resume) does not wait for more whole shards
-than ``prefetch``: when its samples lie in more shards that are neither pinned nor in the
-folder yet, those samples are read by ranged requests of their own bytes (concurrently, at
-the version indexed, NOTE [ remote reads ]), while the thread downloads the shards whole
-for the batches after it. With parts, a batch draws from ``min(B, C / W)`` parts, so
-without this the first batch waited for that many shards (with ``parts=720`` on one rank,
-every shard); it costs at most one batch's bytes more per reader start.
+The first batch a reader reads (a start, a resume) fetches the shards it needs that are
+neither pinned nor in the folder all at once (up to ``_RANGED_THREADS`` requests in
+flight), so that it waits about as long as the slowest of them, not their sum:
 
-Memory per process: one download range (``read_ahead`` bytes) in the thread, the samples
-of the batch being read, and a file descriptor plus a few dict entries per pinned shard.
+- a shard no larger than ``read_ahead`` is downloaded whole into the cache: that is one
+  request, as a range of it would be, and the batches after the first need it too;
+- a larger one, when there are more such shards than ``prefetch``, is not waited for
+  whole: the batch's samples in it are read by ranged requests of their own bytes (at the
+  version indexed, NOTE [ remote reads ]) while the thread downloads it whole for the
+  batches after it. With parts, a batch draws from ``min(B, C / W)`` parts, so without
+  this the first batch would wait for that many large shards (with ``parts=720`` on one
+  rank, every shard); it costs at most one batch's bytes more per reader start;
+- within ``prefetch`` shards, the large ones are downloaded whole too.
+
+Memory per process: one download range (``read_ahead`` bytes) per download in flight (at
+most ``_DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
+the batch being read, and a file descriptor plus a few dict entries per pinned shard.
 The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
 or the block of a block shuffle) plus ``prefetch``; nothing is kept per shard of the
 dataset or per part. Disk: the node's pinned shards, within ``cache_limit`` otherwise.
@@ -29,8 +38,10 @@ dataset or per part. Disk: the node's pinned shards, within ``cache_limit`` othe
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -44,8 +55,10 @@ __all__ = ["CachedReader"]
 
 #: The prefetch thread walks at most this many batches past the one being read.
 _BATCHES_AHEAD = 256
-#: Ranged reads in flight at once for a reader's first batch.
+#: Requests in flight at once for a reader's first batch.
 _RANGED_THREADS = 16
+#: Whole-shard downloads the prefetch keeps in flight at once.
+_DOWNLOADS = 4
 
 
 class CachedReader:
@@ -65,6 +78,7 @@ class CachedReader:
         self.cache = cache
         self.prefetch = prefetch
         self.pins: dict[int, int] = {}
+        self.fetching: set[int] = set()  # shards the prefetch is pinning (downloading)
         self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
         self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
         self.done = -1  # the plan's batches read so far, minus one
@@ -81,32 +95,49 @@ class CachedReader:
         self.thread.start()
 
     def _ahead(self) -> int:
-        return sum(1 for shard in self.pins if self.first.get(shard, -1) > self.done + 1)
+        held = itertools.chain(self.pins, self.fetching)
+        return sum(1 for shard in held if self.first.get(shard, -1) > self.done + 1)
 
     def _run(self, plan: Iterator[Sequence[int]]) -> None:
+        downloads = min(_DOWNLOADS, self.prefetch)
+        pool = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
         try:
             for batch, shards in enumerate(plan):
                 with self.lock:
                     while not self.closed and (
-                        batch - self.done > _BATCHES_AHEAD or self._ahead() >= self.prefetch
+                        batch - self.done > _BATCHES_AHEAD
+                        or self._ahead() >= self.prefetch
+                        or len(self.fetching) >= downloads
                     ):
                         self.lock.wait()
                     if self.closed:
                         return
                     self.walked = batch
-                    wanted = []
                     for shard in dict.fromkeys(shards):
                         self.last[shard] = batch
-                        if shard not in self.pins:
+                        if shard not in self.pins and shard not in self.fetching:
                             self.first[shard] = batch
-                            wanted.append(shard)
-                for shard in wanted:
-                    self._hold(shard, self.cache.pin(self.shards[shard]))
+                            self.fetching.add(shard)
+                            pool.submit(self._download, shard)
         except Exception:  # the reading thread pins the shard itself, and raises
             pass
+        finally:
+            pool.shutdown(wait=False, cancel_futures=self.closed)
+
+    def _download(self, shard: int) -> None:
+        """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
+        try:
+            fd = self.cache.pin(self.shards[shard])
+        except Exception:  # the reading thread pins the shard itself, and raises
+            with self.lock:
+                self.fetching.discard(shard)
+                self.lock.notify_all()
+            return
+        self._hold(shard, fd)
 
     def _hold(self, shard: int, fd: int) -> None:
         with self.lock:
+            self.fetching.discard(shard)
             if self.closed or shard in self.pins:
                 self.cache.unpin(fd)
             else:
@@ -117,7 +148,13 @@ class CachedReader:
         with self.lock:
             fd = self.pins.get(shard)
         if fd is None:
-            self._hold(shard, self.cache.pin(self.shards[shard]))
+            info = self.shards[shard]
+            waits = self.done >= 0 and not os.path.exists(self.cache.path(info))
+            started = time.perf_counter()
+            self._hold(shard, self.cache.pin(info))
+            if waits:  # a batch after the first waits on a download (NOTE [ shard prefetch ])
+                self.cache.stats.waits += 1
+                self.cache.stats.waited += time.perf_counter() - started
             with self.lock:
                 fd = self.pins[shard]
         return fd
@@ -143,7 +180,10 @@ class CachedReader:
         return out
 
     def _first_batch(self, shards: Sequence[int], indexes: Sequence[int]) -> dict[int, Any]:
-        """The first batch's samples of shards not cached yet, by ranged reads (see the NOTE)."""
+        """The first batch's shards not cached yet, fetched concurrently (see the NOTE).
+
+        Returns the samples read by ranges; the shards downloaded whole are pinned.
+        """
         with self.lock:
             pinned = set(self.pins)
         cold = [
@@ -151,19 +191,32 @@ class CachedReader:
             for i, shard in enumerate(shards)
             if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
         ]
-        if len({shards[i] for i in cold}) <= self.prefetch:
-            return {}  # no more whole shards than the prefetch would download ahead anyway
+        cold_shards = list(dict.fromkeys(shards[i] for i in cold))
+        if not cold_shards:
+            return {}
+        few = len(cold_shards) <= self.prefetch
+        step = self.cache.options.read_ahead
+        whole = {s for s in cold_shards if few or self.shards[s].size <= step}
+        ranged = [i for i in cold if shards[i] not in whole]
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
-            for shard in {shards[i] for i in cold}
+            for shard in {shards[i] for i in ranged}
             for info in [self.shards[shard]]
         }
+
+        def download(shard: int) -> None:
+            self._hold(shard, self.cache.pin(self.shards[shard]))
 
         def fetch(i: int) -> dict[str, Any]:
             return self._sample(shards[i], indexes[i], streams[shards[i]])
 
-        with ThreadPoolExecutor(max_workers=min(_RANGED_THREADS, len(cold))) as pool:
-            return dict(zip(cold, pool.map(fetch, cold), strict=True))
+        threads = min(_RANGED_THREADS, len(whole) + len(ranged))
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="first-batch") as pool:
+            downloads = [pool.submit(download, shard) for shard in cold_shards if shard in whole]
+            got = dict(zip(ranged, pool.map(fetch, ranged), strict=True))
+            for done in downloads:
+                done.result()
+        return got
 
     def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
         info = self.shards[shard]
