@@ -299,6 +299,7 @@ class WebDatasetMix(WebDatasetSource):
         if lanes:  # likewise; one value when every set has it
             same = len(set(per_set_parts)) == 1
             self._config["parts"] = per_set_parts[0] if same else list(per_set_parts)
+            self._config["part_shards"] = "run"  # NOTE [ fixed part cover ]
         self._fingerprint = stable(self._config)
         self._mix_counts = counts
         self._mix_paths = [[s.path for s in part] for part in groups]

@@ -179,10 +179,20 @@ class PartDeal:
         out: I64 = order[np.arange(len(x)), x].astype(np.int64)
         return out
 
-    def sequence(self, offsets: I64, epoch: int = 0) -> I64:
-        """The sequence index each offset in ``[0, total)`` of epoch ``epoch`` reads."""
+    def sequence(self, offsets: I64, epoch: int = 0, shift: int = 0) -> I64:
+        """The sequence index each offset in ``[0, total)`` of epoch ``epoch`` reads.
+
+        ``shift``: the parts are rotated by it, offset ``o < C m`` reading part
+        ``(o + shift) mod C`` (NOTE [ fixed part cover ]: ``shift = e N mod C``).
+
+        Examples:
+            >>> PartDeal(parts=4, total=9).sequence(np.arange(9), shift=1).tolist()
+            [4, 2, 6, 0, 5, 3, 7, 1, 8]
+        """
         rounds, parts = np.divmod(offsets, self.parts)
         full = rounds < self.size
+        if shift:
+            parts = (parts + shift) % self.parts
         rounds = self.shuffle(rounds, parts, epoch)
         out: I64 = np.where(full, self.slot(parts) * self.size + rounds, offsets)
         return out
