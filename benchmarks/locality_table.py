@@ -40,8 +40,8 @@ from detsamplers.loader import WebDatasetSource
 
 BATCH = 64
 CONFIGS: dict[str, dict[str, Any]] = {
-    "plain, tar order": {},
-    "plain, shuffle_block_shards=4": {"shuffle_block_shards": 4},
+    "plain, tar order": {"parts": 0},
+    "plain, shuffle_block_shards=4": {"parts": 0, "shuffle_block_shards": 4},
     "parts=720 + cache, tar order": {"parts": 720, "cache": True},
     "parts=720 + cache, shuffle_block_shards=4": {
         "parts": 720,
@@ -169,7 +169,9 @@ def main() -> None:
                 "urls": f"http://127.0.0.1:{port}/s/d-{{000..{shards - 1:03d}}}.tar",
                 "index_dir": str(folder / "index"),
             }
-            WebDatasetSource(base["urls"], seed=0, batch_size=1, index_dir=base["index_dir"])
+            WebDatasetSource(
+                base["urls"], seed=0, batch_size=1, index_dir=base["index_dir"], parts=0
+            )
             size = f"{data / 1e6:.1f} MB"
             print(f"# {total} samples of 2-8 KB in {shards} shards, {size}; batch {BATCH}")
             print(

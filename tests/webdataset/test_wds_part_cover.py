@@ -1,9 +1,11 @@
-"""A rank reads the same parts and shards every epoch (NOTE [ fixed part cover ]).
+"""The parts law: the same parts and shards every epoch, and a default chosen at load.
 
-The laws of parts (every sample once per epoch on any world size and workers, resumes,
-elastic) are in test_wds_parts.py, which runs them under this law; here: the cover's own
-bijection, the same shards per part and rank across epochs, states of the earlier law,
-and two nodes over nginx whose second epoch downloads nothing.
+NOTE [ fixed part cover ] and NOTE [ parts chosen at load ]. The laws of parts (every
+sample once per epoch on any world size and workers, resumes, elastic) are in
+test_wds_parts.py, which runs them under this law; here: the cover's own bijection, the
+same shards per part and rank across epochs, states saved by the earlier law (a fixture
+saved by the code before it) into sources with the default and with the same ``parts``,
+two nodes over nginx whose second epoch downloads nothing, and the default's choice.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ from wds_helpers import label, make, write_small_samples
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDatasetMix, WebDatasetSource
 from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._part_choice import set_parts
+from detsamplers.loader._wds._part_choice import (
+    ADOPT_LIMIT,
+    AUTO_BUDGET,
+    AUTO_PARTS,
+    auto_parts,
+    set_parts,
+)
 from detsamplers.loader._wds._part_cover import PartCover
+from detsamplers.loader._wds._shard_info import ShardInfo
 from detsamplers.loader._wds._split import rank_positions
 
 FIXTURE = Path(__file__).parent / "fixtures" / "main_parts_states.json"
@@ -125,7 +134,7 @@ def _saved() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("case", range(3), ids=["no parts", "parts=720, block 4", "parts=720"])
-@pytest.mark.parametrize("explicit", [True], ids=["same parts"])
+@pytest.mark.parametrize("explicit", [False, True], ids=["default parts", "same parts"])
 def test_a_state_saved_by_the_earlier_law_resumes_the_same_records(
     forty: str, case: int, explicit: bool
 ) -> None:
@@ -229,3 +238,89 @@ def test_two_nodes_download_nothing_in_epochs_2_and_3(
     for epoch in range(3):
         got = labels[epoch * per_epoch : (epoch + 1) * per_epoch]
         assert len(set(got)) == len(got) == per_epoch  # no sample twice within an epoch
+
+
+def _remote(shards: int, samples: int, size: int) -> list[ShardInfo]:
+    keys = [str(k) for k in range(samples)]
+    return [ShardInfo(f"s3://b/{i}.tar", "", keys, [], size) for i in range(shards)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shards=st.integers(1, 5000),
+    samples=st.integers(1, 200),
+    size=st.integers(1, 4 << 30),
+    limit=st.one_of(st.none(), st.integers(1, 1 << 42)),
+)
+def test_the_default_parts_divide_720_and_pin_at_most_the_budget_on_one_rank(
+    shards: int, samples: int, size: int, limit: int | None
+) -> None:
+    chosen = auto_parts(_remote(shards, samples, size), limit)
+    budget = AUTO_BUDGET if limit is None else limit
+    if chosen:
+        assert 720 % chosen == 0 and 16 * chosen <= shards * samples
+        assert 2 * chosen * size <= budget  # the most one rank (W = 1) pins
+    bigger = [c for c in AUTO_PARTS if c > chosen]
+    assert all(2 * c * size > budget or 16 * c > shards * samples for c in bigger)  # the largest
+
+
+def test_the_default_parts_are_0_for_local_shards_and_720_for_small_remote_ones(
+    shards: str,
+) -> None:
+    local = WebDatasetSource(shards, seed=0, batch_size=2)
+    assert (local.parts, local.parts_auto, local.cache) == (0, True, None)
+    assert "parts" not in local.state_dict()["config"]  # every local order as before
+    assert auto_parts(_remote(4096, 100, 40 << 20), None) == 720
+    assert auto_parts(_remote(512, 1000, 1 << 30), None) == 24  # 1 GB shards: 48 GB pinned
+
+
+def test_a_default_source_refuses_a_hostile_part_count_without_building_it(
+    shards: str,
+) -> None:
+    source = WebDatasetSource(shards, seed=0, batch_size=2)
+    state = source.state_dict()
+    for bad in (ADOPT_LIMIT + 1, 10**18 + 9, -3, "720", True):
+        hostile = {**state, "config": {**state["config"], "parts": bad}}
+        with pytest.raises(ReproducibilityError, match=f"parts is {bad!r} in the state"):
+            source.load_state_dict(hostile)
+    assert source.parts == 0
+
+
+def test_over_nginx_the_default_gives_remote_shards_rank_local_parts(
+    served: Served, tmp_path: Path
+) -> None:
+    """Two ranks, a cache folder each: the default reads each rank's share, the plain order all."""
+    sent = {}
+    for parts in (None, 0):
+        mark = served.nginx.mark()
+        labels: list[int] = []
+        for rank in range(2):
+            folder = tmp_path / f"{parts}-{rank}"
+            source = served.make(
+                world_size=2, rank=rank, repeat=False, cache_dir=str(folder), parts=parts
+            )
+            assert source.parts == (24 if parts is None else 0)  # 682 samples: 16 C <= N
+            labels += [int(x) for b in source for x in b]
+        assert sorted(labels) == list(range(served.total))
+        sent[parts] = served.nginx.served(mark)[0] / served.bytes
+    assert sent[None] <= 1.3 < 1.8 <= sent[0], sent
+
+
+def test_a_default_source_over_nginx_resumes_a_state_saved_without_parts_as_it_was(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    old = served.make(parts=0, shuffle_block_shards=2)  # as every state saved before parts
+    old.load_state_dict({**old.state_dict(), "position": 3 * served.total // 2})
+    state = old.state_dict()
+    expected = [[int(x) for x in b] for b in islice(iter(old), 12)]
+    source = served.make(shuffle_block_shards=2)
+    assert source.parts == 24 and source.cache is not None  # the default cache folder
+    assert str(tmp_path / "xdg") in str(source.cache.folder)
+    source.load_state_dict(state)
+    assert (source.parts, source.cache) == (0, None)  # that run read without a cache
+    assert [[int(x) for x in b] for b in islice(iter(source), 12)] == expected
+    assert source.state_dict() == {**state, "position": state["position"] + 12 * 8}
+    fresh = served.make(shuffle_block_shards=2)
+    fresh.load_state_dict(fresh.state_dict())  # its own state keeps its parts
+    assert fresh.parts == 24

@@ -157,6 +157,8 @@ class WebDatasetMix(WebDatasetSource):
         {'position': 8, 'consumed': [6, 2], 'epochs': [1, 1]}
     """
 
+    adopts_parts = False  # the mixture's own law checks parts (NOTE [ mixture lanes ])
+
     def __init__(
         self,
         urls: Sequence[str | Sequence[str]],

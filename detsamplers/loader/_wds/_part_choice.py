@@ -5,9 +5,11 @@ NOTE [ parts chosen at load ]
 shards, so every local order is the one of earlier releases, and for remote shards the
 largest of ``AUTO_PARTS`` (720, 360, 240, 120, 60, 24, 12, 6, 2; each divides 720) with
 ``2 C`` shards of the mean size within the byte budget (``cache_limit``, else
-``AUTO_BUDGET`` = 64 GiB) and ``C <= N``. A rank of ``W`` pins at most ``2 C / W`` of
-its parts' shards in the node cache at once (NOTE [ shard cache ]), so one rank (the worst
-case) pins at most the budget: 720 for shards up to 47 MB, 24 for 1 GB shards. The choice
+``AUTO_BUDGET`` = 64 GiB) and ``16 C <= N`` (the ``N mod C`` samples past the parts,
+which every rank reads in turn, stay under 1/16 of an epoch). A rank of ``W`` pins at most
+``2 C / W`` of its parts' shards in the node cache at once (NOTE [ shard cache ]), so one
+rank (the worst case) pins at most the budget: 720 for shards up to 47 MB, 24 for 1 GB
+shards. Over remote shards the default also turns on the node cache. The choice
 depends on the shards (their sizes and number) and ``cache_limit``, never on the world
 size, so every rank of every world size chooses the same ``C``.
 
@@ -20,9 +22,16 @@ A source is built before its state is loaded, so ``load_state_dict`` may change 
   ``state_dict`` saves the state's law, so the run keeps it for good.
 - ``parts=C`` given: the state must have the same ``C`` (else the load is refused, naming
   both).
-- Either way, a state with ``parts`` and ``shuffle_shards`` but without ``part_shards``
-  was saved under the law before NOTE [ fixed part cover ] (each epoch's parts cut from
-  that epoch's shard order): the source resumes it in that order (``part_shards="epoch"``).
+- Either way, a state with ``parts`` but without ``part_shards`` was saved under the law
+  before NOTE [ fixed part cover ] (each epoch's parts cut from that epoch's shard order,
+  offset ``o`` dealt to part ``o mod C``): the source resumes it in that order
+  (``part_shards="epoch"``).
+- A state's ``parts`` above ``ADOPT_LIMIT`` (``2**20``) or not a count is not taken (a
+  hostile file's huge prime would cost its factoring): the check refuses it, naming it.
+
+The trial loop rebuilds each rank's source from the user's with ``for_rank``, and checks a
+digest computed from the user's source, so it applies the checkpoint's law to the user's
+source too (``ShardData.load``, NOTE [ trial data ]).
 
 The new law joins the config (``"part_shards": "run"``) and so the fingerprint; the check of
 the state that follows is the usual one (NOTE [ counts summary ]): any other difference is
@@ -48,6 +57,9 @@ __all__ = ["AUTO_BUDGET", "AUTO_PARTS", "adopt_parts", "auto_parts", "set_parts"
 AUTO_PARTS = (720, 360, 240, 120, 60, 24, 12, 6, 2)
 #: Bytes ``2 C`` mean shards may take when no ``cache_limit`` is given (64 GiB).
 AUTO_BUDGET = 64 << 30
+#: The largest ``C`` a state may bring to ``parts=None`` (a hostile state's huge prime
+#: would cost its factoring); a larger one must be passed as ``parts``.
+ADOPT_LIMIT = 1 << 20
 
 
 def auto_parts(shards: Sequence[ShardInfo], cache_limit: int | None) -> int:
@@ -61,14 +73,14 @@ def auto_parts(shards: Sequence[ShardInfo], cache_limit: int | None) -> int:
         >>> auto_parts(remote(4096, 40 << 20), None), auto_parts(remote(64, 1 << 30), None)
         (720, 24)
         >>> auto_parts(remote(64, 1 << 30), 8 << 30), auto_parts(remote(2, 10), None)
-        (2, 120)
+        (2, 12)
     """
     if not shards or not all(is_remote(s.url) for s in shards):
         return 0
     samples = sum(len(s) for s in shards)
     mean = max(1, sum(max(s.size, 0) for s in shards) // len(shards))
     budget = AUTO_BUDGET if cache_limit is None else cache_limit
-    return next((c for c in AUTO_PARTS if 2 * c * mean <= budget and c <= samples), 0)
+    return next((c for c in AUTO_PARTS if 2 * c * mean <= budget and 16 * c <= samples), 0)
 
 
 def set_parts(source: Any, parts: int, part_shards: str) -> None:
@@ -116,8 +128,9 @@ def saved_law(state_dict: Any) -> tuple[int, str] | None:
     if not isinstance(config, Mapping):
         return None
     parts = config.get("parts", 0)
-    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 0:
-        return None  # the check that follows names it
+    valid = isinstance(parts, int) and not isinstance(parts, bool)
+    if not valid or not 0 <= parts <= ADOPT_LIMIT:
+        return None  # the state's check that follows names it
     law = config.get("part_shards", "epoch" if parts > 1 else "run")
     return parts, law if law in ("run", "epoch") else "run"
 
@@ -130,7 +143,7 @@ def adopt_parts(source: Any, state_dict: Any) -> None:
     An explicit ``parts`` keeps its ``C``; only the state's check then refuses another one.
     """
     saved = saved_law(state_dict)
-    if saved is None:
+    if saved is None or not source.adopts_parts:  # a mixture checks its own law
         return
     parts, law = saved[0] if saved[0] > 1 else 0, saved[1]
     if not source.parts_auto and parts != source.parts:

@@ -100,8 +100,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             720 (NOTE [ parts chosen at load ]); a state loaded later brings its own.
         cache_dir: Download remote shards whole, once per node, into this folder shared
             by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
-            in place); ``None``: no cache, except with ``parts`` over remote shards, which use
-            ``$XDG_CACHE_HOME/detsamplers/shards``.
+            in place); ``None``: no cache, except with ``parts`` over remote shards (the
+            default), which use ``$XDG_CACHE_HOME/detsamplers/shards``.
         cache_limit: Bytes the cache's shards may take (``None``: no limit); the least
             recently used unpinned shards are deleted first.
         prefetch: Shards each process downloads ahead of the batch it reads
@@ -137,6 +137,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     parts: int
     part_shards: str
+    #: Whether ``load_state_dict`` takes a state's parts law (NOTE [ parts chosen at load ]).
+    adopts_parts = True
     cache: ShardCache | None
     _order: ShardOrder
     _config: dict[str, Any]
@@ -166,7 +168,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
-        parts: int | None = 0,
+        parts: int | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
