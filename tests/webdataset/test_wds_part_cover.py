@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nginx_server import Nginx
-from wds_helpers import label, make, write_small_samples
+from wds_helpers import label, make, write_shards, write_small_samples
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDatasetMix, WebDatasetSource
@@ -324,3 +324,23 @@ def test_a_default_source_over_nginx_resumes_a_state_saved_without_parts_as_it_w
     fresh = served.make(shuffle_block_shards=2)
     fresh.load_state_dict(fresh.state_dict())  # its own state keeps its parts
     assert fresh.parts == 24
+
+
+def test_a_mixture_rank_reads_the_same_shards_of_each_set_in_every_epoch(
+    tmp_path: Path,
+) -> None:
+    # Sets of 32 and 48 samples (4 divides both: no tail), parts=4, two ranks: over about
+    # three epochs of each set, a rank's shards of the first third are those of the last.
+    first = write_shards(tmp_path / "a", [8, 12, 4, 8])
+    second = write_shards(tmp_path / "b", [6, 10, 16, 8, 8])
+    mix = WebDatasetMix([first, second], [2, 3], seed=4, batch_size=2, parts=4)
+    span = 3 * 80
+    for rank in range(2):
+        positions = np.arange(rank, 3 * span, 2, dtype=np.int64)
+        shards = mix._order.locate(positions)[0]
+        thirds = [
+            set(shards[i * len(shards) // 3 : (i + 1) * len(shards) // 3].tolist())
+            for i in range(3)
+        ]
+        assert thirds[0] == thirds[1] == thirds[2]
+        assert len(thirds[0]) < 9  # fewer than all 9 shards: its parts only

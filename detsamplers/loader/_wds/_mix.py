@@ -123,8 +123,10 @@ class WebDatasetMix(WebDatasetSource):
             one per set (0: that set in the plain order). The stream is then dealt to
             ``lcm`` of them lanes, ``p mod C``, each a mixture of its own (NOTE [ mixture
             lanes ]), so that a rank of a world size dividing a set's ``C`` reads only its
-            parts of that set's shards; any other world size stays exact. The parts are
-            in the fingerprint.
+            parts of that set's shards, the same ones every epoch of the set (NOTE
+            [ fixed part cover ]); any other world size stays exact. The parts are in the
+            fingerprint. The default stays 0 (the single source's ``None`` is not taken:
+            the lanes are one law for every set, NOTE [ parts chosen at load ]).
         cache_dir: As for :class:`WebDatasetSource` (every set alike; with ``parts`` over
             remote shards and no ``cache_dir``, the default cache folder).
         cache_limit: As for :class:`WebDatasetSource`.

@@ -2,12 +2,13 @@
 
 NOTE [ rank-local parts ]
 Positions are dealt to ranks in turn (NOTE [ shard stream split ]), so with the plain order
-every rank reads a sample from nearly every shard. With ``parts = C > 1`` an epoch's
-sample sequence (the shards in the epoch's order, NOTE [ shard stream order ], step 2) is
-cut into ``C`` contiguous *parts* of ``m = N // C`` samples, and offset ``o`` of the epoch
-reads sample ``j = o // C`` of part ``u = o mod C``. Since the positions of rank ``r`` of
-``W`` are ``≡ r + o_0 (mod W)`` within an epoch, a rank of a world size dividing ``C``
-reads only the ``C / W`` parts ``u ≡ r + o_0 (mod W)``, and only their shards.
+every rank reads a sample from nearly every shard. With ``parts = C > 1`` the sample
+sequence (the shards in a shard order of the run, NOTE [ fixed part cover ]) is cut into
+``C`` contiguous *parts* of ``m = N // C`` samples, and offset ``o`` of epoch ``e`` reads
+sample ``j = o // C`` of part ``u = (o + e N) mod C``, which is ``p mod C`` for the global
+position ``p``. Since the positions of rank ``r`` of ``W`` are ``≡ r + o_0 (mod W)``, a
+rank of a world size dividing ``C`` reads only the ``C / W`` parts ``u ≡ r + o_0
+(mod W)``, and only their shards, the same ones every epoch.
 
 Which part lies where: part ``u`` is slot ``sigma(u)`` of the sequence, samples
 ``[sigma(u) m, (sigma(u) + 1) m)``. ``sigma`` writes ``u``'s residues modulo the prime
@@ -42,7 +43,8 @@ the last round the tail), a pure function of the offset, and costs ``O(log C)`` 
 resuming, seeking, the split across ranks and workers and the elastic law are unchanged,
 and ``C`` is part of the source's fingerprint. The window and block shuffles (NOTE [ shard
 stream order ], steps 3 and 4) then apply to the sequence index, so they keep the parts'
-locality, as the shard shuffle does (it only changes which shards a part covers).
+locality, as the shard shuffle does (it lays out each part's shards anew each epoch, NOTE
+[ fixed part cover ]).
 """
 
 from __future__ import annotations
