@@ -284,6 +284,10 @@ def test_a_default_source_refuses_a_hostile_part_count_without_building_it(
         with pytest.raises(ReproducibilityError, match=f"parts is {bad!r} in the state"):
             source.load_state_dict(hostile)
     assert source.parts == 0
+    other = make(shards, parts=4, seed=1).state_dict()  # parts the source may take, a seed not
+    with pytest.raises(ReproducibilityError, match="seed is 1 in the state but 0 here"):
+        source.load_state_dict(other)
+    assert (source.parts, source.state_dict()) == (0, state)  # left as it was
 
 
 def test_over_nginx_the_default_gives_remote_shards_rank_local_parts(

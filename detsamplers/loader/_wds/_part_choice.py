@@ -33,6 +33,8 @@ The trial loop rebuilds each rank's source from the user's with ``for_rank``, an
 digest computed from the user's source, so it applies the checkpoint's law to the user's
 source too (``ShardData.load``, NOTE [ trial data ]).
 
+A state refused by the check that follows leaves the source with the law it had.
+
 The new law joins the config (``"part_shards": "run"``) and so the fingerprint; the check of
 the state that follows is the usual one (NOTE [ counts summary ]): any other difference is
 refused. A ``WebDatasetMix`` takes ``parts`` explicitly (default 0, NOTE [ mixture lanes ])

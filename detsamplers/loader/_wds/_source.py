@@ -560,15 +560,21 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ReproducibilityError: a shard's sample count, the shard list or the
                 configuration changed since the state was saved (the message names it).
         """
+        before = (self.parts, self.part_shards)
         adopt_parts(self, state_dict)  # NOTE [ parts chosen at load ]
-        position = check_state(
-            state_dict,
-            config=self._config,
-            fingerprint=self._fingerprint,
-            paths=[s.path for s in self.shards],
-            counts=self._counts,
-            global_batch=None if self.repeat else self.global_batch,
-            end=None if self.repeat else self._pass_batches() * self.global_batch,
-            summary=self._summary(),
-        )
+        try:
+            position = check_state(
+                state_dict,
+                config=self._config,
+                fingerprint=self._fingerprint,
+                paths=[s.path for s in self.shards],
+                counts=self._counts,
+                global_batch=None if self.repeat else self.global_batch,
+                end=None if self.repeat else self._pass_batches() * self.global_batch,
+                summary=self._summary(),
+            )
+        except Exception:  # a refused state leaves the source as it was
+            if (self.parts, self.part_shards) != before:
+                set_parts(self, *before)
+            raise
         self._seek(position)
