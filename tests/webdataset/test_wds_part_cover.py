@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nginx_server import Nginx
-from wds_helpers import label, make, write_shards, write_small_samples
+from wds_helpers import label, make, simulate, write_shards, write_small_samples
 
 from detsamplers import ReproducibilityError
-from detsamplers.loader import WebDatasetMix, WebDatasetSource
+from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
 from detsamplers.loader._wds._order import ShardOrder
 from detsamplers.loader._wds._part_choice import (
     ADOPT_LIMIT,
@@ -348,3 +348,18 @@ def test_a_mixture_rank_reads_the_same_shards_of_each_set_in_every_epoch(
         ]
         assert thirds[0] == thirds[1] == thirds[2]
         assert len(thirds[0]) < 9  # fewer than all 9 shards: its parts only
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_dataloader_workers_read_in_the_law_a_default_source_took_from_a_state(
+    shards: str,
+) -> None:
+    saved = make(shards, parts=4, shuffle_block_shards=2)
+    saved.load_state_dict({**saved.state_dict(), "position": 50})
+    state = saved.state_dict()
+    expected = simulate(saved, 2, 20)
+    source = make(shards, parts=None, shuffle_block_shards=2)
+    assert source.parts == 0
+    source.load_state_dict(state)
+    loader = WebDataLoader(source, num_workers=2)
+    assert [[int(x) for x in b] for b in islice(iter(loader), 20)] == expected
