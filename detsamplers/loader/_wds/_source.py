@@ -552,6 +552,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at the state's position: the next ``iter()`` opens the right shard there.
 
+        A source built with ``parts=None`` takes the state's ``parts`` first, and any
+        source resumes a state of the earlier parts law in its order (NOTE [ parts chosen
+        at load ]); a refused state leaves the source as it was.
+
         Raises:
             TypeError: ``state_dict`` is not a mapping.
             ValueError: a key is missing, the version is unknown, or, with ``repeat=False``,
