@@ -15,7 +15,11 @@ as the ranks of one node do), measures:
 
 The rows: the plain order (positions dealt to ranks in turn, ranged reads, no cache), with
 and without its block shuffle, against ``parts=720`` with the node cache, with and without
-the part block shuffle.
+the part block shuffle; those rows read epoch 0 twice (a restart), from a cache shared by
+the ranks. The "a node per rank" rows give each rank a cache folder of its own, as ranks
+on different nodes have, and read the run's epochs 0 and 1 (``skip_samples``, the epoch's
+whole global batches): with parts, a rank reads the same shards in both (NOTE [ fixed part
+cover ]).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Generator
+from itertools import islice
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,12 +45,18 @@ from detsamplers.loader import WebDatasetSource
 
 BATCH = 64
 CONFIGS: dict[str, dict[str, Any]] = {
-    "plain, tar order": {},
-    "plain, shuffle_block_shards=4": {"shuffle_block_shards": 4},
+    "plain, tar order": {"parts": 0},
+    "plain, shuffle_block_shards=4": {"parts": 0, "shuffle_block_shards": 4},
     "parts=720 + cache, tar order": {"parts": 720, "cache": True},
     "parts=720 + cache, shuffle_block_shards=4": {
         "parts": 720,
         "cache": True,
+        "shuffle_block_shards": 4,
+    },
+    "parts=720 + a node per rank, tar order": {"parts": 720, "cache": "rank"},
+    "parts=720 + a node per rank, shuffle_block_shards=4": {
+        "parts": 720,
+        "cache": "rank",
         "shuffle_block_shards": 4,
     },
 }
@@ -102,6 +113,7 @@ def served(log: Path, since: int) -> tuple[int, int]:
 def make(args: dict[str, Any], rank: int, world: int, **extra: Any) -> WebDatasetSource:
     options = dict(args["config"])
     cache = options.pop("cache", False)
+    folder = args["cache_dir"] + (f"/rank-{rank}" if cache == "rank" else "")
     return WebDatasetSource(
         args["urls"],
         seed=0,
@@ -110,7 +122,7 @@ def make(args: dict[str, Any], rank: int, world: int, **extra: Any) -> WebDatase
         rank=rank,
         collate_fn=len,
         index_dir=args["index_dir"],
-        cache_dir=args["cache_dir"] if cache else None,
+        cache_dir=folder if cache else None,
         **options,
         **extra,
     )
@@ -119,9 +131,15 @@ def make(args: dict[str, Any], rank: int, world: int, **extra: Any) -> WebDatase
 def rank_main(spec: str) -> None:
     """One rank: read one epoch, print its samples and seconds."""
     args = json.loads(spec)
-    source = make(args, args["rank"], args["world"], repeat=False)
+    if args.get("epoch") is None:
+        source = make(args, args["rank"], args["world"], repeat=False)
+        batches = iter(source)
+    else:  # the run's epoch: its whole global batches
+        skip = args["epoch"] * args["total"]
+        source = make(args, args["rank"], args["world"], skip_samples=skip)
+        batches = islice(source, args["total"] // (BATCH * args["world"]))
     started = time.perf_counter()
-    count = sum(source)
+    count = sum(batches)
     print(json.dumps({"samples": count, "seconds": time.perf_counter() - started}))
 
 
@@ -169,7 +187,9 @@ def main() -> None:
                 "urls": f"http://127.0.0.1:{port}/s/d-{{000..{shards - 1:03d}}}.tar",
                 "index_dir": str(folder / "index"),
             }
-            WebDatasetSource(base["urls"], seed=0, batch_size=1, index_dir=base["index_dir"])
+            WebDatasetSource(
+                base["urls"], seed=0, batch_size=1, index_dir=base["index_dir"], parts=0
+            )
             size = f"{data / 1e6:.1f} MB"
             print(f"# {total} samples of 2-8 KB in {shards} shards, {size}; batch {BATCH}")
             print(
@@ -183,12 +203,15 @@ def main() -> None:
                     args = {**base, "config": config, "cache_dir": str(folder / f"cache-{world}")}
                     shutil.rmtree(args["cache_dir"], ignore_errors=True)
                     row = []
-                    for _ in range(2):
+                    for number in range(2):
                         mark = log.stat().st_size
+                        if config.get("cache") == "rank":
+                            args = {**args, "epoch": number, "total": total}
                         count, seconds = epoch(args, world)
-                        assert count == total, (count, total)
+                        whole = total // (BATCH * world) * BATCH * world
+                        assert count == (whole if "epoch" in args else total), (count, total)
                         sent, gets = served(log, mark)
-                        row.append((sent / data, gets, total / seconds))
+                        row.append((sent / data, gets, count / seconds))
                     resume = resume_ms(args, world, total)
                     (b1, g1, r1), (b2, _, r2) = row
                     print(

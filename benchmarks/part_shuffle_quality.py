@@ -9,7 +9,9 @@ what the order costs to read: the shards held at once (the mean over the epoch o
 shards between their first and last read; the memory a cache needs) and the mean distinct
 shards in a batch of 64.
 
-Rows: ours, ``ShardOrder`` with ``parts=C`` and ``shuffle_block_shards=k``; Mosaic 0.13's
+Rows: ours, ``ShardOrder`` with ``parts=C`` and ``shuffle_block_shards=k`` (epoch 1, where
+the parts' layout of NOTE [ fixed part cover ] applies; and the earlier law, whose parts
+were cut from each epoch's shard order, ``part_shards="epoch"``); Mosaic 0.13's
 ``py1e`` (``get_shuffle("py1e", ...)`` then ``get_partitions("orig", ...)`` for one node,
 rank and worker, as ``StreamingDataset`` orders them), with ``num_canonical_nodes`` and
 ``shuffle_block_size`` chosen to hold about as many shards. Mosaic's rows run in
@@ -35,11 +37,13 @@ MOSAIC = os.path.join(HERE, "..", ".venv-mosaic", "bin", "python")
 MOSAIC_STAMP = os.path.join(HERE, "..", ".venv-mosaic", ".installed")
 
 
-def ours(shards: int, per_shard: int, seed: int, parts: int, k: int) -> I64:
+def ours(shards: int, per_shard: int, seed: int, parts: int, k: int, law: str = "run") -> I64:
+    """Epoch 1 of our order (``law``: ``part_shards``, NOTE [ fixed part cover ])."""
     from detsamplers.loader._wds._order import ShardOrder
 
-    order = ShardOrder([per_shard] * shards, seed, True, 0, k, parts=parts)
-    shard, sample = order.locate(np.arange(shards * per_shard, dtype=np.int64))
+    order = ShardOrder([per_shard] * shards, seed, True, 0, k, parts=parts, part_shards=law)
+    total = shards * per_shard
+    shard, sample = order.locate(np.arange(total, 2 * total, dtype=np.int64))
     out: I64 = shard * per_shard + sample
     return out
 
@@ -109,12 +113,14 @@ def main() -> None:
     seeds = 3 if args.quick else 20
     rows: list[tuple[str, list[I64]]] = []
     for parts, k in ((64, 2), (64, 4), (16, 4), (16, 8)):
-        rows.append(
-            (
-                f"ours, parts={parts}, shuffle_block_shards={k}",
-                [ours(shards, per_shard, seed, parts, k) for seed in range(seeds)],
+        for law in ("run", "epoch"):
+            name = f"ours, parts={parts}, shuffle_block_shards={k}"
+            rows.append(
+                (
+                    name if law == "run" else f"{name}, earlier law (part_shards=epoch)",
+                    [ours(shards, per_shard, seed, parts, k, law) for seed in range(seeds)],
+                )
             )
-        )
     if os.path.exists(MOSAIC_STAMP):
         for nodes, block in ((64, 1000), (64, 2000), (16, 4000), (16, 8000)):
             spec = {"shards": shards, "per_shard": per_shard, "nodes": nodes, "block": block}

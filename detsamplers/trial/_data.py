@@ -85,6 +85,7 @@ from .._grow import GrowingShuffleSampler
 from .._mix import MixSampler
 from ..loader import DataLoader, WebDataLoader, WebDatasetSource
 from ..loader._dataloader import DEFAULT_SEED
+from ..loader._wds._part_choice import adopt_parts
 from ._context import TrialContext
 
 __all__ = [
@@ -320,7 +321,13 @@ class ShardData:
         return {**state, "digest": self.global_digest(samples, size)}
 
     def load(self, built: WebDataLoader, state: dict[str, Any]) -> None:
-        """Resume ``built`` at ``state``: the shards and order checked, then the digest."""
+        """Resume ``built`` at ``state``: the shards and order checked, then the digest.
+
+        The user's source takes the state's parts law too (NOTE [ parts chosen at load ]),
+        so that the digests and the states saved later, and the loaders rebuilt from it,
+        follow the order the run resumed in.
+        """
+        adopt_parts(self.source, state)
         built.load_state_dict({k: v for k, v in state.items() if k != "digest"})
         source = built.source
         here = self.global_digest(source.position, source.world_size)

@@ -329,6 +329,18 @@ def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straigh
     assert [first.get(b) or second[b] for b in range(20)] == reference.seen[:20]
 
 
+def test_a_source_with_the_default_parts_resumes_a_run_saved_with_parts_in_its_order(
+    shards: str, tmp_path: Path
+) -> None:
+    # NOTE [ parts chosen at load ]: parts=None over local shards is the plain order, but a
+    # checkpoint saved with parts=4 brings its law, for the loader and the digests alike.
+    reference = run(tmp_path / "straight", 16, urls=shards, parts=4)
+    first = run(tmp_path / "ckpt", 9, urls=shards, parts=4)
+    second = run(tmp_path / "ckpt", 16, resume=True, urls=shards, parts=None)
+    assert first.seen + second.seen == reference.seen
+    assert reference.seen != run(tmp_path / "plain", 16, urls=shards, parts=None).seen
+
+
 @pytest.mark.distributed
 def test_with_rank_local_parts_two_ranks_resumed_on_one_see_the_batches_of_a_straight_run(
     shards: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

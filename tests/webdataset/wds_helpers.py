@@ -85,8 +85,19 @@ def noisy_label(sample: dict[str, Any]) -> tuple[int, float, float, float]:
 
 
 def make(urls: str, **kwargs: Any) -> WebDatasetSource:
-    """A source of labels (``decode=()`` turns ``cls`` into an int) with test defaults."""
-    options: dict[str, Any] = {"seed": 0, "batch_size": 2, "decode": (), "map": label}
+    """A source of labels (``decode=()`` turns ``cls`` into an int) with test defaults.
+
+    ``parts=0``: the plain order, the same for a remote copy of the shards as for the local
+    one (the default, ``parts=None``, gives remote shards parts: NOTE [ parts chosen at
+    load ], tested in test_wds_part_cover.py).
+    """
+    options: dict[str, Any] = {
+        "seed": 0,
+        "batch_size": 2,
+        "decode": (),
+        "map": label,
+        "parts": 0,
+    }
     options.update(kwargs)
     return WebDatasetSource(urls, **options)
 

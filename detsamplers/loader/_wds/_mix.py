@@ -123,8 +123,10 @@ class WebDatasetMix(WebDatasetSource):
             one per set (0: that set in the plain order). The stream is then dealt to
             ``lcm`` of them lanes, ``p mod C``, each a mixture of its own (NOTE [ mixture
             lanes ]), so that a rank of a world size dividing a set's ``C`` reads only its
-            parts of that set's shards; any other world size stays exact. The parts are
-            in the fingerprint.
+            parts of that set's shards, the same ones every epoch of the set (NOTE
+            [ fixed part cover ]); any other world size stays exact. The parts are in the
+            fingerprint. The default stays 0 (the single source's ``None`` is not taken:
+            the lanes are one law for every set, NOTE [ parts chosen at load ]).
         cache_dir: As for :class:`WebDatasetSource` (every set alike; with ``parts`` over
             remote shards and no ``cache_dir``, the default cache folder).
         cache_limit: As for :class:`WebDatasetSource`.
@@ -156,6 +158,8 @@ class WebDatasetMix(WebDatasetSource):
         >>> mix.progress()
         {'position': 8, 'consumed': [6, 2], 'epochs': [1, 1]}
     """
+
+    adopts_parts = False  # the mixture's own law checks parts (NOTE [ mixture lanes ])
 
     def __init__(
         self,
@@ -299,6 +303,7 @@ class WebDatasetMix(WebDatasetSource):
         if lanes:  # likewise; one value when every set has it
             same = len(set(per_set_parts)) == 1
             self._config["parts"] = per_set_parts[0] if same else list(per_set_parts)
+            self._config["part_shards"] = "run"  # NOTE [ fixed part cover ]
         self._fingerprint = stable(self._config)
         self._mix_counts = counts
         self._mix_paths = [[s.path for s in part] for part in groups]

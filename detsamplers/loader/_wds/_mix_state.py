@@ -51,9 +51,10 @@ CHECKED = (
     "shuffle_window",
     "shuffle_block_shards",
     "parts",
+    "part_shards",
 )
 #: A checked key's value when a state or configuration leaves it out (it is off).
-ABSENT = {"shuffle_block_shards": 0, "parts": 0}
+ABSENT = {"shuffle_block_shards": 0, "parts": 0, "part_shards": "epoch"}
 
 
 def summarize_sets(counts: Sequence[Sequence[int]]) -> list[dict[str, Any]]:

@@ -22,10 +22,15 @@ to a sample as follows, with no state other than ``p``:
    contiguous parts of the epoch's sequence (NOTE [ rank-local parts ]), so that the
    ranks of a world size dividing ``C`` read disjoint runs of shards; step 3 then
    permutes the sequence index it gives, and ``shuffle_block_shards`` permutes within
-   blocks of each part instead of step 4 (NOTE [ part block shuffle ]).
+   blocks of each part instead of step 4 (NOTE [ part block shuffle ]). The parts are
+   cut from one shard order of the run and dealt by the global position, so a rank reads
+   the same parts, and shards, every epoch; each epoch lays out each part's shards anew
+   (NOTE [ fixed part cover ]; ``part_shards="epoch"``, the law of states saved before it,
+   cuts them from ``pi_e`` and deals them by the epoch's offset instead).
 
 Shards are named by their index in the URL list. Everything here depends only on
-``(counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts)`` and ``p``:
+``(counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts,
+part_shards)`` and ``p``:
 resuming at ``p`` needs no replay, and splitting positions across ranks and workers
 (NOTE [ shard stream split ]) cannot lose or duplicate a sample.
 """
@@ -41,6 +46,7 @@ import numpy.typing as npt
 from ..._permute import Permutation, make_permutation
 from ..._seeds import derive
 from ._blocks import BlockShuffle
+from ._part_cover import PartCover
 from ._parts import PartDeal
 
 __all__ = ["ShardOrder"]
@@ -62,6 +68,9 @@ class ShardOrder:
             shards of each epoch's order (0 or 1: no block shuffle).
         parts: Deal each epoch's offsets to this many contiguous parts of it (0 or 1:
             off; NOTE [ rank-local parts ]).
+        part_shards: With ``parts``, ``"run"``: a rank reads the same parts and shards every
+            epoch (NOTE [ fixed part cover ]); ``"epoch"``: the parts are cut from each
+            epoch's shard order and dealt by the epoch's offset (the earlier law).
 
     Determinism:
         ``locate(p)`` depends only on the arguments and ``p``.
@@ -82,8 +91,17 @@ class ShardOrder:
         shuffle_window: int,
         shuffle_block_shards: int = 0,
         parts: int = 0,
+        part_shards: str = "run",
     ) -> None:
-        self._args = (counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts)
+        self._args = (
+            counts,
+            seed,
+            shuffle_shards,
+            shuffle_window,
+            shuffle_block_shards,
+            parts,
+            part_shards,
+        )
         self.counts = np.asarray(counts, dtype=np.int64)
         self.total = int(self.counts.sum())
         self.seed = seed
@@ -102,6 +120,16 @@ class ShardOrder:
             self.parts = PartDeal(parts, self.total, block, seed)
         elif shuffle_block_shards > 1:
             self.blocks = BlockShuffle(seed, shuffle_block_shards)
+        self.cover: PartCover | None = None
+        self._fixed: tuple[I64, I64] | None = None
+        self.rotate = self.parts is not None and part_shards == "run"
+        if self.rotate and self._shards is not None:
+            slots = np.arange(len(self.counts), dtype=np.int64)
+            key = derive(seed, "wds-part-shards")
+            order = make_permutation("exact", len(self.counts), key)(slots, np.zeros_like(slots))
+            starts = np.concatenate([[0], np.cumsum(self.counts[order])]).astype(np.int64)
+            self._fixed = (order, starts)
+            self.cover = PartCover(starts, parts, seed)
 
     def fork(self) -> ShardOrder:
         """An equal order with caches of its own, for another thread."""
@@ -117,6 +145,8 @@ class ShardOrder:
         return self._epoch(epoch)[0]
 
     def _epoch(self, epoch: int) -> tuple[I64, I64]:
+        if self._fixed is not None:
+            return self._fixed
         cached = self._epochs.get(epoch)
         if cached is None:
             slots = np.arange(len(self.counts), dtype=np.int64)
@@ -155,7 +185,10 @@ class ShardOrder:
             order, starts = self._epoch(int(epoch))
             within = offsets[mask]
             if self.parts is not None:
-                within = self.parts.sequence(within, int(epoch))
+                shift = int(epoch) * self.total % self.parts.parts if self.rotate else 0
+                within = self.parts.sequence(within, int(epoch), shift)
+                if self.cover is not None:
+                    within = self.cover.arrange(within, int(epoch))
             if self.blocks is not None:
                 within = self.blocks.permute(int(epoch), starts, within)
             # side="right" - 1 skips shards with no samples (equal consecutive starts).

@@ -2,12 +2,13 @@
 
 NOTE [ rank-local parts ]
 Positions are dealt to ranks in turn (NOTE [ shard stream split ]), so with the plain order
-every rank reads a sample from nearly every shard. With ``parts = C > 1`` an epoch's
-sample sequence (the shards in the epoch's order, NOTE [ shard stream order ], step 2) is
-cut into ``C`` contiguous *parts* of ``m = N // C`` samples, and offset ``o`` of the epoch
-reads sample ``j = o // C`` of part ``u = o mod C``. Since the positions of rank ``r`` of
-``W`` are ``≡ r + o_0 (mod W)`` within an epoch, a rank of a world size dividing ``C``
-reads only the ``C / W`` parts ``u ≡ r + o_0 (mod W)``, and only their shards.
+every rank reads a sample from nearly every shard. With ``parts = C > 1`` the sample
+sequence (the shards in a shard order of the run, NOTE [ fixed part cover ]) is cut into
+``C`` contiguous *parts* of ``m = N // C`` samples, and offset ``o`` of epoch ``e`` reads
+sample ``j = o // C`` of part ``u = (o + e N) mod C``, which is ``p mod C`` for the global
+position ``p``. Since the positions of rank ``r`` of ``W`` are ``≡ r + o_0 (mod W)``, a
+rank of a world size dividing ``C`` reads only the ``C / W`` parts ``u ≡ r + o_0
+(mod W)``, and only their shards, the same ones every epoch.
 
 Which part lies where: part ``u`` is slot ``sigma(u)`` of the sequence, samples
 ``[sigma(u) m, (sigma(u) + 1) m)``. ``sigma`` writes ``u``'s residues modulo the prime
@@ -42,7 +43,8 @@ the last round the tail), a pure function of the offset, and costs ``O(log C)`` 
 resuming, seeking, the split across ranks and workers and the elastic law are unchanged,
 and ``C`` is part of the source's fingerprint. The window and block shuffles (NOTE [ shard
 stream order ], steps 3 and 4) then apply to the sequence index, so they keep the parts'
-locality, as the shard shuffle does (it only changes which shards a part covers).
+locality, as the shard shuffle does (it lays out each part's shards anew each epoch, NOTE
+[ fixed part cover ]).
 """
 
 from __future__ import annotations
@@ -179,10 +181,20 @@ class PartDeal:
         out: I64 = order[np.arange(len(x)), x].astype(np.int64)
         return out
 
-    def sequence(self, offsets: I64, epoch: int = 0) -> I64:
-        """The sequence index each offset in ``[0, total)`` of epoch ``epoch`` reads."""
+    def sequence(self, offsets: I64, epoch: int = 0, shift: int = 0) -> I64:
+        """The sequence index each offset in ``[0, total)`` of epoch ``epoch`` reads.
+
+        ``shift``: the parts are rotated by it, offset ``o < C m`` reading part
+        ``(o + shift) mod C`` (NOTE [ fixed part cover ]: ``shift = e N mod C``).
+
+        Examples:
+            >>> PartDeal(parts=4, total=9).sequence(np.arange(9), shift=1).tolist()
+            [4, 2, 6, 0, 5, 3, 7, 1, 8]
+        """
         rounds, parts = np.divmod(offsets, self.parts)
         full = rounds < self.size
+        if shift:
+            parts = (parts + shift) % self.parts
         rounds = self.shuffle(rounds, parts, epoch)
         out: I64 = np.where(full, self.slot(parts) * self.size + rounds, offsets)
         return out

@@ -21,19 +21,19 @@ from torch.utils.data import default_collate
 
 from ..._errors import check_bool, check_callable, check_int, check_one_of
 from ..._seeds import stream_keys
-from ..._state import fingerprint
 from .._seeding import batch_key, record_base, seed_globals
-from ._cache import ShardCache, default_cache_dir
+from ._cache import ShardCache
 from ._cached import CachedReader
 from ._decode import make_decoder
 from ._fetch import make_options
 from ._index import index_shards
 from ._order import ShardOrder
+from ._part_choice import adopt_parts, auto_parts, set_parts
 from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
 from ._state import STATE_VERSION, check_state, summarize_counts
-from ._urls import expand_urls, is_remote
+from ._urls import expand_urls
 
 __all__ = ["WebDatasetSource"]
 
@@ -95,11 +95,13 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             (NOTE [ per-batch seeding ]), at one seeding per sample.
         parts: Deal each epoch to this many contiguous parts of its sample sequence
             (0: off), so that a rank of a world size dividing it reads only its parts'
-            shards (NOTE [ rank-local parts ]); recommended for remote data, e.g. 720.
+            shards (NOTE [ rank-local parts ]), the same shards every epoch (NOTE [ fixed
+            part cover ]). ``None`` (default): 0 for local shards, for remote ones up to
+            720 (NOTE [ parts chosen at load ]); a state loaded later brings its own.
         cache_dir: Download remote shards whole, once per node, into this folder shared
             by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
-            in place); ``None``: no cache, except with ``parts`` over remote shards, which use
-            ``$XDG_CACHE_HOME/detsamplers/shards``.
+            in place); ``None``: no cache, except with ``parts`` over remote shards (the
+            default), which use ``$XDG_CACHE_HOME/detsamplers/shards``.
         cache_limit: Bytes the cache's shards may take (``None``: no limit); the least
             recently used unpinned shards are deleted first.
         prefetch: Shards each process downloads ahead of the batch it reads
@@ -133,6 +135,15 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         [[2, 3], [4]]
     """
 
+    parts: int
+    part_shards: str
+    #: Whether ``load_state_dict`` takes a state's parts law (NOTE [ parts chosen at load ]).
+    adopts_parts = True
+    cache: ShardCache | None
+    _order: ShardOrder
+    _config: dict[str, Any]
+    _fingerprint: str
+
     def __init__(
         self,
         urls: str | Sequence[str],
@@ -157,7 +168,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
-        parts: int = 0,
+        parts: int | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
@@ -192,7 +203,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             )
         if index_dir is not None and not isinstance(index_dir, str):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
-        parts = check_int("parts", parts, minimum=0)
+        if parts is not None:
+            parts = check_int("parts", parts, minimum=0)
         if cache_dir is not None and not isinstance(cache_dir, str):
             raise TypeError(f"cache_dir should be a str or None, but got cache_dir={cache_dir!r}")
         if cache_limit is not None:
@@ -223,34 +235,14 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self.seeding = seeding
         self._record_base = record_base(seed)
         self.num_samples = total
-        self.parts = parts if parts > 1 else 0
-        self._order = ShardOrder(
-            [len(s) for s in shards],
-            seed,
-            shuffle_shards,
-            shuffle_window,
-            shuffle_block_shards,
-            self.parts,
-        )
-        self.prefetch = prefetch
-        self.cache: ShardCache | None = None
-        # Local shards need no cache (a list mixing both is read without one).
-        if all(is_remote(s.url) for s in shards) and (cache_dir is not None or self.parts):
-            folder = cache_dir if cache_dir is not None else default_cache_dir()
-            self.cache = ShardCache(folder, cache_limit, self.remote)
-        self._config: dict[str, Any] = {
-            "seed": seed,
-            "shuffle_shards": shuffle_shards,
-            "shuffle_window": shuffle_window,
-            "repeat": repeat,
-        }
-        if self.shuffle_block_shards:  # absent when off: states saved before it still load
-            self._config["shuffle_block_shards"] = self.shuffle_block_shards
-        if self.parts:  # likewise
-            self._config["parts"] = self.parts
-        names = [s.path.rsplit("/", 1)[-1] for s in shards]
-        self._fingerprint = fingerprint([{"source": "webdataset", "shards": names, **self._config}])
         self._counts = [len(s) for s in shards]
+        self.prefetch = prefetch
+        self.cache_dir, self.cache_limit = cache_dir, cache_limit
+        #: ``parts=None``: chosen here and from a state loaded (NOTE [ parts chosen at load ]).
+        self.parts_auto = parts is None
+        if parts is None:
+            parts = auto_parts(shards, cache_limit)
+        set_parts(self, parts, "run")
         if not repeat and skip > self._pass_batches():
             raise ValueError(
                 f"skip should be at most the {self._pass_batches()} batches of a pass with "
@@ -560,6 +552,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at the state's position: the next ``iter()`` opens the right shard there.
 
+        A source built with ``parts=None`` takes the state's ``parts`` first, and any
+        source resumes a state of the earlier parts law in its order (NOTE [ parts chosen
+        at load ]); a refused state leaves the source as it was.
+
         Raises:
             TypeError: ``state_dict`` is not a mapping.
             ValueError: a key is missing, the version is unknown, or, with ``repeat=False``,
@@ -568,14 +564,21 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             ReproducibilityError: a shard's sample count, the shard list or the
                 configuration changed since the state was saved (the message names it).
         """
-        position = check_state(
-            state_dict,
-            config=self._config,
-            fingerprint=self._fingerprint,
-            paths=[s.path for s in self.shards],
-            counts=self._counts,
-            global_batch=None if self.repeat else self.global_batch,
-            end=None if self.repeat else self._pass_batches() * self.global_batch,
-            summary=self._summary(),
-        )
+        before = (self.parts, self.part_shards)
+        adopt_parts(self, state_dict)  # NOTE [ parts chosen at load ]
+        try:
+            position = check_state(
+                state_dict,
+                config=self._config,
+                fingerprint=self._fingerprint,
+                paths=[s.path for s in self.shards],
+                counts=self._counts,
+                global_batch=None if self.repeat else self.global_batch,
+                end=None if self.repeat else self._pass_batches() * self.global_batch,
+                summary=self._summary(),
+            )
+        except Exception:  # a refused state leaves the source as it was
+            if (self.parts, self.part_shards) != before:
+                set_parts(self, *before)
+            raise
         self._seek(position)

@@ -182,10 +182,11 @@ def check_state(
     else:
         _check_summary(saved_counts, paths, counts, summary or summarize_counts(counts))
     saved = dict(state_dict["config"])
+    keys = [*config, *(key for key in saved if key not in config)]  # a key either side has
     changed = [
-        f"{key} is {saved.get(key)!r} in the state but {value!r} here"
-        for key, value in config.items()
-        if saved.get(key) != value
+        f"{key} is {saved.get(key)!r} in the state but {config.get(key)!r} here"
+        for key in keys
+        if saved.get(key) != config.get(key)
     ]
     if not changed and state_dict["fingerprint"] != fingerprint:
         changed = ["the shard file names or their order differ"]
