@@ -8,8 +8,11 @@ as the module ``conftest`` and collide when both folders are collected in one ru
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,13 @@ EXAMPLES = examples_dir()
 if EXAMPLES not in sys.path:
     sys.path.insert(0, EXAMPLES)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (EXAMPLES, os.environ.get("PYTHONPATH")) if p)
+
+# Remote sources with the default ``parts`` keep a node cache in the default folder,
+# ``$XDG_CACHE_HOME/detsamplers/shards``: the tests (and the processes they launch) use a
+# folder of their own, never the user's home.
+_CACHE_HOME = tempfile.mkdtemp(prefix="detsamplers-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
 settings.register_profile(
     "default",

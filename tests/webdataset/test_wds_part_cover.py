@@ -321,6 +321,11 @@ def test_a_default_source_over_nginx_resumes_a_state_saved_without_parts_as_it_w
     source = served.make(shuffle_block_shards=2)
     assert source.parts == 24 and source.cache is not None  # the default cache folder
     assert str(tmp_path / "xdg") in str(source.cache.folder)
+    assert source.cache.limit == AUTO_BUDGET  # the default folder is bounded
+    own = served.make(shuffle_block_shards=2, cache_dir=str(tmp_path / "own"))
+    assert own.cache is not None and own.cache.limit is None  # a folder of one's own is not
+    capped = served.make(shuffle_block_shards=2, cache_limit=1 << 30)
+    assert capped.cache is not None and capped.cache.limit == 1 << 30
     source.load_state_dict(state)
     assert (source.parts, source.cache) == (0, None)  # that run read without a cache
     assert [[int(x) for x in b] for b in islice(iter(source), 12)] == expected

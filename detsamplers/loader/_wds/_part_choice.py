@@ -9,7 +9,9 @@ largest of ``AUTO_PARTS`` (720, 360, 240, 120, 60, 24, 12, 6, 2; each divides 72
 which every rank reads in turn, stay under 1/16 of an epoch). A rank of ``W`` pins at most
 ``2 C / W`` of its parts' shards in the node cache at once (NOTE [ shard cache ]), so one
 rank (the worst case) pins at most the budget: 720 for shards up to 47 MB, 24 for 1 GB
-shards. Over remote shards the default also turns on the node cache. The choice
+shards. Over remote shards the default also turns on the node cache, in the default
+folder (``$XDG_CACHE_HOME/detsamplers/shards``) and, unless ``cache_limit`` says otherwise,
+bounded by the same budget (an explicit ``cache_dir`` has no limit unless given one). The choice
 depends on the shards (their sizes and number) and ``cache_limit``, never on the world
 size, so every rank of every world size chooses the same ``C``.
 
@@ -105,8 +107,10 @@ def set_parts(source: Any, parts: int, part_shards: str) -> None:
     # Local shards need no cache (a list mixing both is read without one).
     folder = source.cache_dir
     if all(is_remote(s.url) for s in source.shards) and (folder is not None or source.parts):
-        folder = folder if folder is not None else default_cache_dir()
-        source.cache = ShardCache(folder, source.cache_limit, source.remote)
+        limit = source.cache_limit
+        if folder is None:  # the default folder: bounded unless the user says otherwise
+            folder, limit = default_cache_dir(), AUTO_BUDGET if limit is None else limit
+        source.cache = ShardCache(folder, limit, source.remote)
     config: dict[str, Any] = {
         "seed": source.seed,
         "shuffle_shards": source.shuffle_shards,

@@ -102,7 +102,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
             in place); ``None``: no cache, except with ``parts`` over remote shards (the
             default), which use ``$XDG_CACHE_HOME/detsamplers/shards``.
-        cache_limit: Bytes the cache's shards may take (``None``: no limit); the least
+        cache_limit: Bytes the cache's shards may take (``None``: no limit in a
+            ``cache_dir`` of your own, 64 GiB in the default folder); the least
             recently used unpinned shards are deleted first.
         prefetch: Shards each process downloads ahead of the batch it reads
             (NOTE [ shard prefetch ]).
