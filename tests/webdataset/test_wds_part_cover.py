@@ -171,13 +171,27 @@ def test_the_law_is_in_the_config_and_fingerprint(shards: str) -> None:
     assert "part_shards" not in make(shards, parts=0).state_dict()["config"]  # no parts, no law
 
 
-def test_a_mixture_refuses_a_state_of_the_earlier_law_naming_it(shards: str) -> None:
+def test_a_mixture_resumes_a_state_of_the_earlier_law_in_its_order(shards: str) -> None:
+    earlier = WebDatasetMix([shards, shards], [1, 1], seed=0, batch_size=2, parts=4)
+    earlier._set_part_law("epoch")  # as main saved it, before NOTE [ fixed part cover ]
+    earlier.load_state_dict({**earlier.state_dict(), "position": 37})
+    state = earlier.state_dict()
+    assert "part_shards" not in state["config"]
+    expected = [list(b["__key__"]) for b in islice(iter(earlier), 20)]
+    mix = WebDatasetMix([shards, shards], [1, 1], seed=0, batch_size=2, parts=4)
+    assert mix.state_dict()["config"]["part_shards"] == "run"
+    mix.load_state_dict(state)
+    assert [list(b["__key__"]) for b in islice(iter(mix), 20)] == expected
+    assert mix.state_dict() == earlier.state_dict()  # and keeps that law
+
+
+def test_a_mixture_refuses_a_state_whose_law_does_not_match_its_fingerprint(shards: str) -> None:
     mix = WebDatasetMix([shards, shards], [1, 1], seed=0, batch_size=2, parts=4)
     state = mix.state_dict()
-    assert state["config"]["part_shards"] == "run"
     config = {k: v for k, v in state["config"].items() if k != "part_shards"}
-    with pytest.raises(ReproducibilityError, match="part_shards is 'epoch' in the state but 'run'"):
+    with pytest.raises(ReproducibilityError, match="fingerprint does not match"):
         mix.load_state_dict({**state, "config": config})
+    assert mix.state_dict() == state  # the refused state left the mixture's law
 
 
 class Served:

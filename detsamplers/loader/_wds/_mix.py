@@ -281,6 +281,7 @@ class WebDatasetMix(WebDatasetSource):
             plan = [(0, weights), *[(int(a), w) for a, w in curriculum]]
             self._lanes = LaneOrder(plan, window, seed, lanes, orders)
             self._order = self._lanes  # type: ignore[assignment]
+            self._lane_law = (plan, window, seed, lanes, counts, shuffle_shards, shuffle_window)
         else:
             self._order = MixOrder(self.mixture, orders)  # type: ignore[assignment]
         self._offsets = offsets[:-1]
@@ -423,15 +424,53 @@ class WebDatasetMix(WebDatasetSource):
                 reordered, inserted before the saved ones, or added before the saved
                 position (the message names the change and the fix).
         """
-        position = check_mix_state(
-            state_dict,
-            config=self._config,
-            fingerprint_here=self._fingerprint,
-            paths=self._mix_paths,
-            counts=self._mix_counts,
-            summaries=self._set_summaries(),
-        )
+        law = self._saved_part_law(state_dict)
+        if law != self._config.get("part_shards"):
+            self._set_part_law(law)  # a state saved before NOTE [ fixed part cover ]
+        try:
+            position = check_mix_state(
+                state_dict,
+                config=self._config,
+                fingerprint_here=self._fingerprint,
+                paths=self._mix_paths,
+                counts=self._mix_counts,
+                summaries=self._set_summaries(),
+            )
+        except Exception:
+            if law != "run" and self._lanes is not None:
+                self._set_part_law("run")  # a refused state leaves the mixture as it was
+            raise
         self._seek(position)
+
+    def _saved_part_law(self, state_dict: Any) -> str | None:
+        """The parts law a state of this mixture's ``parts`` was saved under.
+
+        ``"run"`` (NOTE [ fixed part cover ]) unless the state has the same ``parts`` and no
+        ``part_shards``: then ``"epoch"``, each epoch's parts cut from that epoch's shard
+        order, the law of states saved before it, which the mixture resumes in its order.
+        """
+        if self._lanes is None or not isinstance(state_dict, Mapping):
+            return self._config.get("part_shards")
+        config = state_dict.get("config")
+        if not isinstance(config, Mapping) or "part_shards" in config:
+            return "run"
+        return "epoch" if config.get("parts") == self._config["parts"] else "run"
+
+    def _set_part_law(self, law: str | None) -> None:
+        """Rebuild each set's order and the lanes under the parts law ``law``."""
+        plan, window, seed, lanes, counts, shuffle_shards, shuffle_window = self._lane_law
+        orders = [
+            ShardOrder(
+                c, s, shuffle_shards, shuffle_window, self.shuffle_block_shards, p, law or "run"
+            )
+            for c, s, p in zip(counts, self.seeds, self.set_parts, strict=True)
+        ]
+        self._lanes = LaneOrder(plan, window, seed, lanes, orders)
+        self._order = self._lanes  # type: ignore[assignment]
+        self._config.pop("part_shards", None)
+        if law == "run":  # absent: the earlier law, as a state saved under it says
+            self._config["part_shards"] = "run"
+        self._fingerprint = stable(self._config)
 
 
 def _check_parts(parts: Any, count: int) -> list[int]:

@@ -40,8 +40,8 @@ A state refused by the check that follows leaves the source with the law it had.
 The new law joins the config (``"part_shards": "run"``) and so the fingerprint; the check of
 the state that follows is the usual one (NOTE [ counts summary ]): any other difference is
 refused. A ``WebDatasetMix`` takes ``parts`` explicitly (default 0, NOTE [ mixture lanes ])
-and refuses a state of the earlier law (``part_shards is 'epoch' in the state but 'run'
-here``).
+and resumes a state of the earlier law with its own ``parts`` in that law's order, as
+an explicit ``parts`` does here.
 """
 
 from __future__ import annotations
