@@ -11,8 +11,8 @@ each for a bounded number of media downloads:
   connection;
 - ``stall[name] = n``: the next ``n`` downloads send their headers, then nothing for a
   minute;
-- ``fail_503[name] = n``: the next ``n`` requests for the object (its metadata or its
-  bytes) answer HTTP 503, as GCS does under load.
+- ``fail_503[name] = n``: the next ``n`` requests for the object (its metadata, its
+  bytes, an upload of it) answer HTTP 503, as GCS does under load.
 
 What the emulator gets wrong, the proxy puts right (NOTE [ object storage ] relies on it):
 gcp-storage-emulator 2026.7.19 ignores the ``generation`` parameter of a download, and
@@ -57,6 +57,18 @@ def object_of(path: str) -> tuple[str, str, bool]:
     if len(parts) >= 4 and parts[0] == "b" and parts[2] == "o":
         return parts[1], unquote("/".join(parts[3:])), media
     return (parts[1] if len(parts) > 1 and parts[0] == "b" else ""), "", False
+
+
+def _uploaded_name(body: bytes) -> str:
+    """The object name in the JSON metadata part of a multipart upload (``""``: none)."""
+    start = body.find(b"{")
+    if start < 0:
+        return ""
+    try:
+        meta, _ = json.JSONDecoder().raw_decode(body[start:].decode("utf-8", "replace"))
+    except ValueError:
+        return ""
+    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
 
 
 class GCSServer:
@@ -175,11 +187,12 @@ class GCSServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         bucket, name, media = object_of(request.match_info["path"])
         query = parse_qs(request.rel_url.query_string)
-        if request.match_info["path"].startswith("upload/"):
-            name = (query.get("name") or [""])[0]  # an upload names its object in the query
+        body = await request.read()
+        if request.match_info["path"].startswith("upload/"):  # the name: in the query or
+            name = (query.get("name") or [""])[0] or _uploaded_name(body)  # the metadata
         media = media or query.get("alt") == ["media"]
         self.served.requests[name] += 1
-        if name and request.method == "GET" and self._take(self.fail_503, name):
+        if name and self._take(self.fail_503, name):
             self.served.statuses.append((request.method, name, 503))
             return self._error(503, "We encountered an internal error. Please try again.")
         wanted = (query.get("generation") or [None])[0]
@@ -189,7 +202,6 @@ class GCSServer:
         if self.session is None:
             self.session = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        body = await request.read()
         async with self.session.request(
             request.method,
             self.upstream + request.rel_url.raw_path_qs,

@@ -201,6 +201,23 @@ def test_503s_past_the_sources_retries_fail_after_exactly_retries_plus_one_reque
     assert gcs.served.requests["s/detsamplers-set.index.npz"] == 3
 
 
+def test_the_index_command_retries_an_upload_that_gcs_answers_with_503(
+    gcs: GCSServer, shards: str, tmp_path: Path
+) -> None:
+    url = upload(gcs, shards)
+    bucket = url.split("/")[2]
+    gcs.fail_503["s/data-000002.tar.index.npz"] = 1
+    gcs.fail_503["s/detsamplers-set.index.npz"] = 1
+    index(gcs, url)
+    assert ("POST", "s/data-000002.tar.index.npz", 503) in gcs.served.statuses
+    assert ("POST", "s/data-000002.tar.index.npz", 200) in gcs.served.statuses
+    assert gcs.get(bucket, "s/data-000002.tar.index.npz").startswith(b"PK")
+    gcs.reset()
+    source = on_gcs(gcs, url, tmp_path, batch_size=4)
+    assert [len(s) for s in source.shards] == COUNTS
+    assert sum(gcs.served.requests.values()) == 1  # the set index was written after all
+
+
 def test_dropped_connections_503s_and_a_stall_on_gcs_are_survived_losing_nothing(
     gcs: GCSServer, shards: str, tmp_path: Path
 ) -> None:

@@ -87,6 +87,9 @@ def filesystem_defaults(url: str, timeout: float, kwargs: dict[str, Any]) -> dic
         >>> options = filesystem_defaults("s3://b/a.tar", 9.0, {"config_kwargs": {"read_timeout": 2}})
         >>> options["config_kwargs"]
         {'connect_timeout': 9.0, 'read_timeout': 2, 'retries': {'total_max_attempts': 1}}
+        >>> timeout = filesystem_defaults("gs://b/a.tar", 9.0, {})["requests_timeout"]
+        >>> timeout.total, timeout.sock_connect, timeout.sock_read
+        (None, 9.0, 9.0)
     """  # noqa: E501
     scheme = protocol(url)
     out = dict(kwargs)

@@ -37,6 +37,7 @@ from ._fetch import (
     changed_error,
     read_if_present,
     remote_fs,
+    retrying,
     stat_remote,
 )
 from ._index_file import decode_checked, encode_index
@@ -266,9 +267,14 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
 
 
 def _put(target: str, data: bytes, options: RemoteOptions) -> None:
+    """Write ``data`` to ``target``; a remote upload with the source's retries.
+
+    The filesystem makes one attempt per call (NOTE [ object storage ]), and an upload
+    of the whole file is safe to repeat.
+    """
     if is_remote(target):
         fs, path = remote_fs(target, options)
-        fs.pipe_file(path, data)
+        retrying(target, "writing", options, lambda: fs.pipe_file(path, data))
     else:
         with open(target, "wb") as handle:
             handle.write(data)
