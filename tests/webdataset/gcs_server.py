@@ -11,6 +11,8 @@ each for a bounded number of media downloads:
   connection;
 - ``stall[name] = n``: the next ``n`` downloads send their headers, then nothing for a
   minute;
+- ``trickle[name] = n``: the next ``n`` downloads send their body in 4 pieces 0.4 s
+  apart (a slow but steady answer: 1.2 s in all);
 - ``fail_503[name] = n``: the next ``n`` requests for the object (its metadata, its
   bytes, an upload of it) answer HTTP 503, as GCS does under load.
 
@@ -88,6 +90,7 @@ class GCSServer:
         self.generations: list[str] = []  # the ``generation`` of each media download
         self.drop: Counter[str] = Counter()
         self.stall: Counter[str] = Counter()
+        self.trickle: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
         self.honour_generation = True
         self.report_generation = True
@@ -137,6 +140,7 @@ class GCSServer:
         self.served = Served()
         self.generations = []
         self.drop, self.stall, self.fail_503 = Counter(), Counter(), Counter()
+        self.trickle = Counter()
         self.honour_generation = self.report_generation = True
 
     def close(self) -> None:
@@ -238,6 +242,15 @@ class GCSServer:
                     request.transport.close()
                     return response
                 self.served.bytes[name] += len(payload)
+                if self._take(self.trickle, name):
+                    await response.prepare(request)
+                    quarter = -(-len(payload) // 4)
+                    for at in range(0, len(payload), quarter):
+                        if at:
+                            await asyncio.sleep(0.4)
+                        await response.write(payload[at : at + quarter])
+                    await response.write_eof()
+                    return response
             await response.prepare(request)
             await response.write(payload)
             await response.write_eof()

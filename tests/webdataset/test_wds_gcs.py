@@ -183,6 +183,26 @@ def test_the_sources_timeout_and_retries_reach_gcsfs(gcs: GCSServer) -> None:
     assert remote_fs("gs://b/s/a.tar", mine)[0].requests_timeout == 3  # the user's wins
 
 
+def test_the_timeout_bounds_each_wait_on_gcs_not_a_whole_slow_but_steady_download(
+    gcs: GCSServer, shards: str, tmp_path: Path
+) -> None:
+    url = upload(gcs, shards)
+    index(gcs, url)
+    gcs.reset()
+    gcs.trickle["s/detsamplers-set.index.npz"] = 1  # 1.2 s in all, never 1 s without bytes
+    gcs.trickle["s/data-000001.tar"] = 1
+    source = on_gcs(gcs, url, tmp_path, batch_size=4, timeout=1.0, retries=1)
+    steps = -(-TOTAL // 4)  # an epoch: shard 1 included
+    assert simulate(source, 0, steps) == simulate(make(shards, batch_size=4), 0, steps)
+    assert gcs.served.requests["s/detsamplers-set.index.npz"] == 1
+    assert len(gcs.served.ranges["s/data-000001.tar"]) == 1  # neither timed out nor retried
+    gcs.reset()
+    gcs.stall["s/detsamplers-set.index.npz"] = 1  # headers, then nothing: 1 s, then again
+    source = on_gcs(gcs, url, tmp_path, batch_size=4, timeout=1.0, retries=1)
+    assert [len(s) for s in source.shards] == COUNTS
+    assert gcs.served.requests["s/detsamplers-set.index.npz"] == 2
+
+
 def test_503s_past_the_sources_retries_fail_after_exactly_retries_plus_one_requests(
     gcs: GCSServer, shards: str, tmp_path: Path
 ) -> None:
