@@ -13,6 +13,8 @@ each for a bounded number of media downloads:
   minute;
 - ``trickle[name] = n``: the next ``n`` downloads send their body in 4 pieces 0.4 s
   apart (a slow but steady answer: 1.2 s in all);
+- ``forbidden``: names whose requests answer HTTP 403, as GCS does for a missing object
+  to a caller who may not list the bucket (a public bucket's anonymous reader);
 - ``fail_503[name] = n``: the next ``n`` requests for the object (its metadata, its
   bytes, an upload of it) answer HTTP 503, as GCS does under load.
 
@@ -77,7 +79,14 @@ class GCSServer:
     """gcp-storage-emulator on 127.0.0.1 behind a counting, fault-injecting proxy."""
 
     def __init__(self) -> None:
+        import gcsfs
         from gcp_storage_emulator.server import create_server
+
+        if gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem:
+            raise RuntimeError(
+                "gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set "
+                "(gcs_server.py sets it on import): its gRPC probe would stall every call"
+            )
 
         for noisy in ("gcp_storage_emulator", "api.object", "aiohttp.server"):
             logging.getLogger(noisy).setLevel(logging.CRITICAL)  # a 404 or a client gone
@@ -92,6 +101,7 @@ class GCSServer:
         self.stall: Counter[str] = Counter()
         self.trickle: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
+        self.forbidden: set[str] = set()
         self.honour_generation = True
         self.report_generation = True
         self.loop = asyncio.new_event_loop()
@@ -140,7 +150,7 @@ class GCSServer:
         self.served = Served()
         self.generations = []
         self.drop, self.stall, self.fail_503 = Counter(), Counter(), Counter()
-        self.trickle = Counter()
+        self.trickle, self.forbidden = Counter(), set()
         self.honour_generation = self.report_generation = True
 
     def close(self) -> None:
@@ -196,6 +206,9 @@ class GCSServer:
             name = (query.get("name") or [""])[0] or _uploaded_name(body)  # the metadata
         media = media or query.get("alt") == ["media"]
         self.served.requests[name] += 1
+        if name in self.forbidden:
+            self.served.statuses.append((request.method, name, 403))
+            return self._error(403, "Anonymous caller does not have storage.objects.get access")
         if name and self._take(self.fail_503, name):
             self.served.statuses.append((request.method, name, 503))
             return self._error(503, "We encountered an internal error. Please try again.")

@@ -238,6 +238,19 @@ def test_the_index_command_retries_an_upload_that_gcs_answers_with_503(
     assert sum(gcs.served.requests.values()) == 1  # the set index was written after all
 
 
+def test_index_files_that_gcs_forbids_as_it_does_missing_objects_are_treated_as_absent(
+    gcs: GCSServer, shards: str, tmp_path: Path
+) -> None:
+    url = upload(gcs, shards)
+    gcs.forbidden = {"s/detsamplers-set.index.npz"} | {
+        f"s/data-{i:06d}.tar.index.npz" for i in range(len(COUNTS))
+    }
+    source = on_gcs(gcs, url, tmp_path, batch_size=4, retries=1)  # scans the shards instead
+    assert [len(s) for s in source.shards] == COUNTS
+    forbidden = [s for s in gcs.served.statuses if s[2] == 403]
+    assert len(forbidden) == 1 + len(COUNTS)  # each asked once: a 403 is not retried
+
+
 def test_dropped_connections_503s_and_a_stall_on_gcs_are_survived_losing_nothing(
     gcs: GCSServer, shards: str, tmp_path: Path
 ) -> None:

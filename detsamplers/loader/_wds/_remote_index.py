@@ -35,6 +35,7 @@ from ._fetch import (
     RemoteOptions,
     RemoteShard,
     changed_error,
+    is_forbidden,
     read_if_present,
     remote_fs,
     retrying,
@@ -163,8 +164,8 @@ def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]
         for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths, whole), strict=True):
             if isinstance(got, bytes) and got:
                 out[slot] = got
-            elif isinstance(got, FileNotFoundError):
-                out[slot] = None
+            elif isinstance(got, FileNotFoundError) or is_forbidden(got):
+                out[slot] = None  # a 403: a missing file to a caller who may not list
     return out
 
 
