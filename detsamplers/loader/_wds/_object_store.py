@@ -198,9 +198,14 @@ def split_version(version: str | None) -> tuple[str | None, str | None, str | No
 def same_version(recorded: str | None, now: str | None) -> bool:
     """Whether two versions are of the same bytes (a side without a pin compares ETags).
 
+    Two GCS generations decide alone: an object's JSON API ETag changes with its metadata
+    (a new metageneration), its generation only with its bytes.
+
     Examples:
         >>> same_version('"9f"?versionId=v1', '"9f"'), same_version('"9f"', '"a0"')
         (True, False)
+        >>> same_version("CJ8=?generation=17", "CJ9=?generation=17")
+        True
     """
     if recorded is None or now is None:
         return True
@@ -208,6 +213,8 @@ def same_version(recorded: str | None, now: str | None) -> bool:
         return True
     etag, pin, value = split_version(recorded)
     etag_now, pin_now, value_now = split_version(now)
+    if pin == pin_now == "generation":
+        return value == value_now
     if etag != etag_now and etag is not None and etag_now is not None:
         return False
     return pin is None or pin_now is None or (pin, value) == (pin_now, value_now)
