@@ -56,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument(
         "--endpoint-url",
         default=None,
-        help="the S3 endpoint (MinIO, moto, ...): storage_options client_kwargs.endpoint_url",
+        help="the S3 endpoint (MinIO, moto, ...; storage_options client_kwargs.endpoint_url) "
+        "or, for gs:// URLs, the GCS endpoint (an emulator; storage_options endpoint_url)",
     )
     from . import _cli_bench, _cli_inspect
 
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         return _cli_bench.run(parser, args)
     if args.command == "index":
-        storage = _storage_options(parser, args.storage_option, args.endpoint_url)
+        storage = _storage_options(parser, args.storage_option, args.endpoint_url, args.urls)
         return _index(parser, args.urls, args.out, args.timeout, args.retries, storage)
 
     from .trial._demo import run_demo
@@ -94,9 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _storage_options(
-    parser: argparse.ArgumentParser, pairs: list[str], endpoint_url: str | None
+    parser: argparse.ArgumentParser,
+    pairs: list[str],
+    endpoint_url: str | None,
+    urls: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``--storage-option KEY=VALUE`` and ``--endpoint-url`` as ``storage_options``."""
+    """``--storage-option KEY=VALUE`` and ``--endpoint-url`` as ``storage_options``.
+
+    The endpoint is gcsfs's ``endpoint_url`` for ``gs://`` URLs, else s3fs's
+    ``client_kwargs.endpoint_url`` (gcsfs ignores ``client_kwargs``: the index would be
+    read from Google's servers instead of the endpoint named).
+    """
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -109,7 +118,9 @@ def _storage_options(
             options[key] = json.loads(text)
         except ValueError:
             options[key] = text
-    if endpoint_url is not None:
+    if endpoint_url is not None and any(u.lower().startswith(("gs://", "gcs://")) for u in urls):
+        options["endpoint_url"] = endpoint_url
+    elif endpoint_url is not None:
         client = options.get("client_kwargs")
         if client is not None and not isinstance(client, dict):
             parser.error(f"--storage-option client_kwargs should be a JSON object, got {client!r}")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gcs_server import GCSServer
 from http_server import ShardServer
 from s3_server import S3Server
 from wds_helpers import write_shards
@@ -59,3 +60,23 @@ def s3(s3_session: S3Server) -> S3Server:
     """The session's S3 server with its log cleared and no fault switched on."""
     s3_session.reset()
     return s3_session
+
+
+@pytest.fixture(scope="session")
+def gcs_session() -> Iterator[GCSServer]:
+    """gcp-storage-emulator on 127.0.0.1 behind a counting proxy (gcs_server.py), for the session.
+
+    Skipped when the emulator or gcsfs is not installed (the ``dev`` extra installs them).
+    """
+    pytest.importorskip("gcp_storage_emulator")
+    pytest.importorskip("gcsfs")
+    server = GCSServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def gcs(gcs_session: GCSServer) -> GCSServer:
+    """The session's GCS server with its log cleared and no fault switched on."""
+    gcs_session.reset()
+    return gcs_session

@@ -66,6 +66,7 @@ __all__ = [
     "RemoteShard",
     "ShardChangedError",
     "changed_error",
+    "is_forbidden",
     "make_options",
     "read_if_present",
     "remote_fs",
@@ -211,8 +212,16 @@ def _error_code(exn: BaseException) -> str:
     return ""
 
 
+def is_forbidden(exn: BaseException | None) -> bool:
+    """HTTP 403: s3fs's ``PermissionError``, or gcsfs's ``OSError("Forbidden: ...")``."""
+    gcsfs_403 = type(exn) is OSError and str(exn).startswith("Forbidden: ")
+    return isinstance(exn, PermissionError) or gcsfs_403
+
+
 def _transient(exn: BaseException) -> bool:
     """Whether a failed attempt is worth retrying (NOTE [ remote reads ])."""
+    if is_forbidden(exn):
+        return False
     if _error_code(exn) in _TRANSIENT_CODES:
         return True
     status = _status(exn)
@@ -277,7 +286,8 @@ def read_if_present(file_url: str, url: str, what: str, options: RemoteOptions) 
     """The bytes of the small remote file ``file_url`` (an index file), or ``None`` if absent.
 
     ``url`` and ``what`` name it in errors (:func:`retrying`). A missing file is ``None``,
-    and so is S3's 403 for a missing key to a caller who may not list the bucket.
+    and so is the 403 that S3 and GCS answer for a missing object to a caller who may not
+    list the bucket (a public bucket's anonymous reader).
     """
     fs, path = remote_fs(file_url, options)
     whole = whole_file_kwargs(file_url)
@@ -286,7 +296,7 @@ def read_if_present(file_url: str, url: str, what: str, options: RemoteOptions) 
     except FileNotFoundError:
         return None
     except OSError as exn:
-        if isinstance(exn.__cause__, PermissionError):
+        if is_forbidden(exn.__cause__):
             return None
         raise
     return data

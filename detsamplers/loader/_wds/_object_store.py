@@ -13,8 +13,13 @@ plus ``?versionId=<id>`` when the bucket keeps versions; for GCS the object's ET
   not) makes S3 answer 412, which is a :class:`ShardChangedError` naming the shard, never a
   block of the new bytes beside blocks of the old. The ``Content-Range`` total is also
   compared with the indexed size.
-- GCS: each block is read with ``generation=<n>``; a generation that no longer exists
-  is a :class:`ShardChangedError` naming the shard.
+- GCS: each block is one media download (``alt=media``) with ``Range`` and
+  ``generation=<n>``, sent on gcsfs's session with its credentials. GCS answers 404 for
+  a generation that no longer exists (an overwrite, same size or not, in a bucket
+  without object versioning), which is a :class:`ShardChangedError` naming the shard; in
+  a bucket with versioning the generation indexed is read. A server that ignores the
+  parameter but names the generation it sends (``x-goog-generation``) is caught too, and
+  the ``Content-Range`` total is compared with the indexed size.
 
 A body cut short is asked for again from its first missing byte, as over HTTP(S).
 
@@ -25,12 +30,17 @@ source's own retry loop (NOTE [ remote reads ]) is the only one: ``retries`` ret
 with the documented backoff, for connection errors (botocore's
 ``EndpointConnectionError``, ``ConnectionClosedError``, read and connect timeouts,
 aiohttp's), throttling (503 ``SlowDown``, 429) and 5xx answers alike. gcsfs gets
-``requests_timeout=timeout``; it retries each request itself (a fixed number of times)
-before the source's loop does. Anything in ``storage_options`` wins over these defaults.
+``requests_timeout``: an aiohttp timeout of ``timeout`` seconds to connect and between
+two reads, as over HTTP(S) (a bare number would bound the whole request, however long
+the block). gcsfs retries each request itself, 6 times with its own backoff of 1 to 32
+s, whatever it is told; so a GCS filesystem built here is left one attempt per call
+(its request method without gcsfs's retry wrapper), and the source's loop is again the
+only one. Anything in ``storage_options`` wins over these defaults.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 __all__ = [
@@ -77,6 +87,9 @@ def filesystem_defaults(url: str, timeout: float, kwargs: dict[str, Any]) -> dic
         >>> options = filesystem_defaults("s3://b/a.tar", 9.0, {"config_kwargs": {"read_timeout": 2}})
         >>> options["config_kwargs"]
         {'connect_timeout': 9.0, 'read_timeout': 2, 'retries': {'total_max_attempts': 1}}
+        >>> timeout = filesystem_defaults("gs://b/a.tar", 9.0, {})["requests_timeout"]
+        >>> timeout.total, timeout.sock_connect, timeout.sock_read
+        (None, 9.0, 9.0)
     """  # noqa: E501
     scheme = protocol(url)
     out = dict(kwargs)
@@ -87,15 +100,28 @@ def filesystem_defaults(url: str, timeout: float, kwargs: dict[str, Any]) -> dic
             "retries": {"total_max_attempts": 1},
         }
         out["config_kwargs"] = {**config, **dict(out.get("config_kwargs") or {})}
-    elif scheme in ("gs", "gcs"):
-        out.setdefault("requests_timeout", timeout)
+    elif scheme in ("gs", "gcs") and "requests_timeout" not in out:
+        import aiohttp
+
+        out["requests_timeout"] = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeout, sock_read=timeout
+        )
     return out
 
 
 def one_attempt(fs: Any, url: str) -> Any:
-    """Leave an s3fs filesystem one attempt per call: the source's loop retries."""
-    if protocol(url) in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
+    """Leave an s3fs or gcsfs filesystem one attempt per call: the source's loop retries.
+
+    gcsfs wraps its request method in a retry loop of a fixed length (``retry_request``,
+    6 attempts); the instance gets the method without it, where gcsfs exposes it.
+    """
+    scheme = protocol(url)
+    if scheme in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1
+    elif scheme in ("gs", "gcs"):
+        bare = getattr(getattr(type(fs), "_request", None), "__wrapped__", None)
+        if bare is not None and "_request" not in vars(fs):
+            fs._request = types.MethodType(bare, fs)
     return fs
 
 
@@ -172,9 +198,14 @@ def split_version(version: str | None) -> tuple[str | None, str | None, str | No
 def same_version(recorded: str | None, now: str | None) -> bool:
     """Whether two versions are of the same bytes (a side without a pin compares ETags).
 
+    Two GCS generations decide alone: an object's JSON API ETag changes with its metadata
+    (a new metageneration), its generation only with its bytes.
+
     Examples:
         >>> same_version('"9f"?versionId=v1', '"9f"'), same_version('"9f"', '"a0"')
         (True, False)
+        >>> same_version("CJ8=?generation=17", "CJ9=?generation=17")
+        True
     """
     if recorded is None or now is None:
         return True
@@ -182,6 +213,8 @@ def same_version(recorded: str | None, now: str | None) -> bool:
         return True
     etag, pin, value = split_version(recorded)
     etag_now, pin_now, value_now = split_version(now)
+    if pin == pin_now == "generation":
+        return value == value_now
     if etag != etag_now and etag is not None and etag_now is not None:
         return False
     return pin is None or pin_now is None or (pin, value) == (pin_now, value_now)
@@ -285,12 +318,59 @@ def read_pinned(
         got: int = sync(fs.loop, _s3_range, fs, url, path, start, end, version, size, received)
         return got
     _, pin, value = split_version(version)
-    if scheme in ("gs", "gcs") and pin == "generation":
-        begin = start + len(received)
-        try:
-            data = fs.cat_file(path, start=begin, end=end, generation=value)
-        except FileNotFoundError:
-            raise changed_error(url, f"GCS has no generation {value} of it now") from None
-        received += data[: end - start - len(received)]
-        return len(data)
+    if scheme in ("gs", "gcs") and pin == "generation" and hasattr(fs, "_get_headers"):
+        from fsspec.asyn import sync
+
+        got = sync(fs.loop, _gcs_range, fs, url, path, start, end, str(value), size, received)
+        return got
     return None
+
+
+async def _gcs_range(
+    fs: Any,
+    url: str,
+    path: str,
+    start: int,
+    end: int,
+    generation: str,
+    size: int,
+    received: bytearray,
+) -> int:
+    """One ranged media download of ``[start + len(received), end)`` at ``generation``.
+
+    Sent on gcsfs's session with its credentials, parameters (requester pays) and
+    ``requests_timeout``, once: gcsfs's ``_cat_file`` reads a body whole or not at all,
+    and reports neither the generation served nor the ``Content-Range``.
+    """
+    session = await fs._set_session() or fs.session
+    headers = fs._get_headers({"Range": f"bytes={start + len(received)}-{end - 1}"})
+    async with session.get(
+        fs.url(path, generation=generation),
+        params=fs._get_params({}),
+        headers=headers,
+        timeout=fs.requests_timeout,
+    ) as response:
+        if response.status == 404:
+            raise changed_error(url, f"GCS has no generation {generation} of it now")
+        response.raise_for_status()  # 5xx, 429 and 408 are retried (NOTE [ remote reads ])
+        served = response.headers.get("x-goog-generation")
+        if served is not None and served != generation:
+            raise changed_error(url, f"GCS sent generation {served}, not {generation}")
+        total = response.headers.get("Content-Range", "").rpartition("/")[2]
+        if total.isdigit() and int(total) != size:
+            raise changed_error(url, f"it has {total} bytes, {size} when indexed")
+        if response.status != 206:
+            raise ValueError(
+                f"shard {url!r}: GCS answered a Range request with HTTP {response.status}, "
+                "not 206 Partial Content; the source reads byte ranges, so it needs a "
+                "server that honours Range requests"
+            )
+        got = 0
+        async for chunk in response.content.iter_chunked(_CHUNK):
+            got += len(chunk)
+            received += chunk[: end - start - len(received)]
+    if len(received) < end - start:
+        raise ConnectionResetError(
+            f"the response ended after {len(received)} of {end - start} bytes"
+        )
+    return got

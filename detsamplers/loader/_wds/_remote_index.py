@@ -35,8 +35,10 @@ from ._fetch import (
     RemoteOptions,
     RemoteShard,
     changed_error,
+    is_forbidden,
     read_if_present,
     remote_fs,
+    retrying,
     stat_remote,
 )
 from ._index_file import decode_checked, encode_index
@@ -162,8 +164,8 @@ def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]
         for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths, whole), strict=True):
             if isinstance(got, bytes) and got:
                 out[slot] = got
-            elif isinstance(got, FileNotFoundError):
-                out[slot] = None
+            elif isinstance(got, FileNotFoundError) or is_forbidden(got):
+                out[slot] = None  # a 403: a missing file to a caller who may not list
     return out
 
 
@@ -267,9 +269,14 @@ def write_index(url: str, options: RemoteOptions, out: str | None = None) -> tup
 
 
 def _put(target: str, data: bytes, options: RemoteOptions) -> None:
+    """Write ``data`` to ``target``; a remote upload with the source's retries.
+
+    The filesystem makes one attempt per call (NOTE [ object storage ]), and an upload
+    of the whole file is safe to repeat.
+    """
     if is_remote(target):
         fs, path = remote_fs(target, options)
-        fs.pipe_file(path, data)
+        retrying(target, "writing", options, lambda: fs.pipe_file(path, data))
     else:
         with open(target, "wb") as handle:
             handle.write(data)
