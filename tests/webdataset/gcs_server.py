@@ -4,7 +4,7 @@
 and in front of it a small aiohttp proxy on another free port; gcsfs talks to the proxy,
 at :attr:`GCSServer.endpoint` (``storage_options={"endpoint_url": ..., "token": "anon"}``).
 The proxy logs, per object name, each media download's ``Range`` and ``generation`` and
-the body bytes it sent (:class:`s3_server.Served`), and injects faults by object name,
+the body bytes it sent (:class:`loopback_proxy.Served`), and injects faults by object name,
 each for a bounded number of media downloads:
 
 - ``drop[name] = n``: the next ``n`` downloads send half of their body, then close the
@@ -38,14 +38,14 @@ import asyncio
 import json
 import logging
 import os
-import threading
 from collections import Counter
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import aiohttp
 from aiohttp import web
-from s3_server import _HOP, Served
+from loopback_proxy import HOP as _HOP
+from loopback_proxy import LoopbackProxy, Served
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -75,7 +75,7 @@ def _uploaded_name(body: bytes) -> str:
     return str(meta.get("name", "")) if isinstance(meta, dict) else ""
 
 
-class GCSServer:
+class GCSServer(LoopbackProxy):
     """gcp-storage-emulator on 127.0.0.1 behind a counting, fault-injecting proxy."""
 
     def __init__(self) -> None:
@@ -104,16 +104,7 @@ class GCSServer:
         self.forbidden: set[str] = set()
         self.honour_generation = True
         self.report_generation = True
-        self.loop = asyncio.new_event_loop()
-        self.runner: web.AppRunner | None = None
-        self.session: aiohttp.ClientSession | None = None
-        self.port = 0
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        if not started.wait(10):
-            raise RuntimeError("the GCS proxy did not start within 10 s")
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = self._start_proxy("GCS")
         #: ``storage_options`` for gcsfs: the proxy's endpoint, no credentials.
         self.options: dict[str, Any] = {"endpoint_url": self.endpoint, "token": "anon"}
 
@@ -155,36 +146,8 @@ class GCSServer:
 
     def close(self) -> None:
         """Stop the proxy and the emulator."""
-
-        async def stop() -> None:
-            if self.session is not None:
-                await self.session.close()
-            if self.runner is not None:
-                await self.runner.cleanup()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        self._stop_proxy()
         self.emulator.stop()
-
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application(client_max_size=1 << 30)
-        app.router.add_route("*", "/{path:.*}", self._handle)
-        self.runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        started.set()
-        self.loop.run_forever()
-
-    @staticmethod
-    def _take(faults: Counter[str], key: str) -> bool:
-        if faults[key] > 0:
-            faults[key] -= 1
-            return True
-        return False
 
     def _current(self, bucket: str, name: str) -> str | None:
         """The generation the emulator holds of an object (``None``: there is none)."""

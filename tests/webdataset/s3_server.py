@@ -27,28 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from loopback_proxy import HOP as _HOP
+from loopback_proxy import LoopbackProxy, Served
 
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "server"}
-
-
-@dataclass
-class Served:
-    """What the proxy passed on: per key, the ranges asked for, bytes sent, and statuses."""
-
-    ranges: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    bytes: Counter[str] = field(default_factory=Counter)
-    requests: Counter[str] = field(default_factory=Counter)  # every method, per key
-    statuses: list[tuple[str, str, int]] = field(default_factory=list)  # method, key, status
+__all__ = ["S3Server", "Served"]
 
 
-class S3Server:
+class S3Server(LoopbackProxy):
     """moto's S3 on 127.0.0.1 behind a counting, fault-injecting proxy (see the module doc)."""
 
     def __init__(self) -> None:
@@ -64,16 +54,7 @@ class S3Server:
         self.stall: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
         self.forbidden: set[str] = set()
-        self.loop = asyncio.new_event_loop()
-        self.runner: web.AppRunner | None = None
-        self.session: aiohttp.ClientSession | None = None
-        self.port = 0
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        if not started.wait(10):
-            raise RuntimeError("the S3 proxy did not start within 10 s")
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = self._start_proxy("S3")
         #: ``storage_options`` for s3fs: the proxy's endpoint and moto's test credentials.
         self.options: dict[str, Any] = {
             "key": "testing",
@@ -114,36 +95,8 @@ class S3Server:
 
     def close(self) -> None:
         """Stop the proxy and moto."""
-
-        async def stop() -> None:
-            if self.session is not None:
-                await self.session.close()
-            if self.runner is not None:
-                await self.runner.cleanup()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        self._stop_proxy()
         self.moto.stop()
-
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application(client_max_size=1 << 30)
-        app.router.add_route("*", "/{path:.*}", self._handle)
-        self.runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        started.set()
-        self.loop.run_forever()
-
-    @staticmethod
-    def _take(faults: Counter[str], key: str) -> bool:
-        if faults[key] > 0:
-            faults[key] -= 1
-            return True
-        return False
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.match_info["path"]
