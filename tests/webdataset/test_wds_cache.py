@@ -170,23 +170,32 @@ def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_shards(
     assert per_rank(0) == [SHARDS] * world  # the plain order: every rank reads every shard
 
 
-@pytest.mark.distributed
-def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
-    served: Served, tmp_path: Path
-) -> None:
+def _launch_two_nodes(
+    served: Served, tmp_path: Path, *options: str, static: bool = False
+) -> list[dict[str, Any]]:
+    """Two torchrun agents (``--nnodes=2``, a cache folder each) running ``two_nodes``.
+
+    A c10d rendezvous ranks the agents as they arrive; ``static`` gives agent ``n`` node
+    rank ``n`` (``--node-rank``), as a cluster's launcher does on every restart.
+    """
     here = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     port = _free_port()
-    mark = served.nginx.mark()
     agents = []
     for node in range(2):
-        (tmp_path / f"out{node}").mkdir()
+        (tmp_path / f"out{node}").mkdir(exist_ok=True)
         command = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes",
+            *(
+                ["--rdzv-backend=static", f"--node-rank={node}", "--master-addr=127.0.0.1",
+                 f"--master-port={port}"]
+                if static
+                else ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                      "--rdzv-id=two-nodes"]
+            ),
             "-m", "two_nodes", f"--urls={served.urls}", f"--cache={tmp_path / f'cache{node}'}",
-            f"--out={tmp_path / f'out{node}'}", f"--index-dir={served.index_dir}",
+            f"--out={tmp_path / f'out{node}'}", f"--index-dir={served.index_dir}", *options,
         ]  # fmt: skip
         log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
         agents.append(
@@ -203,17 +212,46 @@ def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
             log.close()
     logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
     assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+    tag = next((o for o in options if o.startswith("--skip-samples=")), "=0").split("=")[1]
     results = [
         json.loads(path.read_text())
         for node in range(2)
-        for path in (tmp_path / f"out{node}").glob("*.json")
+        for path in (tmp_path / f"out{node}").glob(f"rank-*-from-{tag}.json")
     ]
     assert len(results) == 2
+    return sorted(results, key=lambda r: str(r["cache"]))
+
+
+@pytest.mark.distributed
+def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
+    served: Served, tmp_path: Path
+) -> None:
+    mark = served.nginx.mark()
+    results = _launch_two_nodes(served, tmp_path)
     assert sorted(x for r in results for x in r["labels"]) == list(range(served.total))
     cached = [len([f for f in os.listdir(r["cache"]) if f.endswith(".tar")]) for r in results]
     assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
     sent, _ = served.nginx.served(mark)
     assert sent <= served.bytes * (SHARDS + 6) / SHARDS
+
+
+@pytest.mark.distributed
+def test_two_torchrun_agents_read_their_own_shards_again_in_epoch_2_downloading_nothing(
+    served: Served, tmp_path: Path
+) -> None:
+    # parts=22 divides the 682 samples, so no tail is shared (NOTE [ fixed part cover ]).
+    assert served.total % 22 == 0
+    first = _launch_two_nodes(served, tmp_path, "--parts=22", static=True)
+    mark = served.nginx.mark()
+    steps = served.total // (2 * 8)
+    later = (f"--skip-samples={served.total}", f"--steps={steps}")
+    second = _launch_two_nodes(served, tmp_path, "--parts=22", *later, static=True)
+    sent, _ = served.nginx.served(mark)
+    assert sent == 0  # each node's epoch 2 is read from its own cache
+    for one, two in zip(first, second, strict=True):
+        assert one["rank"] == two["rank"]  # each node kept its rank (--node-rank)
+        assert len(two["labels"]) == len(set(two["labels"])) == steps * 8
+        assert set(two["labels"]) <= set(one["labels"])  # the same node: its own samples
 
 
 def test_a_shard_rewritten_since_is_another_cache_entry_and_stale_temporaries_go(
