@@ -41,7 +41,7 @@ This is the law of ``parts`` since ``"part_shards": "run"`` joined the source's 
 so its fingerprint). States saved before it (``parts`` without ``part_shards``) cut each
 epoch's parts from that epoch's shard order ``pi_e`` and dealt offset ``o`` to part
 ``o mod C``; a ``WebDatasetSource`` resumes such a state in that order (NOTE [ parts
-chosen at load ]), a ``WebDatasetMix`` refuses it.
+chosen at load ]), and so does a ``WebDatasetMix`` with the state's ``parts``.
 """
 
 from __future__ import annotations
