@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
+from ._shard_info import user_cache_dir
 
 __all__ = ["CacheStats", "ShardCache", "default_cache_dir"]
 
@@ -57,8 +58,7 @@ def default_cache_dir() -> str:
         >>> default_cache_dir().endswith(os.path.join("detsamplers", "shards"))
         True
     """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "detsamplers", "shards")
+    return user_cache_dir("shards")
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._verify import Stamp
 
-__all__ = ["PROGRESS_MIN_SHARDS", "Member", "ShardInfo", "default_index_dir"]
+__all__ = ["PROGRESS_MIN_SHARDS", "Member", "ShardInfo", "default_index_dir", "user_cache_dir"]
 
 #: Show a progress bar when at least this many shards must be scanned.
 PROGRESS_MIN_SHARDS = 16
@@ -65,5 +65,15 @@ def default_index_dir() -> str:
         >>> default_index_dir().endswith(os.path.join("detsamplers", "shard-index"))
         True
     """
+    return user_cache_dir("shard-index")
+
+
+def user_cache_dir(name: str) -> str:
+    """``$XDG_CACHE_HOME/detsamplers/<name>`` (``~/.cache`` when the variable is unset).
+
+    Examples:
+        >>> user_cache_dir("shards").endswith(os.path.join("detsamplers", "shards"))
+        True
+    """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "detsamplers", "shard-index")
+    return os.path.join(base, "detsamplers", name)
