@@ -205,17 +205,7 @@ class GCSServer(LoopbackProxy):
             response.content_length = len(payload)
             self.served.statuses.append((request.method, name, upstream.status))
             if media and upstream.status in (200, 206):
-                stalled = self._take(self.stall, name)
-                dropped = self._take(self.drop, name)
-                if stalled or dropped:
-                    await response.prepare(request)
-                    if stalled:
-                        await asyncio.sleep(60)
-                    half = payload[: len(payload) // 2]
-                    await response.write(half)
-                    self.served.bytes[name] += len(half)
-                    assert request.transport is not None
-                    request.transport.close()
+                if await self._cut_short(request, response, name, payload):
                     return response
                 self.served.bytes[name] += len(payload)
                 if self._take(self.trickle, name):

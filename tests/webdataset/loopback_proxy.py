@@ -33,6 +33,9 @@ class Served:
 class LoopbackProxy:
     """An aiohttp server on a free port of 127.0.0.1 whose ``_handle`` a subclass writes."""
 
+    served: Served
+    stall: Counter[str]
+    drop: Counter[str]
     loop: asyncio.AbstractEventLoop
     runner: web.AppRunner | None
     session: aiohttp.ClientSession | None
@@ -79,6 +82,28 @@ class LoopbackProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raise NotImplementedError
+
+    async def _cut_short(
+        self, request: web.Request, response: web.StreamResponse, key: str, payload: bytes
+    ) -> bool:
+        """Whether a stall or drop counted down for ``key`` cut this answer short.
+
+        If so, half of ``payload`` was sent (after a minute of silence, for a stall) and
+        the connection closed.
+        """
+        stalled = self._take(self.stall, key)
+        dropped = self._take(self.drop, key)
+        if not (stalled or dropped):
+            return False
+        await response.prepare(request)
+        if stalled:
+            await asyncio.sleep(60)
+        half = payload[: len(payload) // 2]
+        await response.write(half)
+        self.served.bytes[key] += len(half)
+        assert request.transport is not None
+        request.transport.close()
+        return True
 
     @staticmethod
     def _take(faults: Counter[str], key: str) -> bool:

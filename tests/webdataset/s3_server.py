@@ -25,7 +25,6 @@ Usage (a session fixture in conftest.py)::
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from typing import Any
@@ -141,17 +140,7 @@ class S3Server(LoopbackProxy):
             response.content_length = int(length) if head else len(payload)  # type: ignore[arg-type]
             self.served.statuses.append((request.method, key, upstream.status))
             if get and upstream.status in (200, 206):
-                stalled = self._take(self.stall, key)
-                dropped = self._take(self.drop, key)
-                if stalled or dropped:
-                    await response.prepare(request)
-                    if stalled:
-                        await asyncio.sleep(60)
-                    half = payload[: len(payload) // 2]
-                    await response.write(half)
-                    self.served.bytes[key] += len(half)
-                    assert request.transport is not None
-                    request.transport.close()
+                if await self._cut_short(request, response, key, payload):
                     return response
                 self.served.bytes[key] += len(payload)
             await response.prepare(request)
