@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nginx_server import Nginx
-from wds_helpers import simulate, write_small_samples
+from wds_helpers import run_two_agents, simulate, write_small_samples
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.loader._wds._cache import ShardCache
@@ -57,13 +54,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield out
     finally:
         nginx.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def one_epoch(served: Served, world: int, **options: Any) -> list[int]:
@@ -173,45 +163,16 @@ def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_shards(
 def _launch_two_nodes(
     served: Served, tmp_path: Path, *options: str, static: bool = False
 ) -> list[dict[str, Any]]:
-    """Two torchrun agents (``--nnodes=2``, a cache folder each) running ``two_nodes``.
+    """Two torchrun agents (a cache folder each) running ``two_nodes``; their results."""
 
-    A c10d rendezvous ranks the agents as they arrive; ``static`` gives agent ``n`` node
-    rank ``n`` (``--node-rank``), as a cluster's launcher does on every restart.
-    """
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
-    port = _free_port()
-    agents = []
-    for node in range(2):
+    def node_args(node: int) -> list[str]:
         (tmp_path / f"out{node}").mkdir(exist_ok=True)
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-            *(
-                ["--rdzv-backend=static", f"--node-rank={node}", "--master-addr=127.0.0.1",
-                 f"--master-port={port}"]
-                if static
-                else ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-                      "--rdzv-id=two-nodes"]
-            ),
-            "-m", "two_nodes", f"--urls={served.urls}", f"--cache={tmp_path / f'cache{node}'}",
+        return [
+            f"--urls={served.urls}", f"--cache={tmp_path / f'cache{node}'}",
             f"--out={tmp_path / f'out{node}'}", f"--index-dir={served.index_dir}", *options,
         ]  # fmt: skip
-        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
-        agents.append(
-            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        )
-    try:
-        for agent, _ in agents:
-            agent.wait(timeout=180)
-    finally:
-        for agent, log in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait(timeout=10)
-            log.close()
-    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
-    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+
+    run_two_agents(tmp_path, "two_nodes", node_args, static=static)
     tag = next((o for o in options if o.startswith("--skip-samples=")), "=0").split("=")[1]
     results = [
         json.loads(path.read_text())

@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,7 @@ from typing import Any
 import pytest
 import webdataset as wds
 from nginx_server import Nginx
-from wds_helpers import simulate
+from wds_helpers import run_two_agents, simulate
 
 from detsamplers.loader import WebDatasetMix
 
@@ -135,49 +132,23 @@ def test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_of_each_set(
         assert all(n >= 0.75 * SHARDS for n in counts), counts
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.distributed
 def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts_of_each_set(
     served: Served, tmp_path: Path
 ) -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
-    port = _free_port()
     steps = (sum(served.sizes) - MARGIN) // (8 * 2)
     mark = served.nginx.mark()
-    agents = []
-    for node in range(2):
+
+    def node_args(node: int) -> list[str]:
         (tmp_path / f"out{node}").mkdir()
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=mix-nodes",
-            "-m", "mix_two_nodes", f"--urls={served.urls[0]}", f"--urls={served.urls[1]}",
+        return [
+            f"--urls={served.urls[0]}", f"--urls={served.urls[1]}",
             "--sizes", *map(str, served.sizes), f"--steps={steps}",
             f"--cache={tmp_path / f'cache{node}'}", f"--out={tmp_path / f'out{node}'}",
             f"--index-dir={served.index_dir}",
         ]  # fmt: skip
-        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
-        agents.append(
-            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        )
-    try:
-        for agent, _ in agents:
-            agent.wait(timeout=180)
-    finally:
-        for agent, log in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait(timeout=10)
-            log.close()
-    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
-    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+
+    run_two_agents(tmp_path, "mix_two_nodes", node_args)
     sent, _ = served.nginx.served(mark)  # before the simulation below reads the shards
     assert sent <= 1.2 * served.bytes
     results = sorted(

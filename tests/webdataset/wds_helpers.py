@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import struct
+import subprocess
+import sys
 import zlib
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -151,3 +155,48 @@ def shard_of(label_value: int) -> tuple[int, int]:
 
 def file_size(path: str) -> int:
     return os.path.getsize(path)
+
+
+def run_two_agents(
+    tmp_path: Path, module: str, node_args: Callable[[int], list[str]], *, static: bool = False
+) -> None:
+    """Run ``module`` under two torchrun agents (``--nnodes=2``, one process each), as two
+    machines would, and assert both exit 0 (their logs in the message otherwise).
+
+    ``node_args(n)`` are agent ``n``'s arguments to the module. A c10d rendezvous ranks the
+    agents as they arrive; ``static`` gives agent ``n`` node rank ``n`` (``--node-rank``),
+    as a cluster's launcher does on every restart.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rendezvous = (
+        ["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}"]
+        if static
+        else ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={module}"]
+    )
+    agents = []
+    for node in range(2):
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            *rendezvous, *([f"--node-rank={node}"] if static else []),
+            "-m", module, *node_args(node),
+        ]  # fmt: skip
+        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
+        agents.append(
+            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        )
+    try:
+        for agent, _ in agents:
+            agent.wait(timeout=180)
+    finally:
+        for agent, log in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+            log.close()
+    logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
+    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
