@@ -16,16 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import webdataset as wds
+from locality_table import served, start_nginx  # nginx on 127.0.0.1, its bytes counted
 
 from detsamplers.loader import WebDatasetMix
 
@@ -33,14 +29,6 @@ SHARDS = 16
 PER_SHARD = (40, 25)
 BATCH = 8
 MARGIN = 256
-NGINX = """daemon off; master_process off; worker_processes 1; pid {run}/nginx.pid;
-error_log {run}/error.log warn; events {{ worker_connections 512; }}
-http {{ log_format bytes '$request_method $uri $status $body_bytes_sent';
-access_log {run}/access.log bytes; client_body_temp_path {run}/body;
-proxy_temp_path {run}/proxy; fastcgi_temp_path {run}/fcgi; uwsgi_temp_path {run}/uwsgi;
-scgi_temp_path {run}/scgi; keepalive_requests 100000;
-server {{ listen 127.0.0.1:{port}; root {root}; }} }}
-"""
 
 
 def write(root: Path) -> None:
@@ -56,37 +44,6 @@ def write(root: Path) -> None:
                     label += 1
 
 
-def start_nginx(root: Path, run: Path) -> tuple[subprocess.Popen[bytes], int]:
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(binary):
-        sys.exit("nginx is not installed: make nginx (Debian's nginx-light)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    run.mkdir(parents=True)
-    (run / "nginx.conf").write_text(NGINX.format(run=run, port=port, root=root))
-    process = subprocess.Popen(
-        [binary, "-p", str(run), "-c", str(run / "nginx.conf"), "-e", str(run / "stderr.log")]
-    )
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    sys.exit("nginx did not start")
-
-
-def served(log: Path, since: int) -> tuple[int, int]:
-    time.sleep(0.1)
-    with open(log, "rb") as handle:
-        handle.seek(since)
-        rows = [line.split(" ") for line in handle.read().decode().splitlines()]
-    gets = [int(r[3]) for r in rows if r[0] == "GET" and r[1].endswith(".tar")]
-    return sum(gets), len(gets)
-
-
 def label(sample: dict[str, Any]) -> int:
     return int(sample["cls"])
 
@@ -100,6 +57,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         write(folder / "root")
+        (folder / "run").mkdir()
         nginx, port = start_nginx(folder / "root", folder / "run")
         try:
             urls = [f"http://127.0.0.1:{port}/m{k}/d-{{00..{SHARDS - 1:02d}}}.tar" for k in (0, 1)]
