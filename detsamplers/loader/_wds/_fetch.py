@@ -58,6 +58,7 @@ from ._object_store import (
     pinned_version,
     read_pinned,
     whole_file_kwargs,
+    wire_bytes,
 )
 from ._verify import version_mismatch
 
@@ -350,7 +351,11 @@ class RemoteShard:
         self.block = min(_FIRST_BLOCK, options.read_ahead)
         self.pending: tuple[int, int, Future[bytes]] | None = None
         self.executor: ThreadPoolExecutor | None = None
-        #: Bytes received from the server, retried bytes included (for tests and figures).
+        #: Body bytes of this shard's range answers that came over the wire: those of an
+        #: attempt cut short or failed mid-body included, so a block fetched again after a
+        #: drop counts both answers. Over HTTP(S), S3 and GCS, every byte that arrived
+        #: (aiohttp's count, buffered bytes included); other filesystems (through
+        #: ``cat_file``) count the blocks they return, a failed attempt's bytes unknown.
         self.received = 0
 
     def read(self, start: int, end: int) -> bytes:
@@ -443,14 +448,21 @@ class RemoteShard:
         else:
 
             def attempt() -> bytes:
-                got = read_pinned(
-                    self.fs, self.url, self.path, start, end, self.version, self.size, received
+                pinned = read_pinned(
+                    self.fs,
+                    self.url,
+                    self.path,
+                    start,
+                    end,
+                    self.version,
+                    self.size,
+                    received,
+                    self._count,
                 )
-                if got is None:  # another filesystem: the whole block again
+                if not pinned:  # another filesystem: the whole block again
                     data = self.fs.cat_file(self.path, start=start, end=end)
                     self.received += len(data)
                     return bytes(data)
-                self.received += got
                 return bytes(received)
 
         data = retrying(self.url, "reading", self.options, attempt)
@@ -459,6 +471,9 @@ class RemoteShard:
                 self.url, f"bytes {start}..{end} gave {len(data)} bytes; it is shorter now"
             )
         return data
+
+    def _count(self, wire: int) -> None:
+        self.received += wire
 
     async def _get(self, start: int, end: int, received: bytearray) -> None:
         """One ranged GET of ``[start + len(received), end)``, appended to ``received``."""
@@ -483,9 +498,13 @@ class RemoteShard:
                     "it needs a server that honours Range requests (nginx, Apache, S3, GCS), "
                     "or a local copy of the shards"
                 )
-            async for chunk in r.content.iter_chunked(_CHUNK):
-                self.received += len(chunk)
-                received += chunk[: end - start - len(received)]
+            got = 0
+            try:
+                async for chunk in r.content.iter_chunked(_CHUNK):
+                    got += len(chunk)
+                    received += chunk[: end - start - len(received)]
+            finally:
+                self.received += wire_bytes(r, got)
         if len(received) < end - start:
             raise ConnectionResetError(
                 f"the response ended after {len(received)} of {end - start} bytes"

@@ -41,6 +41,7 @@ only one. Anything in ``storage_options`` wins over these defaults.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "same_version",
     "split_version",
     "whole_file_kwargs",
+    "wire_bytes",
 ]
 
 _PINS = ("?versionId=", "?generation=")
@@ -71,6 +73,16 @@ def changed_error(url: str, what: str) -> ShardChangedError:
         "longer hold: restore the shard, or delete its index file (or the cached index) "
         "and rebuild it with `python -m detsamplers index`"
     )
+
+
+def wire_bytes(answer: Any, read: int) -> int:
+    """The body bytes of an aiohttp answer that came over the wire (``read``, if unknown).
+
+    aiohttp's ``total_bytes`` counts every byte that arrived, those still buffered when a
+    dropped connection's error is raised included (a read never returns them).
+    """
+    total = getattr(getattr(answer, "content", None), "total_bytes", None)
+    return total if isinstance(total, int) and total >= read else read
 
 
 def protocol(url: str) -> str:
@@ -239,8 +251,9 @@ async def _s3_range(
     version: str | None,
     size: int,
     received: bytearray,
-) -> int:
-    """One ranged ``GetObject`` of ``[start + len(received), end)``, pinned; bytes got."""
+    count: Callable[[int], None],
+) -> None:
+    """One ranged ``GetObject`` of ``[start + len(received), end)``, pinned."""
     etag, pin, value = split_version(version)
     bucket, key, _ = fs.split_path(path)
     await fs.set_session()
@@ -283,12 +296,12 @@ async def _s3_range(
             got += len(chunk)
             received += chunk[: end - start - len(received)]
     finally:
+        count(wire_bytes(getattr(body, "_raw_stream", None), got))  # aiobotocore's aiohttp
         body.close()
     if len(received) < end - start:
         raise ConnectionResetError(
             f"the response ended after {len(received)} of {end - start} bytes"
         )
-    return got
 
 
 def read_pinned(
@@ -300,12 +313,13 @@ def read_pinned(
     version: str | None,
     size: int,
     received: bytearray,
-) -> int | None:
+    count: Callable[[int], None],
+) -> bool:
     """Read ``[start, end)`` of an S3 or GCS shard at its recorded version into ``received``.
 
-    One attempt, continuing after the bytes already in ``received``; returns the bytes
-    received from the server, or ``None`` if ``url`` is neither on S3 nor on GCS (the
-    caller then reads it its own way).
+    One attempt, continuing after the bytes already in ``received``; ``count`` is given
+    the body bytes that came over the wire, even when the attempt fails mid-body. False
+    if ``url`` is neither on S3 nor on GCS (the caller then reads it its own way).
 
     Raises:
         ShardChangedError: the shard is no longer at that version.
@@ -315,23 +329,24 @@ def read_pinned(
     if scheme in ("s3", "s3a") and hasattr(fs, "get_s3"):
         from fsspec.asyn import sync
 
-        got: int = sync(fs.loop, _s3_range, fs, url, path, start, end, version, size, received)
-        return got
+        sync(fs.loop, _s3_range, fs, url, path, start, end, version, size, received, count)
+        return True
     _, pin, value = split_version(version)
     if scheme in ("gs", "gcs") and pin == "generation" and _gcs_internals(fs):
         from fsspec.asyn import sync
 
-        got = sync(fs.loop, _gcs_range, fs, url, path, start, end, str(value), size, received)
-        return got
+        sync(fs.loop, _gcs_range, fs, url, path, start, end, str(value), size, received, count)
+        return True
     if scheme in ("gs", "gcs") and pin == "generation":  # a gcsfs without those internals
         begin = start + len(received)
         try:
             data = fs.cat_file(path, start=begin, end=end, generation=value)
         except FileNotFoundError:
             raise changed_error(url, f"GCS has no generation {value} of it now") from None
+        count(len(data))  # a failed attempt's bytes are unknown here
         received += data[: end - start - len(received)]
-        return len(data)
-    return None
+        return True
+    return False
 
 
 def _gcs_internals(fs: Any) -> bool:
@@ -353,7 +368,8 @@ async def _gcs_range(
     generation: str,
     size: int,
     received: bytearray,
-) -> int:
+    count: Callable[[int], None],
+) -> None:
     """One ranged media download of ``[start + len(received), end)`` at ``generation``.
 
     Sent on gcsfs's session with its credentials, parameters (requester pays) and
@@ -384,11 +400,13 @@ async def _gcs_range(
                 "server that honours Range requests"
             )
         got = 0
-        async for chunk in response.content.iter_chunked(_CHUNK):
-            got += len(chunk)
-            received += chunk[: end - start - len(received)]
+        try:
+            async for chunk in response.content.iter_chunked(_CHUNK):
+                got += len(chunk)
+                received += chunk[: end - start - len(received)]
+        finally:
+            count(wire_bytes(response, got))
     if len(received) < end - start:
         raise ConnectionResetError(
             f"the response ended after {len(received)} of {end - start} bytes"
         )
-    return got
