@@ -35,7 +35,9 @@ two reads, as over HTTP(S) (a bare number would bound the whole request, however
 the block). gcsfs retries each request itself, 6 times with its own backoff of 1 to 32
 s, whatever it is told; so a GCS filesystem built here is left one attempt per call
 (its request method without gcsfs's retry wrapper), and the source's loop is again the
-only one. Anything in ``storage_options`` wins over these defaults.
+only one. Anything in ``storage_options`` wins over these defaults. A DataLoader worker
+(forked or spawned) gets the same: the source it unpickles holds no filesystem, and each
+filesystem is built where it is used, through the function that applies all of this.
 """
 
 from __future__ import annotations
