@@ -11,6 +11,8 @@ except the faults a test switches on by file name:
   ``Accept-Ranges``, as from a server that ignores Range (``python -m http.server``);
 - ``together``: a GET waits (up to 5 s) until a GET of another of these files is in
   flight too; ``served.most_at_once`` is the most such GETs that were in flight at once.
+- ``slow``: a GET waits ``SLOW`` seconds before it is answered (a distant server's round
+  trip); ``served.most_at_once`` is the most such GETs that were in flight at once.
 
 Every request is also logged as ``(method, file name)`` in ``served.requests``.
 
@@ -27,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+
+#: Seconds a ``slow`` GET waits before it is answered.
+SLOW = 0.2
 
 
 @dataclass
@@ -51,6 +56,7 @@ class ShardServer:
         self.fail_503: set[str] = set()
         self.no_range: set[str] = set()
         self.together: set[str] = set()
+        self.slow: set[str] = set()
         self._in_flight = 0
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
@@ -65,7 +71,7 @@ class ShardServer:
         """Forget what was served and switch every fault off."""
         self.served = Served()
         self.drop, self.stall, self.fail_503, self.no_range = set(), set(), set(), set()
-        self.together = set()
+        self.together, self.slow = set(), set()
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
@@ -99,6 +105,11 @@ class ShardServer:
         self.served.requests.append((request.method, name))
         if name in self.together and request.method == "GET":
             await self._meet()
+        if name in self.slow and request.method == "GET":
+            self._in_flight += 1
+            self.served.most_at_once = max(self.served.most_at_once, self._in_flight)
+            await asyncio.sleep(SLOW)
+            self._in_flight -= 1
         if not path.is_file():
             self.served.statuses.append((name, 404))
             raise web.HTTPNotFound()

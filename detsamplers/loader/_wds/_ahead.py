@@ -11,8 +11,14 @@ the block its first read would fetch, the same bytes in the same requests, all a
 up to ``AHEAD`` of them, over HTTP(S) as concurrent requests on the filesystem's event loop
 (no thread of ours; other filesystems one after the other). A shard still
 open from the batch before, which continues its kept block, is not fetched again; a batch
-that opens one shard fetches it as before. Memory: at most ``AHEAD`` first blocks (256 KiB
-each by default, or the sample if larger) held until the reader reaches their shards.
+that opens one shard fetches it as before. A mixture (NOTE [ mixture readers ]) reads each
+set with its own reader, so each set's reader opens its shards of the batch
+(``open_batch``), the first blocks of every set are fetched in one go, and then each set
+reads (``read_opened``): a resume of a mixture of S sets waits one round trip, not S. The
+``AHEAD`` shards are shared among the batch's sets, ``AHEAD // S`` each (at least one, for
+the first ``AHEAD`` sets); a set's shards past its share are fetched when read. Memory: at
+most ``AHEAD`` first blocks (256 KiB each by default, or the sample if larger) held until
+the reader reaches their shards.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._ahead import AHEAD, fetch_first_blocks
 from ._fetch import RemoteOptions
 from ._index import ShardInfo
 from ._reader import ShardReader
@@ -62,10 +63,19 @@ class MixReader(ShardReader):
         by_set: dict[int, list[int]] = {}
         for i, shard in enumerate(shards):
             by_set.setdefault(self.owner[shard], []).append(i)
+        asked = {
+            k: ([shards[i] - self.offsets[k] for i in items], [indexes[i] for i in items])
+            for k, items in by_set.items()
+        }
+        # NOTE [ first blocks of a batch ]: every set's at once, AHEAD in all.
+        share = max(1, AHEAD // len(asked))
+        jobs = []
+        for n, (k, (local, wanted)) in enumerate(asked.items()):
+            jobs += self.parts[k].open_batch(local, wanted, share if n < AHEAD else 0)
+        if len(jobs) > 1:
+            fetch_first_blocks(jobs)
         for k, items in by_set.items():
-            got = self.parts[k].read_many(
-                [shards[i] - self.offsets[k] for i in items], [indexes[i] for i in items]
-            )
+            got = self.parts[k].read_opened(*asked[k])
             for i, sample in zip(items, got, strict=True):
                 out[i] = sample
         return out

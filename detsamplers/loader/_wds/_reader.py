@@ -66,6 +66,8 @@ class ShardReader:
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
         self.table: HeaderTable | None = None
+        #: Streams :meth:`open_batch` opened, by the batch item whose stretch they serve.
+        self.opened: dict[int, RemoteShard] = {}
 
     def read(self, shard: int, index: int) -> dict[str, Any]:
         """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
@@ -121,8 +123,15 @@ class ShardReader:
             [b'3', b'1', b'2']
             >>> reader.close()
         """
+        jobs = self.open_batch(shards, indexes)  # NOTE [ first blocks of a batch ]
+        if len(jobs) > 1:
+            fetch_first_blocks(jobs)
+        return self.read_opened(shards, indexes)
+
+    def read_opened(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """:meth:`read_many` after :meth:`open_batch`: the batch's samples, in order."""
         out: list[dict[str, Any]] = [{}] * len(indexes)
-        ahead = self._ahead(shards, indexes)  # NOTE [ first blocks of a batch ]
+        ahead, self.opened = self.opened, {}
         first = 0
         try:
             while first < len(shards):  # each stretch of one shard
@@ -145,15 +154,20 @@ class ShardReader:
                 stream.close()
         return out
 
-    def _ahead(self, shards: Sequence[int], indexes: Sequence[int]) -> dict[int, RemoteShard]:
-        """The remote shards this batch opens, their first blocks fetched at once.
+    def open_batch(
+        self, shards: Sequence[int], indexes: Sequence[int], limit: int = AHEAD
+    ) -> list[tuple[RemoteShard, ShardInfo, int]]:
+        """Open the remote shards this batch opens (up to ``limit``), none read yet.
 
-        Keyed by the first item of each stretch that opens one; empty when the batch
-        opens fewer than two (NOTE [ first blocks of a batch ]).
+        Returns the jobs for :func:`fetch_first_blocks` (NOTE [ first blocks of a batch ]);
+        :meth:`read_opened` then reads the batch with these streams, fetched or not. A
+        shard still open that the batch continues is not opened again.
         """
+        for stream in self.opened.values():  # a batch before that failed before its read
+            stream.close()
         jobs: dict[int, tuple[RemoteShard, ShardInfo, int]] = {}
         first = 0
-        while first < len(shards) and len(jobs) < AHEAD:
+        while first < len(shards) and len(jobs) < limit:
             shard = shards[first]
             if self.remote[shard] and (first > 0 or shard != self.current):
                 info = self.shards[shard]
@@ -161,10 +175,8 @@ class ShardReader:
                 jobs[first] = (stream, info, indexes[first])
             while first < len(shards) and shards[first] == shard:
                 first += 1
-        if len(jobs) < 2:
-            return {}
-        fetch_first_blocks(list(jobs.values()))
-        return {i: job[0] for i, job in jobs.items()}
+        self.opened = {i: job[0] for i, job in jobs.items()}
+        return list(jobs.values())
 
     def open_remote(self, shard: int, index: int) -> tuple[RemoteShard, ShardInfo, int] | None:
         """Open remote ``shard`` with a stream not read yet, unless it is open already.

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._ahead import AHEAD, fetch_first_blocks
-from ._fetch import RemoteOptions
+from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
 from ._reader import ShardReader
 
@@ -59,17 +59,34 @@ class ShardReaders:
 
         Each shard's samples go to its reader's :meth:`ShardReader.read_many` together.
         """
+        jobs = self.open_batch(shards, indexes)
+        if len(jobs) > 1:  # NOTE [ first blocks of a batch ]
+            fetch_first_blocks(jobs)
+        return self.read_opened(shards, indexes)
+
+    def open_batch(
+        self, shards: Sequence[int], indexes: Sequence[int], limit: int = AHEAD
+    ) -> list[tuple[RemoteShard, ShardInfo, int]]:
+        """Open the remote shards this batch opens (up to ``limit``), each in its reader.
+
+        The jobs for :func:`fetch_first_blocks`, as :meth:`ShardReader.open_batch`.
+        """
+        firsts: dict[int, int] = {}
+        for shard, index in zip(shards, indexes, strict=True):
+            firsts.setdefault(shard, index)
+        jobs = []
+        for shard in list(firsts)[: min(self.capacity, limit)]:
+            job = self._reader(shard).open_remote(shard, firsts[shard])
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def read_opened(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """:meth:`read_many` after :meth:`open_batch`: the batch's samples, in order."""
         out: list[dict[str, Any]] = [{}] * len(shards)
         by_shard: dict[int, list[int]] = {}
         for i, shard in enumerate(shards):
             by_shard.setdefault(shard, []).append(i)
-        jobs = []  # the shards this batch opens, first blocks fetched at once
-        for shard in list(by_shard)[: min(self.capacity, AHEAD)]:
-            job = self._reader(shard).open_remote(shard, indexes[by_shard[shard][0]])
-            if job is not None:
-                jobs.append(job)
-        if len(jobs) > 1:  # NOTE [ first blocks of a batch ]
-            fetch_first_blocks(jobs)
         for shard, items in by_shard.items():
             got = self._reader(shard).read_many([shard] * len(items), [indexes[i] for i in items])
             for i, sample in zip(items, got, strict=True):
