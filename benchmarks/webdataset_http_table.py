@@ -128,7 +128,11 @@ def main() -> None:
                 )
 
             target = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, a batch boundary
-            ours(local)  # the local index cache, as a local run would have it
+            # The local index cache, as a local run would have it: in a folder of its own,
+            # since next to the shards it would replace the index files the server sends
+            # (written for the local files: no ETag, so each HTTP read could not check it).
+            local_index = os.path.join(folder, "local-index")
+            ours(local, index_dir=local_index)
             set_file = os.path.join(folder, SET_INDEX_NAME)
             resumes = 15 if args.quick else 5
             times: dict[str, list[float]] = {"local": [], "set": [], "files": []}
@@ -137,7 +141,7 @@ def main() -> None:
             for round_ in range(resumes):  # interleaved; cheap even in quick mode
                 for name in ("local", "set", "files")[:: 1 if round_ % 2 == 0 else -1]:
                     if name == "local":
-                        times[name].append(resume(local, target)[0])
+                        times[name].append(resume(local, target, index_dir=local_index)[0])
                         continue
                     if name == "files":  # the set index moved aside: the shards' own files
                         os.replace(set_file, set_file + ".aside")

@@ -86,3 +86,32 @@ def test_a_server_that_ignores_range_requests_is_refused_though_it_sent_the_set_
         ("HEAD", f"{FOLDER}/{NAMES[0]}"),
         ("GET", f"{FOLDER}/{NAMES[0]}"),
     ]
+
+
+def test_a_resume_with_the_shards_own_index_files_sends_no_head(
+    server: ShardServer, http_root: Path, shards: str, tmp_path: Path
+) -> None:
+    # The index files as the index command writes them (each records its shard's strong
+    # ETag, which every read checks), without the set index: the index files, asked with
+    # Range: bytes=0- (a 206 settles the host's Range support), then the range GETs.
+    folder = http_root / "files-only"
+    shutil.copytree(http_root / "s", folder, dirs_exist_ok=True)
+    url = f"{server.url}/files-only/{PATTERN}"
+    assert main(["index", url, "--out", str(folder)]) == 0
+    (folder / SET_INDEX_NAME).unlink()
+    options: dict[str, Any] = {"batch_size": 8}
+    position = crossing(options, shards)
+    local = make(shards, **options)
+    local.load_state_dict({**local.state_dict(), "position": position})
+    server.reset()
+    source = make(url, index_dir=str(tmp_path / "cache"), **options)
+    source.load_state_dict({**source.state_dict(), "position": position})
+    assert ids(next(iter(source))) == ids(next(iter(local)))
+    requests = server.served.requests
+    assert [method for method, _ in requests if method != "GET"] == []
+    index_gets = [name for _, name in requests if name.endswith(".index.npz")]
+    wanted = [SET_INDEX_NAME] + [f"{name}.index.npz" for name in NAMES]  # the set's: 404
+    assert sorted(index_gets) == sorted(f"files-only/{name}" for name in wanted)
+    read = {s for s, _ in source.locate(range(position, position + 8))}
+    shard_gets = [name for _, name in requests if name.endswith(".tar")]
+    assert sorted(shard_gets) == [f"files-only/{NAMES[s]}" for s in sorted(read)]

@@ -12,7 +12,9 @@ closed before the body is read. A host that answers neither (an error status) is
 the reads, whose errors name the shard. Other fsspec filesystems read ranges themselves.
 The set index of a folder (NOTE [ set index ]) is fetched first, with ``Range: bytes=0-``:
 a 206 with it settles its host, which is then not asked again (one round trip, the set
-index's, for both); a 200, or no set index, leaves the host to the check above.
+index's, for both); a 200, or no set index, leaves the host to the check above. Shards'
+own index files, fetched without a set index, are asked for the same way, so a 206 for
+any of them settles their host too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from ._fetch import RemoteOptions, remote_fs, retrying
 
-__all__ = ["check_range_support", "host_of", "read_ranged_if_present"]
+__all__ = ["check_range_support", "get_whole", "host_of", "read_ranged_if_present"]
 
 _OK = 206
 
@@ -97,13 +99,13 @@ def read_ranged_if_present(
 
     fs, path = remote_fs(file_url, options)
     try:
-        status, data = retrying(url, what, options, lambda: sync(fs.loop, _get_whole, fs, path))
+        status, data = retrying(url, what, options, lambda: sync(fs.loop, get_whole, fs, path))
     except FileNotFoundError:
         return None, False
     return data, status == _OK
 
 
-async def _get_whole(fs: Any, path: str) -> tuple[int, bytes]:
+async def get_whole(fs: Any, path: str) -> tuple[int, bytes]:
     """The status and the whole body of a ``GET`` of ``path`` with ``Range: bytes=0-``."""
     session = await fs.set_session()
     kwargs = dict(fs.kwargs)

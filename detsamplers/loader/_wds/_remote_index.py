@@ -7,8 +7,11 @@ For a remote shard (NOTE [ remote reads ]) the index is, in this order:
    else the source refuses the shard by name. Over HTTP(S), when the file records a strong
    ETag, that check is made by every read (``If-Match``, and the size in the response's
    ``Content-Range``) instead of a lookup now: building the source costs one request per
-   shard (plus one per host, NOTE [ range support ]). Otherwise the shard is looked up
-   (``HEAD``) and compared at once;
+   shard (the index file's ``GET``, with ``Range: bytes=0-``: its 206 settles the host,
+   NOTE [ range support ]). Otherwise the shard is looked up (``HEAD``) and compared at
+   once, and the version it has now is the one every read checks: without a version in
+   the index file, only a lookup when the source is built gives every reader (ranks,
+   DataLoader workers) one version to hold the shard to;
 2. the local cache, ``<index_dir>/<hash>.index.npz``, the hash keyed by the URL, the size
    and the ETag (or modification time) the server reports now, so a rewritten shard
    misses the cache instead of using stale offsets;
@@ -43,7 +46,7 @@ from ._fetch import (
 )
 from ._index_file import decode_checked, encode_index
 from ._object_store import checked_on_read, same_version, whole_file_kwargs
-from ._ranges import check_range_support
+from ._ranges import check_range_support, get_whole, host_of
 from ._scan import scan_shard
 from ._set_index import (
     SET_INDEX_NAME,
@@ -132,23 +135,30 @@ def _from_sibling(url: str, data: bytes) -> tuple[ShardInfo, bool]:
     return ShardInfo(url, url, keys, members, size, etag), checked_on_read(url, etag)
 
 
-async def _cat_all(fs: Any, paths: list[str], whole: dict[str, Any]) -> list[Any]:
-    """``fs._cat_file`` of each path, at most ``_CONCURRENT`` at a time; errors as values."""
+async def _cat_all(fs: Any, paths: list[str], whole: dict[str, Any], http: bool) -> list[Any]:
+    """Each path's bytes, at most ``_CONCURRENT`` at a time; errors as values.
+
+    Over HTTP(S) ``(status, bytes)`` of a ``GET`` with ``Range: bytes=0-`` (NOTE [ range
+    support ]), else ``fs._cat_file``'s bytes.
+    """
     limit = asyncio.Semaphore(_CONCURRENT)
 
     async def cat(path: str) -> Any:
         async with limit:
-            return await fs._cat_file(path, **whole)
+            return await (get_whole(fs, path) if http else fs._cat_file(path, **whole))
 
     return await asyncio.gather(*(cat(p) for p in paths), return_exceptions=True)
 
 
-def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]:
+def _siblings(
+    urls: Sequence[str], options: RemoteOptions, settled: set[tuple[str, str]] | None = None
+) -> list[bytes | None]:
     """Each shard's index file (``None``: there is none), fetched concurrently in one call.
 
     Filesystems without an async implementation, and fetches that fail otherwise than
     with "not found", give ``_NOT_FETCHED``: :func:`index_remote` fetches those itself,
-    with retries and errors that name the shard.
+    with retries and errors that name the shard. An HTTP(S) host that answers one of
+    them with a 206 is added to ``settled`` (NOTE [ range support ]).
     """
     out: list[bytes | None] = [_NOT_FETCHED] * len(urls)
     groups: dict[int, tuple[Any, list[int], list[str]]] = {}
@@ -161,7 +171,13 @@ def _siblings(urls: Sequence[str], options: RemoteOptions) -> list[bytes | None]
         from fsspec.asyn import sync
 
         whole = whole_file_kwargs(urls[slots[0]])  # one filesystem: one protocol
-        for slot, got in zip(slots, sync(fs.loop, _cat_all, fs, paths, whole), strict=True):
+        http = host_of(urls[slots[0]])[0] in ("http", "https")
+        got_all = sync(fs.loop, _cat_all, fs, paths, whole, http)
+        for slot, got in zip(slots, got_all, strict=True):
+            if http and isinstance(got, tuple):
+                status, got = got
+                if status == 206 and settled is not None:
+                    settled.add(host_of(urls[slot]))
             if isinstance(got, bytes) and got:
                 out[slot] = got
             elif isinstance(got, FileNotFoundError) or is_forbidden(got):
@@ -224,20 +240,27 @@ def index_remote_shards(
     """
     settled: set[tuple[str, str]] = set()  # hosts whose set index came with a 206
     known = from_set_indexes(urls, options, settled)
-    check_range_support(urls, options, settled)  # NOTE [ range support ]
     rest = [i for i, info in enumerate(known) if info is None]
+    siblings = _siblings([urls[i] for i in rest], options, settled) if rest else []
+    check_range_support(urls, options, settled)  # NOTE [ range support ]
     if rest:
-        built = _index_each([urls[i] for i in rest], options, index_dir, progress)
+        built = _index_each([urls[i] for i in rest], options, index_dir, progress, siblings)
         for i, info in zip(rest, built, strict=True):
             known[i] = info
     return [info for info in known if info is not None]
 
 
 def _index_each(
-    urls: Sequence[str], options: RemoteOptions, index_dir: str | None, progress: bool
+    urls: Sequence[str],
+    options: RemoteOptions,
+    index_dir: str | None,
+    progress: bool,
+    siblings: Sequence[bytes | None],
 ) -> list[ShardInfo]:
-    """:func:`index_remote` for each URL, overlapped on threads, in the order given."""
-    siblings = _siblings(urls, options)
+    """:func:`index_remote` for each URL, overlapped on threads, in the order given.
+
+    ``siblings``: each one's index file as :func:`_siblings` fetched it.
+    """
     out: list[ShardInfo | None] = [None] * len(urls)
     for i, (url, data) in enumerate(zip(urls, siblings, strict=True)):
         if data:
