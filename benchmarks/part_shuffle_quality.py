@@ -2,9 +2,11 @@
 
 Run ``python benchmarks/part_shuffle_quality.py`` (or ``--quick``). For a dataset of
 ``S`` shards of ``c`` samples (sample ids in shard order), it builds one epoch's order on
-one rank for several seeds and prints, as ``docs/shuffle-quality.md`` does for the
-permutations, the bucketed positional chi-square (32 x 32, mean about 961 for a uniform
-shuffle), the lag-1 chi-square (16 x 16, about 225) and the adjacent correlation (0), plus
+one rank for several seeds (100; 3 with ``--quick``) and prints the statistics
+``docs/shuffle-quality.md`` uses for the permutations, each computed on one seed's order
+and given as its mean over the seeds plus or minus its standard error: the bucketed
+positional chi-square (32 x 32, mean about 961 for a uniform shuffle), the lag-1
+chi-square (16 x 16, about 225) and the adjacent correlation (0), plus
 what the order costs to read: the shards held at once (the mean over the epoch of the
 shards between their first and last read; the memory a cache needs) and the mean distinct
 shards in a batch of 64.
@@ -65,35 +67,47 @@ def py1e(shards: int, per_shard: int, seed: int, nodes: int, block: int) -> I64:
     return out
 
 
+def _chi2(observed: npt.NDArray[np.float64], expected: Any) -> float:
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
 def stats(orders: list[I64], shards: int, per_shard: int) -> dict[str, float]:
+    """The statistics of each seed's order, then their mean and standard error over seeds.
+
+    Each chi-square is one seed's: pooling the counts of all seeds into one table, as
+    ``shuffle_quality.py`` does for permutations, weighs an order's fixed structure (its
+    rotation through parts) more the more seeds there are, so its figure moved by a fifth
+    from one batch of 20 seeds to the next here; a mean over seeds with its standard error
+    says how far apart two rows really are.
+    """
     n = shards * per_shard
     position = np.arange(n) * 32 // n
-    positional = np.zeros((32, 32))
-    lag = np.zeros((16, 16))
-    corr, held, distinct = [], [], []
+    expected = np.outer(np.bincount(position), np.bincount(position)) / n
+    per: dict[str, list[float]] = {"positional": [], "lag1": [], "corr": [], "held": []}
+    distinct = []
     for order in orders:
         assert sorted(order.tolist()) == list(range(n))
+        positional = np.zeros((32, 32))
         np.add.at(positional, (position, order * 32 // n), 1)
+        per["positional"].append(_chi2(positional, expected))
         bucket = order * 16 // n
+        lag = np.zeros((16, 16))
         np.add.at(lag, (bucket[:-1], bucket[1:]), 1)
-        corr.append(np.corrcoef(order[:-1], order[1:])[0, 1])
+        per["lag1"].append(_chi2(lag, lag.sum() / 256))
+        per["corr"].append(float(np.corrcoef(order[:-1], order[1:])[0, 1]))
         shard = order // per_shard
         first = np.full(shards, n)
         last = np.zeros(shards, dtype=np.int64)
         np.minimum.at(first, shard, np.arange(n))
         np.maximum.at(last, shard, np.arange(n))
-        held.append(float((last - first + 1).sum()) / n)
+        per["held"].append(float((last - first + 1).sum()) / n)
         batches = shard[: n // 64 * 64].reshape(-1, 64)
         distinct.append(np.mean([len(set(b.tolist())) for b in batches]))
-    expected = np.outer(np.bincount(position), np.bincount(position)) / n * len(orders)
-    lag_expected = lag.sum() / 256
-    return {
-        "positional": float(((positional - expected) ** 2 / expected).sum()),
-        "lag1": float(((lag - lag_expected) ** 2 / lag_expected).sum()),
-        "corr": float(np.mean(corr)),
-        "held": float(np.mean(held)),
-        "distinct": float(np.mean(distinct)),
-    }
+    out = {"distinct": float(np.mean(distinct))}
+    for name, values in per.items():
+        out[name] = float(np.mean(values))
+        out[f"{name}_se"] = float(np.std(values, ddof=1) / np.sqrt(len(values)))
+    return out
 
 
 def main() -> None:
@@ -110,7 +124,7 @@ def main() -> None:
         print(json.dumps(orders))
         return
     shards, per_shard = 128, 500
-    seeds = 3 if args.quick else 20
+    seeds = 3 if args.quick else 100
     rows: list[tuple[str, list[I64]]] = []
     for parts, k in ((64, 2), (64, 4), (16, 4), (16, 8)):
         for law in ("run", "epoch"):
@@ -144,8 +158,9 @@ def main() -> None:
     for name, orders in rows:
         s: dict[str, Any] = stats(orders, shards, per_shard)
         print(
-            f"| {name} | {s['held']:.1f} | {s['distinct']:.1f} | {s['positional']:,.0f} |"
-            f" {s['lag1']:,.0f} | {s['corr']:+.4f} |"
+            f"| {name} | {s['held']:.1f} | {s['distinct']:.1f}"
+            f" | {s['positional']:,.0f} ± {s['positional_se']:,.0f}"
+            f" | {s['lag1']:,.0f} ± {s['lag1_se']:,.0f} | {s['corr']:+.4f} ± {s['corr_se']:.4f} |"
         )
 
 
