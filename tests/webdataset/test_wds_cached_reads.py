@@ -7,7 +7,10 @@ proxy of s3_server.py), indexed as a user does (``python -m detsamplers index``)
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,3 +167,46 @@ def test_the_one_pread_path_and_the_sample_by_sample_path_give_the_same_samples(
     finally:
         reader.close()
     assert reader.views == {} and reader.pins == {}
+
+
+def test_while_the_first_batch_downloads_the_prefetch_starts_a_later_batchs_shard(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    source = bucket.make(tmp_path, shuffle_shards=False, parts=0)
+    bucket.s3.reset()
+    cache = source.cache
+    assert cache is not None
+    reader = CachedReader(source.shards, cache, source.prefetch)
+    first = [0, 1, 2, 3, 4]  # more shards than the prefetch downloads at once
+    try:
+        with contextlib.ExitStack() as held:
+            # The first batch's downloads in flight: each holds its shard's lock.
+            for shard in first:
+                lock = held.enter_context(
+                    open(cache.path(source.shards[shard])[: -len(".tar")] + ".lock", "a+b")
+                )
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            reader.follow(iter([first, [5], [5, 6]]))
+            deadline = time.monotonic() + 60
+            while 5 not in reader.pins and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with reader.lock:  # shard 5 came while the first batch's shards were still locked
+                assert 5 in reader.pins and not set(first) & set(reader.pins)
+                assert reader.done == -1
+    except BaseException:
+        reader.close()
+        raise
+    try:
+        got = [
+            reader.read_many(first, [0] * 5),
+            reader.read_many([5], [1]),
+            reader.read_many([5, 6], [2, 0]),
+        ]
+    finally:
+        reader.close()
+    assert [[s["__key__"] for s in batch] for batch in got] == [
+        [source.shards[s].keys[i] for s, i in zip(shards, indexes, strict=True)]
+        for shards, indexes in ((first, [0] * 5), ([5], [1]), ([5, 6], [2, 0]))
+    ]
+    assert (cache.stats.downloaded, cache.stats.waits) == (7, 0)  # each shard once, no wait
+    assert bucket.shard_traffic()[1] == 7

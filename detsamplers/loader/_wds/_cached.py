@@ -7,7 +7,13 @@ stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...
 [ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
 shards of those batches, in order; the thread pins them (downloading the absent ones, up
 to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
-the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a
+the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. The first batch's
+shards go to a pool of their own (``_DOWNLOADS`` more): the first batch fetches them too,
+so those tasks mostly wait on its locks, and the shards of later batches do not queue
+behind them: while the first batch's downloads run, the thread starts ``_EARLY`` of them
+(about: a batch's new shards at once), so that a shard first needed a few dozen batches
+in is on disk before then, at the cost of one more download beside the first batch's;
+once the first batch is read, ``_DOWNLOADS``. A batch reads a
 pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
 reached yet is pinned by the reading thread itself (a prefetch too short): that is a
 *wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``
@@ -29,7 +35,7 @@ flight), so that it waits about as long as the slowest of them, not their sum:
 - within ``prefetch`` shards, the large ones are downloaded whole too.
 
 Memory per process: one download range (``read_ahead`` bytes) per download in flight (at
-most ``_DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
+most ``2 * _DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
 the batch being read, and a file descriptor plus a few dict entries per pinned shard.
 The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
 or the block of a block shuffle) plus ``prefetch``; nothing is kept per shard of the
@@ -71,8 +77,11 @@ __all__ = ["CachedReader"]
 _BATCHES_AHEAD = 256
 #: Requests in flight at once for a reader's first batch.
 _RANGED_THREADS = 16
-#: Whole-shard downloads the prefetch keeps in flight at once.
+#: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
+#: first (and as many for the first batch's shards).
 _DOWNLOADS = 4
+#: Of those, the ones it starts while the first batch's downloads run.
+_EARLY = 1
 
 
 class _View(NamedTuple):
@@ -124,14 +133,20 @@ class CachedReader:
 
     def _run(self, plan: Iterator[Sequence[int]]) -> None:
         downloads = min(_DOWNLOADS, self.prefetch)
+        # The first batch's shards have a pool of their own: the first batch fetches them
+        # too (its downloads and these wait on one lock per shard), so they must not hold
+        # up the shards of the batches after it (NOTE [ shard prefetch ]).
+        firsts = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
         pool = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
+        zero: set[int] = set()
         try:
             for batch, shards in enumerate(plan):
                 with self.lock:
                     while not self.closed and (
                         batch - self.done > _BATCHES_AHEAD
                         or self._ahead() >= self.prefetch
-                        or len(self.fetching) >= downloads
+                        or sum(1 for s in self.fetching if s not in zero)
+                        >= (downloads if self.done >= 0 else _EARLY)
                     ):
                         self.lock.wait()
                     if self.closed:
@@ -142,11 +157,14 @@ class CachedReader:
                         if shard not in self.pins and shard not in self.fetching:
                             self.first[shard] = batch
                             self.fetching.add(shard)
-                            pool.submit(self._download, shard)
+                            if batch == 0:
+                                zero.add(shard)
+                            (firsts if batch == 0 else pool).submit(self._download, shard)
         except Exception:  # the reading thread pins the shard itself, and raises
             pass
         finally:
-            pool.shutdown(wait=False, cancel_futures=self.closed)
+            for each in (firsts, pool):
+                each.shutdown(wait=False, cancel_futures=self.closed)
 
     def _download(self, shard: int) -> None:
         """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
