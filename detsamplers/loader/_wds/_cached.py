@@ -8,12 +8,14 @@ stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...
 shards of those batches, in order; the thread pins them (downloading the absent ones, up
 to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
 the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. The first batch's
-shards go to a pool of their own (``_DOWNLOADS`` more): the first batch fetches them too,
-so those tasks mostly wait on its locks, and the shards of later batches do not queue
-behind them: while the first batch's downloads run, the thread starts ``_EARLY`` of them
-(about: a batch's new shards at once), so that a shard first needed a few dozen batches
-in is on disk before then, at the cost of one more download beside the first batch's;
-once the first batch is read, ``_DOWNLOADS``. A batch reads a
+shards go to a pool of their own (``_DOWNLOADS`` more threads): the first batch fetches
+them too, so those tasks mostly wait on its locks, and the shards of later batches do not
+queue behind them but start while the first batch's downloads run, so that a shard first
+needed a few dozen batches in is on disk before then. (With them held back until the
+first batch's shards were pinned, 4 ranks over moto waited 1-3 times an epoch at its
+end; starting 1 of them early still waited about as often, and starting up to
+``_DOWNLOADS`` did not make the first batch after a resume measurably slower:
+docs/webdataset.md.) A batch reads a
 pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
 reached yet is pinned by the reading thread itself (a prefetch too short): that is a
 *wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``
@@ -52,7 +54,8 @@ whose members are not in tar order is read sample by sample as before. The cache
 the version indexed (its file name holds the URL, size and ETag; its size is checked
 once downloaded), so, as for a remote shard read by ranges, the tar headers are not read
 again (NOTE [ index verification ]); a copy shorter than its index is an error naming
-the file. The views add one small tuple per pinned shard.
+the file. The views add one small tuple per pinned shard (and per shard the first batch
+read by ranges, until the reader closes).
 """
 
 from __future__ import annotations
@@ -80,8 +83,6 @@ _RANGED_THREADS = 16
 #: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
 #: first (and as many for the first batch's shards).
 _DOWNLOADS = 4
-#: Of those, the ones it starts while the first batch's downloads run.
-_EARLY = 1
 
 
 class _View(NamedTuple):
@@ -145,8 +146,7 @@ class CachedReader:
                     while not self.closed and (
                         batch - self.done > _BATCHES_AHEAD
                         or self._ahead() >= self.prefetch
-                        or sum(1 for s in self.fetching if s not in zero)
-                        >= (downloads if self.done >= 0 else _EARLY)
+                        or sum(1 for s in self.fetching if s not in zero) >= downloads
                     ):
                         self.lock.wait()
                     if self.closed:
