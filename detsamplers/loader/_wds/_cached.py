@@ -137,7 +137,7 @@ class CachedReader:
         # The first batch's shards have a pool of their own: the first batch fetches them
         # too (its downloads and these wait on one lock per shard), so they must not hold
         # up the shards of the batches after it (NOTE [ shard prefetch ]).
-        firsts = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
+        firsts = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="first-shards")
         pool = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
         zero: set[int] = set()
         try:
