@@ -7,7 +7,15 @@ stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...
 [ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
 shards of those batches, in order; the thread pins them (downloading the absent ones, up
 to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
-the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. A batch reads a
+the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. The first batch's
+shards go to a pool of their own (``_DOWNLOADS`` more threads): the first batch fetches
+them too, so those tasks mostly wait on its locks, and the shards of later batches do not
+queue behind them but start while the first batch's downloads run, so that a shard first
+needed a few dozen batches in is on disk before then. (With them held back until the
+first batch's shards were pinned, 4 ranks over moto waited 1-3 times an epoch at its
+end; starting 1 of them early still waited about as often, and starting up to
+``_DOWNLOADS`` did not make the first batch after a resume measurably slower:
+docs/webdataset.md.) A batch reads a
 pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
 reached yet is pinned by the reading thread itself (a prefetch too short): that is a
 *wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``
@@ -29,11 +37,25 @@ flight), so that it waits about as long as the slowest of them, not their sum:
 - within ``prefetch`` shards, the large ones are downloaded whole too.
 
 Memory per process: one download range (``read_ahead`` bytes) per download in flight (at
-most ``_DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
+most ``2 * _DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
 the batch being read, and a file descriptor plus a few dict entries per pinned shard.
 The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
 or the block of a block shuffle) plus ``prefetch``; nothing is kept per shard of the
 dataset or per part. Disk: the node's pinned shards, within ``cache_limit`` otherwise.
+
+NOTE [ cached reads ]
+Through a warm cache reading is CPU alone (a few microseconds a sample), so a batch after
+the first does per sample only what the sample needs: the batch takes its shards' pinned
+descriptors under the lock once; a pinned shard's index is resolved once (``_View``:
+its keys and, when its members lie in tar order, checked once per decoded index, the
+packed members), and a sample is then one ``os.pread`` from its first member to the end
+of its last, each member a slice of it: the bytes a sample-by-sample read gives. A shard
+whose members are not in tar order is read sample by sample as before. The cached copy is
+the version indexed (its file name holds the URL, size and ETag; its size is checked
+once downloaded), so, as for a remote shard read by ranges, the tar headers are not read
+again (NOTE [ index verification ]); a copy shorter than its index is an error naming
+the file. The views add one small tuple per pinned shard (and per shard the first batch
+read by ranges, until the reader closes).
 """
 
 from __future__ import annotations
@@ -44,12 +66,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 from ._cache import ShardCache
 from ._fetch import RemoteShard
 from ._index import ShardInfo
 from ._index_file import resolved
+from ._members import PackedMembers
 
 __all__ = ["CachedReader"]
 
@@ -57,8 +80,18 @@ __all__ = ["CachedReader"]
 _BATCHES_AHEAD = 256
 #: Requests in flight at once for a reader's first batch.
 _RANGED_THREADS = 16
-#: Whole-shard downloads the prefetch keeps in flight at once.
+#: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
+#: first (and as many for the first batch's shards).
 _DOWNLOADS = 4
+
+
+class _View(NamedTuple):
+    """A pinned shard's index, resolved once: ``packed`` when its members lie in tar order."""
+
+    info: ShardInfo
+    keys: Sequence[str]
+    members: Sequence[list[Any]]
+    packed: PackedMembers | None
 
 
 class CachedReader:
@@ -83,6 +116,7 @@ class CachedReader:
         self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
         self.done = -1  # the plan's batches read so far, minus one
         self.walked = -1
+        self.views: dict[int, _View] = {}  # the pinned shards' lookups (reading thread only)
         self.closed = False
         self.lock = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -100,14 +134,19 @@ class CachedReader:
 
     def _run(self, plan: Iterator[Sequence[int]]) -> None:
         downloads = min(_DOWNLOADS, self.prefetch)
+        # The first batch's shards have a pool of their own: the first batch fetches them
+        # too (its downloads and these wait on one lock per shard), so they must not hold
+        # up the shards of the batches after it (NOTE [ shard prefetch ]).
+        firsts = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="first-shards")
         pool = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
+        zero: set[int] = set()
         try:
             for batch, shards in enumerate(plan):
                 with self.lock:
                     while not self.closed and (
                         batch - self.done > _BATCHES_AHEAD
                         or self._ahead() >= self.prefetch
-                        or len(self.fetching) >= downloads
+                        or sum(1 for s in self.fetching if s not in zero) >= downloads
                     ):
                         self.lock.wait()
                     if self.closed:
@@ -118,11 +157,14 @@ class CachedReader:
                         if shard not in self.pins and shard not in self.fetching:
                             self.first[shard] = batch
                             self.fetching.add(shard)
-                            pool.submit(self._download, shard)
+                            if batch == 0:
+                                zero.add(shard)
+                            (firsts if batch == 0 else pool).submit(self._download, shard)
         except Exception:  # the reading thread pins the shard itself, and raises
             pass
         finally:
-            pool.shutdown(wait=False, cancel_futures=self.closed)
+            for each in (firsts, pool):
+                each.shutdown(wait=False, cancel_futures=self.closed)
 
     def _download(self, shard: int) -> None:
         """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
@@ -166,16 +208,25 @@ class CachedReader:
     def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``(shards[i], indexes[i])``, in that order: one batch of the plan."""
         first = self._first_batch(shards, indexes) if self.done == -1 else {}
-        out = [
-            first[i] if i in first else self._sample(shard, index)
-            for i, (shard, index) in enumerate(zip(shards, indexes, strict=True))
-        ]
+        with self.lock:  # the batch's pinned shards, in one round trip (NOTE [ cached reads ])
+            pins = self.pins
+            fds = {shard: pins[shard] for shard in set(shards) if shard in pins}
+        out: list[dict[str, Any]] = []
+        for i, (shard, index) in enumerate(zip(shards, indexes, strict=True)):
+            if i in first:
+                out.append(first[i])
+                continue
+            fd = fds.get(shard)
+            if fd is None:  # not pinned yet: pin it now (a wait, unless it is in the folder)
+                fd = fds[shard] = self._fd(shard)
+            out.append(self._read(shard, index, fd))
         with self.lock:
             self.done += 1
             for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
                 if self.thread is None or self.walked > self.done or shard not in self.last:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
+                    self.views.pop(shard, None)
             self.lock.notify_all()
         return out
 
@@ -218,9 +269,42 @@ class CachedReader:
                 done.result()
         return got
 
+    def _view(self, shard: int) -> _View:
+        """What reading ``shard``'s samples needs, looked up once while it is pinned."""
+        view = self.views.get(shard)
+        if view is None:
+            info = self.shards[shard]
+            keys, members = resolved(info.keys), resolved(info.members)
+            packed = members if isinstance(members, PackedMembers) and members.ordered else None
+            view = self.views[shard] = _View(info, keys, members, packed)
+        return view
+
+    def _read(self, shard: int, index: int, fd: int) -> dict[str, Any]:
+        """The sample ``index`` of the pinned ``shard`` (open as ``fd``): one ``pread``."""
+        view = self.views.get(shard) or self._view(shard)
+        packed = view.packed
+        if packed is None:
+            return self._sample(shard, index)
+        keys = view.keys
+        if not 0 <= index < len(keys):
+            raise IndexError(f"sample {index} of {len(keys)} in shard {view.info.url!r}")
+        sample: dict[str, Any] = {"__key__": keys[index], "__url__": view.info.url}
+        starts = packed.starts
+        low, high = starts[index], starts[index + 1]
+        if high > low:  # the members lie in tar order: the first starts, the last ends
+            offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
+            start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
+            data = os.pread(fd, end - start, start)
+            if len(data) != end - start:
+                self._short(view.info)
+            for j in range(low, high):
+                at = offsets[j] - start
+                sample[suffixes[j]] = data[at : at + sizes[j]]
+        return sample
+
     def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
-        info = self.shards[shard]
-        keys, members = resolved(info.keys), resolved(info.members)
+        view = self._view(shard)
+        info, keys, members = view.info, view.keys, view.members
         if not 0 <= index < len(keys):
             raise IndexError(f"sample {index} of {len(keys)} in shard {info.url!r}")
         sample: dict[str, Any] = {"__key__": keys[index], "__url__": info.url}
@@ -233,13 +317,16 @@ class CachedReader:
             else:
                 data = os.pread(self._fd(shard), end - start, start)
             if len(data) != end - start:
-                raise ValueError(
-                    f"shard {info.url!r}: its cached copy is shorter than the index says; "
-                    f"delete {self.cache.path(info)!r} to download it again"
-                )
+                self._short(info)
             for suffix, offset, size in parts:
                 sample[suffix] = data[offset - start : offset - start + size]
         return sample
+
+    def _short(self, info: ShardInfo) -> NoReturn:
+        raise ValueError(
+            f"shard {info.url!r}: its cached copy is shorter than the index says; "
+            f"delete {self.cache.path(info)!r} to download it again"
+        )
 
     def close(self) -> None:
         """Stop prefetching and release every pin."""
@@ -250,4 +337,5 @@ class CachedReader:
             self.pins.clear()
             self.first.clear()
             self.last.clear()
+            self.views.clear()
             self.lock.notify_all()

@@ -11,7 +11,6 @@ load (:mod:`._state`).
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from ._cached import CachedReader
 from ._decode import make_decoder
 from ._fetch import make_options
 from ._index import index_shards
+from ._located import located_batches
 from ._order import ShardOrder
 from ._part_choice import adopt_parts, auto_parts, set_parts
 from ._reader import ShardReader
@@ -354,10 +354,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         )
 
     def _positions(self, batch: int) -> np.ndarray[Any, np.dtype[np.int64]]:
-        limit = None if self.repeat else self.num_samples
-        return rank_positions(
-            batch, self.batch_size, self.world_size, self.rank, limit, self._origin
-        )
+        return rank_positions(batch, *self._shape())
 
     def _end(self) -> int | None:
         """The batch a pass ends before (``None``: never), for this rank."""
@@ -413,10 +410,16 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             >>> [s["__key__"] for s in source.batch_at(3)]
             ['k2', 'k3']
         """
+        return self._batch(batch, reader, *self._order.locate(self._positions(batch)))
+
+    def _batch(
+        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None, *at: Any
+    ) -> Any:
+        """:meth:`batch_at` with the batch's shards and sample indexes, ``at``, located."""
+        shards, samples = at
         own = reader is None
         reader = reader or self._reader()
         try:
-            shards, samples = self._order.locate(self._positions(batch))
             items = reader.read_many(shards.tolist(), samples.tolist())
         finally:
             if own:
@@ -482,22 +485,22 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         reader = self._reader()
         if isinstance(reader, CachedReader):
             reader.follow(self._plan(batch, step, end))
-        try:
-            while end is None or batch < end:
-                yield self.batch_at(batch, reader)
+        try:  # NOTE [ batches located together ]
+            for at in located_batches(self._order, self._shape(), batch, step, end):
+                yield self._batch(batch, reader, *at)
                 batch += step
         finally:
             reader.close()
 
+    def _shape(self) -> tuple[int, int, int, int | None, int]:
+        """This rank's batches' shape, as :func:`rank_positions` takes it after the batch."""
+        limit = None if self.repeat else self.num_samples
+        return self.batch_size, self.world_size, self.rank, limit, self._origin
+
     def _plan(self, batch: int, step: int, end: int | None) -> Iterator[list[int]]:
         """The shards of this rank's batches ``batch, batch + step, ...`` (for the prefetch)."""
-        order, limit = self._order.fork(), None if self.repeat else self.num_samples
-        shape = (self.batch_size, self.world_size, self.rank, limit, self._origin)
-        for t in itertools.count(batch, step):
-            if end is not None and t >= end:
-                return
-            shards: list[int] = order.locate(rank_positions(t, *shape))[0].tolist()
-            yield shards
+        for shards, _ in located_batches(self._order.fork(), self._shape(), batch, step, end):
+            yield shards.tolist()
 
     def __iter__(self) -> Iterator[Any]:
         """Yield this rank's batches from the current position (see :meth:`iter_worker`).
