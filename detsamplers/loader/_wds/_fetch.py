@@ -59,6 +59,7 @@ from ._object_store import (
     read_pinned,
     whole_file_kwargs,
 )
+from ._obstore_s3 import cat_file, read_range, store_for
 from ._verify import version_mismatch
 
 __all__ = [
@@ -291,8 +292,13 @@ def read_if_present(file_url: str, url: str, what: str, options: RemoteOptions) 
     """
     fs, path = remote_fs(file_url, options)
     whole = whole_file_kwargs(file_url)
+    found = store_for(fs, file_url)  # NOTE [ S3 reads through obstore ]
+
+    def attempt() -> Any:
+        return cat_file(found, file_url) if found else fs.cat_file(path, **whole)
+
     try:
-        data: bytes = retrying(url, what, options, lambda: fs.cat_file(path, **whole))
+        data: bytes = retrying(url, what, options, attempt)
     except FileNotFoundError:
         return None
     except OSError as exn:
@@ -443,8 +449,13 @@ class RemoteShard:
         else:
 
             def attempt() -> bytes:
-                got = read_pinned(
-                    self.fs, self.url, self.path, start, end, self.version, self.size, received
+                found = store_for(self.fs, self.url)  # NOTE [ S3 reads through obstore ]
+                got = (
+                    read_range(found, self.url, start, end, self.version, self.size, received)
+                    if found
+                    else read_pinned(
+                        self.fs, self.url, self.path, start, end, self.version, self.size, received
+                    )
                 )
                 if got is None:  # another filesystem: the whole block again
                     data = self.fs.cat_file(self.path, start=start, end=end)
