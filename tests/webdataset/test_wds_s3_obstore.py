@@ -80,14 +80,20 @@ def test_a_resume_over_s3_reads_through_obstore_and_never_builds_botocores_clien
     ],
 )
 def test_storage_options_obstore_cannot_say_keep_the_reads_on_s3fs(
-    options: dict[str, Any], why: str
+    options: dict[str, Any], why: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     url = "s3://bucket/s/d-00.tar"
     fs, _ = remote_fs(url, RemoteOptions(storage_options=options))
     assert store_for(fs, url) is None, why
 
 
-def test_explicit_credentials_with_a_region_or_an_endpoint_read_through_obstore() -> None:
+def test_explicit_credentials_with_a_region_or_an_endpoint_read_through_obstore(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
     url = "s3://bucket/s/d-00.tar"
     for options in (
         {"key": "k", "secret": "s", "client_kwargs": {"region_name": "eu-west-1"}},
@@ -99,3 +105,28 @@ def test_explicit_credentials_with_a_region_or_an_endpoint_read_through_obstore(
         assert found is not None and found[1] == "s/d-00.tar", options
     fs, _ = remote_fs("https://h/s/d-00.tar", RemoteOptions())
     assert store_for(fs, "https://h/s/d-00.tar") is None  # S3 only
+
+
+def test_a_region_left_to_the_environment_reads_through_obstore_unless_a_config_file_may_set_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = "s3://bucket/s/d-00.tar"
+    endpoint = {"key": "k", "secret": "s", "endpoint_url": "http://h"}
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    fs, _ = remote_fs(url, RemoteOptions(storage_options=endpoint))
+    assert store_for(fs, url) is not None  # no region anywhere: us-east-1, as botocore's
+    (tmp_path / "config").write_text("[default]\nregion = eu-west-1\n")
+    assert store_for(fs, url) is None  # a profile's region: botocore reads it, so s3fs
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert store_for(fs, url) is not None
+    keys = {"key": "k", "secret": "s"}
+    fs, _ = remote_fs(url, RemoteOptions(storage_options=keys))
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    assert store_for(fs, url) is not None  # AWS itself, in the environment's region
+    for name in ("AWS_ENDPOINT_URL", "AWS_CA_BUNDLE"):  # botocore would follow these
+        monkeypatch.setenv(name, "https://minio.internal:9000")
+        assert store_for(fs, url) is None, name
+        monkeypatch.delenv(name)

@@ -17,9 +17,14 @@ the set index), goes through obstore when all of these hold, and through s3fs ot
   the source sets (NOTE [ object storage ]); anything else (a profile, requester pays,
   SSE-C keys, a botocore ``Config``) keeps s3fs, which knows it;
 - the credentials are given there (``key`` and ``secret``, or ``anon=True``), and so is
-  the region (``client_kwargs={"region_name": ...}``) or an ``endpoint_url``: botocore
-  also finds credentials in ``~/.aws`` files and profiles, and a bucket's region by
-  asking, which obstore does not do the same way.
+  the region (``client_kwargs={"region_name": ...}``, else ``AWS_REGION`` or
+  ``AWS_DEFAULT_REGION``) or an ``endpoint_url`` (signed for ``us-east-1`` when no region
+  is set anywhere, and kept on s3fs if ``~/.aws/config`` may name one): botocore also
+  finds credentials in ``~/.aws`` files and profiles, and a bucket's region by asking,
+  which obstore does not do the same way;
+- no endpoint, FIPS, dual-stack or CA bundle setting in the environment
+  (``AWS_ENDPOINT_URL``, ``AWS_CA_BUNDLE``...) that botocore would follow, unless the
+  options name an ``http://`` endpoint (no TLS, and the options' endpoint wins).
 
 The reads keep what the s3fs path guarantees: ``IfMatch`` with the indexed ETag and
 ``VersionId`` when recorded (obstore's ``if_match`` and ``version``), the object's total
@@ -55,6 +60,14 @@ _TOP = frozenset(
 )
 _CLIENT = frozenset({"endpoint_url", "region_name"})
 _CONFIG = frozenset({"connect_timeout", "read_timeout", "retries"})
+#: Settings botocore reads from the environment that change where or how it connects.
+_ENDPOINT_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_CA_BUNDLE",
+)
 _STATUS = re.compile(r"status code: (\d{3})")
 _TRANSIENT_CODES = ("SlowDown", "RequestTimeout", "Throttling", "InternalError")
 
@@ -78,11 +91,17 @@ def _settings(options: dict[str, Any]) -> dict[str, Any] | None:
     if config.get("retries", {"total_max_attempts": 1}) != {"total_max_attempts": 1}:
         return None
     endpoint = client.get("endpoint_url") or options.get("endpoint_url")
-    region = client.get("region_name")
+    region = client.get("region_name") or _env_region()
     anon = options.get("anon") is True
     keys = isinstance(options.get("key"), str) and isinstance(options.get("secret"), str)
     if not (anon or keys) or (region is None and endpoint is None):
         return None
+    if region is None and os.path.exists(_config_file()):
+        return None  # botocore would sign with the region of the profile there
+    if any(os.environ.get(name) for name in _ENDPOINT_ENV) and not (
+        endpoint and endpoint.startswith("http://")
+    ):
+        return None  # botocore would pick another endpoint, or trust another CA bundle
     if not all(isinstance(v, str) for v in (endpoint or "", region or "")):
         return None
     timeouts = [config.get(k) for k in ("connect_timeout", "read_timeout")]
@@ -105,6 +124,15 @@ def _settings(options: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(options.get("token"), str):
             out["session_token"] = options["token"]
     return out
+
+
+def _env_region() -> str | None:
+    """The region botocore takes from the environment, if set there."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def _config_file() -> str:
+    return os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
 
 
 def store_for(fs: Any, url: str) -> tuple[Any, str] | None:
