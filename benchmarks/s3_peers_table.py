@@ -18,7 +18,7 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
 - samples/s of epoch 1 and epoch 2 (all ranks' samples over the slowest rank's time);
 - the time from building a reader, with the state its loader saved mid-epoch 1 loaded,
   to its first batch (the slowest rank; each cache emptied first: the worst case). Each
-  library's S3 client (s3fs, boto3) is imported before the timer starts, as ``import
+  library's S3 client (s3fs and obstore, boto3) is imported before the timer starts, as ``import
   litdata`` imports boto3, and so is webdataset, which ours expands the URLs with: the
   figure is the reader's, not an import's;
 - ours only: how often, and how long, reading waited on a download in epoch 1 after each
@@ -128,6 +128,8 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
     from detsamplers.loader import WebDatasetSource
 
     importlib.import_module("s3fs")  # the S3 client, imported before any timer as litdata's
+    with contextlib.suppress(ImportError):  # and obstore's, which reads S3 when installed
+        importlib.import_module("obstore")
     importlib.import_module("webdataset")  # expands the URLs: a library, imported as the peers'
 
     def build(state: Any = None) -> Any:

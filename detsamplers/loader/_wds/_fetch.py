@@ -60,6 +60,7 @@ from ._object_store import (
     whole_file_kwargs,
     wire_bytes,
 )
+from ._obstore_s3 import cat_file, read_range, store_for
 from ._verify import version_mismatch
 
 __all__ = [
@@ -292,8 +293,13 @@ def read_if_present(file_url: str, url: str, what: str, options: RemoteOptions) 
     """
     fs, path = remote_fs(file_url, options)
     whole = whole_file_kwargs(file_url)
+    found = store_for(fs, file_url)  # NOTE [ S3 reads through obstore ]
+
+    def attempt() -> Any:
+        return cat_file(found, file_url) if found else fs.cat_file(path, **whole)
+
     try:
-        data: bytes = retrying(url, what, options, lambda: fs.cat_file(path, **whole))
+        data: bytes = retrying(url, what, options, attempt)
     except FileNotFoundError:
         return None
     except OSError as exn:
@@ -354,7 +360,8 @@ class RemoteShard:
         #: Body bytes of this shard's range answers that came over the wire: those of an
         #: attempt cut short or failed mid-body included, so a block fetched again after a
         #: drop counts both answers. Over HTTP(S), S3 and GCS, every byte that arrived
-        #: (aiohttp's count, buffered bytes included); other filesystems (through
+        #: (aiohttp's count, buffered bytes included; S3 through obstore, the chunks it
+        #: handed over); other filesystems (through
         #: ``cat_file``) count the blocks they return, a failed attempt's bytes unknown.
         self.received = 0
 
@@ -448,6 +455,12 @@ class RemoteShard:
         else:
 
             def attempt() -> bytes:
+                found = store_for(self.fs, self.url)  # NOTE [ S3 reads through obstore ]
+                if found:
+                    read_range(
+                        found, self.url, start, end, self.version, self.size, received, self._count
+                    )
+                    return bytes(received)
                 pinned = read_pinned(
                     self.fs,
                     self.url,

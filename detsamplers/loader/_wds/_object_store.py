@@ -21,7 +21,9 @@ plus ``?versionId=<id>`` when the bucket keeps versions; for GCS the object's ET
   parameter but names the generation it sends (``x-goog-generation``) is caught too, and
   the ``Content-Range`` total is compared with the indexed size.
 
-A body cut short is asked for again from its first missing byte, as over HTTP(S).
+A body cut short is asked for again from its first missing byte, as over HTTP(S). An S3
+read goes through obstore instead of s3fs when the options allow (NOTE [ S3 reads through
+obstore ]), with the same pins and checks.
 
 The source's ``timeout`` and ``retries`` reach these filesystems: s3fs gets botocore's
 ``connect_timeout`` and ``read_timeout`` set to ``timeout`` and is left one attempt per
