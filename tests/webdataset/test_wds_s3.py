@@ -1,7 +1,10 @@
-"""Shards on S3 (moto's server on 127.0.0.1, read with s3fs): pinned versions, retries, index.
+"""Shards on S3 (moto's server on 127.0.0.1): pinned versions, retries, index.
 
 The server is the ``s3`` fixture (s3_server.py): moto behind a proxy that counts what it
-sends and injects dropped connections, 503 ``SlowDown`` answers and stalls.
+sends and injects dropped connections, 503 ``SlowDown`` answers and stalls. Every test runs
+twice, once for each client that reads (NOTE [ S3 reads through obstore ]): obstore, which
+the server's options as given select, and s3fs, which a botocore setting obstore has no
+counterpart for selects (``max_pool_connections`` at botocore's default).
 """
 
 from __future__ import annotations
@@ -16,9 +19,21 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, make, simulate
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import ShardChangedError
+from detsamplers.loader._wds._fetch import RemoteOptions, ShardChangedError, remote_fs
+from detsamplers.loader._wds._obstore_s3 import store_for
 
 _buckets = itertools.count()
+
+
+@pytest.fixture(autouse=True, params=["obstore", "s3fs"])
+def client(request: pytest.FixtureRequest, s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The client the test's reads go through (see the module's docstring)."""
+    if request.param == "s3fs":
+        options = {**s3.options, "config_kwargs": {"max_pool_connections": 10}}
+        monkeypatch.setattr(s3, "options", options)
+    fs, _ = remote_fs("s3://b/k", RemoteOptions(storage_options=s3.options))
+    assert (store_for(fs, "s3://b/k") is None) == (request.param == "s3fs")
+    return str(request.param)
 
 
 def upload(s3: S3Server, shards: str, *, versioned: bool = False) -> str:

@@ -50,6 +50,9 @@ def test_a_resume_over_s3_reads_through_obstore_and_never_builds_botocores_clien
     expected = [[int(x) for x in batch] for batch in whole]
     state = {**whole.state_dict(), "position": 2 * 8}
     s3_session.reset()
+    # fsspec hands every call with the same options one filesystem: start from none, so
+    # that a client an earlier test of this process built is not taken for this resume's.
+    pytest.importorskip("s3fs").S3FileSystem.clear_instance_cache()
     resumed = make(urls, s3_session, tmp_path / "b")
     resumed.load_state_dict(state)
     assert [[int(x) for x in batch] for batch in resumed] == expected[2:]
@@ -130,3 +133,15 @@ def test_a_region_left_to_the_environment_reads_through_obstore_unless_a_config_
         monkeypatch.setenv(name, "https://minio.internal:9000")
         assert store_for(fs, url) is None, name
         monkeypatch.delenv(name)
+
+
+def test_reads_stay_on_obstore_after_s3fs_built_its_client_for_the_same_options(
+    urls: str, s3_session: S3Server
+) -> None:
+    """botocore writes its retry mode into the options' dict as s3fs builds its client."""
+    url = "s3://obstore/s/d-00.tar"
+    fs, path = remote_fs(url, RemoteOptions(storage_options=s3_session.options))
+    assert fs.info(path)["size"] > 0  # through s3fs: its aiobotocore client is built now
+    again, _ = remote_fs(url, RemoteOptions(storage_options=s3_session.options))
+    assert again.storage_options["config_kwargs"]["retries"]["total_max_attempts"] == 1
+    assert store_for(again, url) is not None

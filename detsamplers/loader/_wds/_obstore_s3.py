@@ -89,7 +89,12 @@ def _settings(options: dict[str, Any]) -> dict[str, Any] | None:
     config = dict(options.get("config_kwargs") or {})
     if not set(client) <= _CLIENT or not set(config) <= _CONFIG:
         return None
-    if config.get("retries", {"total_max_attempts": 1}) != {"total_max_attempts": 1}:
+    retries = config.get("retries", {"total_max_attempts": 1})
+    # botocore writes its retry "mode" into this dict when s3fs builds its client, and
+    # fsspec hands the same filesystem (and dict) to every later call with these options.
+    if not isinstance(retries, dict) or retries.get("total_max_attempts") != 1:
+        return None
+    if not set(retries) <= {"total_max_attempts", "mode"}:
         return None
     endpoint = client.get("endpoint_url") or options.get("endpoint_url")
     region = client.get("region_name") or _env_region()
@@ -232,7 +237,7 @@ def read_range(
         raise changed_error(url, f"it has {total} bytes, {size} when indexed")
     got = 0
     try:
-        for chunk in result.stream(min_chunk_size=1 << 16):
+        for chunk in result.stream(min_chunk_size=0):
             got += len(chunk)
             received += memoryview(chunk)[: end - start - len(received)]
     except Exception as exn:
