@@ -5,15 +5,18 @@ iterator in a reference cycle, the garbage collector closed the index queues bef
 iterator's ``__del__`` could tell the workers to stop, and each worker waited out torch's
 5 s join (then was terminated); while the error was held (as ``pytest.raises`` holds it)
 the worker kept running. Here real workers (fork and spawn) read from moto's S3, the GCS
-emulator on 127.0.0.1, every shard GET answers 503 with ``retries=0``, and each
-worker process (its pid noted by ``worker_init_fn``) must be gone within ``BOUND`` seconds of
-the error reaching the caller; the same after a normal end and after a ``break``.
+emulator (every shard GET answering 503, ``retries=0``) and an HTTP server on 127.0.0.1
+(the shards deleted after indexing: 404), and each worker process (its pid noted by
+``worker_init_fn``) must be gone within ``BOUND`` seconds of the error reaching the
+caller; the same after a normal end and after a ``break``.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
+import shutil
 import time
 from itertools import islice
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 from gcs_server import GCSServer
+from http_server import ShardServer
 from s3_server import S3Server
 from wds_helpers import COUNTS, PATTERN, TOTAL, make
 
@@ -138,3 +142,21 @@ def test_a_gcs_worker_whose_read_raises_is_gone_within_the_bound(
     for name in NAMES:
         gcs.fail_503[f"s/{name}"] = 100
     assert_gone_after_error(loader, "gs://stopping/s", tmp_path)
+
+
+def test_an_http_worker_whose_read_raises_is_gone_within_the_bound(
+    shards: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "served"
+    shutil.copytree(Path(shards).parent, root / "s", ignore=shutil.ignore_patterns("*.json"))
+    server = ShardServer(root)
+    try:
+        loader = loader_of(f"{server.url}/s/{PATTERN}", {}, tmp_path, "fork")
+        for name in NAMES:
+            (root / "s" / name).unlink()  # indexed, then gone: every GET answers 404
+        with pytest.raises(OSError, match=rf"{re.escape(server.url)}/s/data-0000\d\d\.tar"):
+            for _ in loader:
+                pass
+        assert seconds_until_gone(workers_of(tmp_path)) < BOUND
+    finally:
+        server.close()
