@@ -13,6 +13,8 @@ each for a bounded number of media downloads:
   minute;
 - ``trickle[name] = n``: the next ``n`` downloads send their body in 4 pieces 0.4 s
   apart (a slow but steady answer: 1.2 s in all);
+- ``slow``: names whose media downloads wait ``SLOW`` seconds before they are passed on;
+  ``most_at_once`` is the most such downloads that were in flight at once;
 - ``forbidden``: names whose requests answer HTTP 403, as GCS does for a missing object
   to a caller who may not list the bucket (a public bucket's anonymous reader);
 - ``fail_503[name] = n``: the next ``n`` requests for the object (its metadata, its
@@ -46,6 +48,7 @@ import aiohttp
 from aiohttp import web
 from loopback_proxy import HOP as _HOP
 from loopback_proxy import LoopbackProxy, Served
+from s3_server import SLOW
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -102,6 +105,8 @@ class GCSServer(LoopbackProxy):
         self.trickle: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
         self.forbidden: set[str] = set()
+        self.slow: set[str] = set()
+        self.most_at_once = self._in_flight = 0
         self.honour_generation = True
         self.report_generation = True
         self.endpoint = self._start_proxy("GCS")
@@ -141,7 +146,8 @@ class GCSServer(LoopbackProxy):
         self.served = Served()
         self.generations = []
         self.drop, self.stall, self.fail_503 = Counter(), Counter(), Counter()
-        self.trickle, self.forbidden = Counter(), set()
+        self.trickle, self.forbidden, self.slow = Counter(), set(), set()
+        self.most_at_once = self._in_flight = 0
         self.honour_generation = self.report_generation = True
 
     def close(self) -> None:
@@ -179,6 +185,11 @@ class GCSServer(LoopbackProxy):
         if media:
             self.served.ranges[name].append(request.headers.get("Range", ""))
             self.generations.append(wanted or "")
+            if name in self.slow:
+                self._in_flight += 1
+                self.most_at_once = max(self.most_at_once, self._in_flight)
+                await asyncio.sleep(SLOW)
+                self._in_flight -= 1
         if self.session is None:
             self.session = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}

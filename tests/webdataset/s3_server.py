@@ -11,6 +11,8 @@ switches on by key, each for a bounded number of ``GetObject`` requests:
 - ``stall[key] = n``: the next ``n`` GETs send their headers, then nothing for a minute;
 - ``fail_503[key] = n``: the next ``n`` GETs answer HTTP 503 ``SlowDown``, as S3 does
   under load;
+- ``slow``: keys whose GETs wait ``SLOW`` seconds before they are passed on (a distant
+  server's round trip); ``most_at_once`` is the most such GETs that were in flight at once;
 - ``forbidden``: keys whose GETs and HEADs answer HTTP 403 ``AccessDenied``, as S3 does
   for a missing key to a caller who may not list the bucket.
 
@@ -25,6 +27,7 @@ Usage (a session fixture in conftest.py)::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import Any
@@ -34,7 +37,10 @@ from aiohttp import web
 from loopback_proxy import HOP as _HOP
 from loopback_proxy import LoopbackProxy, Served
 
-__all__ = ["S3Server", "Served"]
+__all__ = ["SLOW", "S3Server", "Served"]
+
+#: Seconds a ``slow`` GET waits before it is passed on.
+SLOW = 0.2
 
 
 class S3Server(LoopbackProxy):
@@ -53,6 +59,9 @@ class S3Server(LoopbackProxy):
         self.stall: Counter[str] = Counter()
         self.fail_503: Counter[str] = Counter()
         self.forbidden: set[str] = set()
+        self.slow: set[str] = set()
+        self.most_at_once = 0
+        self._in_flight = 0
         self.endpoint = self._start_proxy("S3")
         #: ``storage_options`` for s3fs: the proxy's endpoint and moto's test credentials.
         self.options: dict[str, Any] = {
@@ -90,7 +99,8 @@ class S3Server(LoopbackProxy):
         """Forget what was served and switch every fault off."""
         self.served = Served()
         self.drop, self.stall, self.fail_503 = Counter(), Counter(), Counter()
-        self.forbidden = set()
+        self.forbidden, self.slow = set(), set()
+        self.most_at_once = self._in_flight = 0
 
     def close(self) -> None:
         """Stop the proxy and moto."""
@@ -111,6 +121,11 @@ class S3Server(LoopbackProxy):
             return web.Response(status=403, text=body, content_type="application/xml")
         if get:
             self.served.ranges[key].append(request.headers.get("Range", ""))
+            if key in self.slow:
+                self._in_flight += 1
+                self.most_at_once = max(self.most_at_once, self._in_flight)
+                await asyncio.sleep(SLOW)
+                self._in_flight -= 1
             if self._take(self.fail_503, key):
                 self.served.statuses.append((request.method, key, 503))
                 body = (

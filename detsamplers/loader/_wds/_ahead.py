@@ -8,8 +8,11 @@ which crosses a shard boundary or reads a part of each of several shards; a wind
 that visits several) waited for their round trips one after the other. So before reading,
 the reader finds the shards of the batch it will open, and fetches the first block of each,
 the block its first read would fetch, the same bytes in the same requests, all at once:
-up to ``AHEAD`` of them, over HTTP(S) as concurrent requests on the filesystem's event loop
-(no thread of ours; other filesystems one after the other). A shard still
+up to ``AHEAD`` of them, as concurrent requests on the filesystem's event loop (no thread
+of ours): HTTP(S) GETs, and S3 ``GetObject``s and GCS media GETs pinned as every read of
+theirs is (``IfMatch``/``VersionId``, the generation: NOTE [ object storage ]), each one
+attempt, a failed one made again by the shard's own read with its retries and timeout;
+other filesystems one after the other. A shard still
 open from the batch before, which continues its kept block, is not fetched again; a batch
 that opens one shard fetches it as before. A mixture (NOTE [ mixture readers ]) reads each
 set with its own reader, so each set's reader opens its shards of the batch
@@ -39,9 +42,10 @@ AHEAD = 8
 def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> None:
     """Fill each new stream with the first block its sample ``index`` needs, at once.
 
-    Over HTTP(S) the requests go out together on the filesystem's event loop (one call,
-    no thread); a request that fails there is made again by :meth:`RemoteShard.fill`, with
-    its retries and errors. Other filesystems are filled one by one.
+    Over HTTP(S), S3 and GCS the requests go out together on the filesystem's event loop
+    (one call, no thread); a request that fails there is made again by
+    :meth:`RemoteShard.fill`, with its retries and errors. Other filesystems are filled
+    one by one.
 
     Args:
         jobs: ``(stream, shard info, sample index)``: a stream of the shard opened but not
@@ -53,12 +57,14 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
         start = min(m[1] for m in members) if members else 0
         end = max(m[1] + m[2] for m in members) if members else 0
         spans.append((stream, start, min(stream.size, max(end, start + stream.block))))
-    together = [s for s in spans if s[0].http and s[0].fs.loop is spans[0][0].fs.loop]
-    if len(together) > 1:
+    loops = [getattr(stream.fs, "loop", None) for stream, _, _ in spans]
+    loop = next((each for each in loops if each is not None), None)
+    together = [s for s, each in zip(spans, loops, strict=True) if each is loop]
+    if loop is not None and len(together) > 1:
         from fsspec.asyn import sync
 
         received = [bytearray() for _ in together]
-        got = sync(together[0][0].fs.loop, _get_all, together, received)
+        got = sync(loop, _get_all, together, received)
         for (stream, start, stop), error, data in zip(together, got, received, strict=True):
             if error is None and len(data) == stop - start:
                 stream.keep(start, bytes(data))
@@ -70,9 +76,17 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
 async def _get_all(
     spans: Sequence[tuple[RemoteShard, int, int]], received: Sequence[bytearray]
 ) -> list[BaseException | None]:
-    """One attempt at each span's ranged GET, concurrently; each one's error or ``None``."""
+    """One attempt at each span's ranged GET, concurrently; each one's error or ``None``.
+
+    A span whose filesystem makes no such attempt gets a ``NotImplementedError`` (it is
+    then filled alone).
+    """
+
+    async def nothing() -> None:
+        raise NotImplementedError
+
     attempts = [
-        stream.get(start, stop, data)
+        stream.attempt(start, stop, data) or nothing()
         for (stream, start, stop), data in zip(spans, received, strict=True)
     ]
     return list(await asyncio.gather(*attempts, return_exceptions=True))

@@ -43,7 +43,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -55,6 +55,7 @@ from ._object_store import (
     changed_error,
     filesystem_defaults,
     one_attempt,
+    pinned_range,
     pinned_version,
     read_pinned,
     whole_file_kwargs,
@@ -393,9 +394,18 @@ class RemoteShard:
         """Keep ``data``, the shard's bytes from ``start`` (a fetched block)."""
         self._keep(start, data)
 
-    async def get(self, start: int, end: int, received: bytearray) -> None:
-        """One attempt at the ranged GET of ``[start, end)`` over HTTP(S), into ``received``."""
-        await self._get(start, end, received)
+    def attempt(
+        self, start: int, end: int, received: bytearray
+    ) -> Coroutine[Any, Any, None] | None:
+        """One attempt at ``[start, end)`` into ``received``, a coroutine for ``fs.loop``.
+
+        HTTP(S), and S3 or GCS pinned as :meth:`fetch` reads them; None for another
+        filesystem (NOTE [ first blocks of a batch ]).
+        """
+        if self.http:
+            return self._get(start, end, received)
+        args = (self.url, self.path, start, end, self.version, self.size, received)
+        return pinned_range(self.fs, *args, self._count)
 
     def _kept(self, start: int, end: int) -> bytes | None:
         for first, data in self.blocks:

@@ -1,4 +1,20 @@
-"""``WebDataLoader``: torch's DataLoader over a ``WebDatasetSource``, tracking its position."""
+"""``WebDataLoader``: torch's DataLoader over a ``WebDatasetSource``, tracking its position.
+
+NOTE [ workers stop with the error ]
+When a worker's read raises, torch re-raises the error in the main process from
+``ExceptionWrapper.reraise``, whose frame holds the exception, whose traceback holds that
+frame: a reference cycle that also holds torch's multi-process iterator (``self`` of the
+frames between). So the iterator is freed by the cyclic garbage collector, not when the
+loop ends, and the collector calls weak-reference callbacks before ``__del__``: the
+index queues' own finalizers first close their feeder threads, then the iterator's
+``__del__`` puts the ``None`` that tells each worker to stop into a queue that no thread
+sends any more. Each worker waits for it until torch's join gives up (5 s) and
+terminates it: every failed job hung 5 s at its error, and a preempted one lost 5 s of
+its grace period. So ``__iter__`` shuts the workers down itself, in a ``finally``, while
+the iterator and its queues are whole: on an error, on ``break`` (the generator closed)
+and at the end. A worker mid-read finishes that read (bounded by the source's
+``timeout``) and exits; the node cache's atomic renames and locks see a normal exit.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +34,13 @@ __all__ = ["WebDataLoader"]
 
 def _identity(batch: Any) -> Any:
     return batch
+
+
+def _stop_workers(iterator: object) -> None:
+    """Stop torch's workers of ``iterator`` now (NOTE [ workers stop with the error ])."""
+    stop = getattr(iterator, "_shutdown_workers", None)  # torch's multi-process iterator
+    if stop is not None:
+        stop()
 
 
 class WebDataLoader(tud.DataLoader[Any]):
@@ -99,10 +122,14 @@ class WebDataLoader(tud.DataLoader[Any]):
         """Yield the source's batches, advancing ``source.position`` as each is handed out."""
         source = self.source
         batch = source._begin()
-        for item in super().__iter__():
-            batch += 1
-            source.position = source.origin + batch * source.global_batch
-            yield item
+        iterator = super().__iter__()
+        try:
+            for item in iterator:
+                batch += 1
+                source.position = source.origin + batch * source.global_batch
+                yield item
+        finally:
+            _stop_workers(iterator)
 
     def state_dict(self) -> dict[str, Any]:
         """The source's state after the last batch handed out (see its ``state_dict``)."""

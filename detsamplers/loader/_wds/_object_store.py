@@ -45,7 +45,7 @@ filesystem is built where it is used, through the function that applies all of t
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "checked_on_read",
     "filesystem_defaults",
     "one_attempt",
+    "pinned_range",
     "pinned_version",
     "read_pinned",
     "same_version",
@@ -351,6 +352,31 @@ def read_pinned(
         received += data[: end - start - len(received)]
         return True
     return False
+
+
+def pinned_range(
+    fs: Any,
+    url: str,
+    path: str,
+    start: int,
+    end: int,
+    version: str | None,
+    size: int,
+    received: bytearray,
+    count: Callable[[int], None],
+) -> Coroutine[Any, Any, None] | None:
+    """The one attempt :func:`read_pinned` makes, as a coroutine for ``fs.loop``, or None.
+
+    None where :func:`read_pinned` makes no such attempt (another filesystem, a gcsfs
+    without the internals): NOTE [ first blocks of a batch ] runs several of them at once.
+    """
+    scheme = protocol(url)
+    if scheme in ("s3", "s3a") and hasattr(fs, "get_s3"):
+        return _s3_range(fs, url, path, start, end, version, size, received, count)
+    _, pin, value = split_version(version)
+    if scheme in ("gs", "gcs") and pin == "generation" and _gcs_internals(fs):
+        return _gcs_range(fs, url, path, start, end, str(value), size, received, count)
+    return None
 
 
 def _gcs_internals(fs: Any) -> bool:
