@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from gcs_server import GCSServer
 from s3_server import S3Server
 from wds_helpers import COUNTS, PATTERN, ids, make
@@ -19,17 +20,22 @@ from wds_helpers import COUNTS, PATTERN, ids, make
 NAMES = [f"data-{i:06d}.tar" for i in range(len(COUNTS))]
 
 
+@pytest.mark.parametrize("client", ["obstore", "s3fs"])
 def test_a_batch_opening_four_s3_shards_fetches_their_first_blocks_at_once(
-    s3: S3Server, shards: str, tmp_path: Path
+    s3: S3Server, shards: str, tmp_path: Path, client: str
 ) -> None:
-    bucket = "ahead"
+    """Through either client (NOTE [ S3 reads through obstore ]; test_wds_s3.py's variants)."""
+    options = dict(s3.options)
+    if client == "s3fs":
+        options["config_kwargs"] = {"max_pool_connections": 10}
+    bucket = f"ahead-{client}"
     s3.create_bucket(bucket, versioned=True)
     for name in NAMES:
         s3.put(bucket, f"s/{name}", (Path(shards).parent / name).read_bytes())
     source = make(  # parts=0: no node cache, the reader fetches the shards' blocks
         f"s3://{bucket}/s/{PATTERN}",
         index_dir=str(tmp_path / "index"),
-        storage_options=s3.options,
+        storage_options=options,
         batch_size=40,
         shuffle_shards=False,
     )

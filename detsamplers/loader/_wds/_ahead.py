@@ -11,8 +11,10 @@ the block its first read would fetch, the same bytes in the same requests, all a
 up to ``AHEAD`` of them, as concurrent requests on the filesystem's event loop (no thread
 of ours): HTTP(S) GETs, and S3 ``GetObject``s and GCS media GETs pinned as every read of
 theirs is (``IfMatch``/``VersionId``, the generation: NOTE [ object storage ]), each one
-attempt, a failed one made again by the shard's own read with its retries and timeout;
-other filesystems one after the other. A shard still
+attempt, a failed one made again by the shard's own read with its retries and timeout.
+S3 read through obstore (NOTE [ S3 reads through obstore ]), whose calls block, goes on a
+thread per shard instead, each its whole read with retries; other filesystems one after
+the other. A shard still
 open from the batch before, which continues its kept block, is not fetched again; a batch
 that opens one shard fetches it as before. A mixture (NOTE [ mixture readers ]) reads each
 set with its own reader, so each set's reader opens its shards of the batch
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from ._fetch import RemoteShard
 from ._index import ShardInfo
@@ -44,8 +47,9 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
 
     Over HTTP(S), S3 and GCS the requests go out together on the filesystem's event loop
     (one call, no thread); a request that fails there is made again by
-    :meth:`RemoteShard.fill`, with its retries and errors. Other filesystems are filled
-    one by one.
+    :meth:`RemoteShard.fill`, with its retries and errors. S3 read through obstore, whose
+    calls block, is filled on a thread per shard at once (up to ``AHEAD``), each with its
+    retries. Other filesystems are filled one by one.
 
     Args:
         jobs: ``(stream, shard info, sample index)``: a stream of the shard opened but not
@@ -68,7 +72,12 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
         for (stream, start, stop), error, data in zip(together, got, received, strict=True):
             if error is None and len(data) == stop - start:
                 stream.keep(start, bytes(data))
-    for stream, start, stop in spans:
+    rest = [span for span in spans if not span[0].blocks]
+    threaded = [span for span in rest if span[0].through_obstore()]
+    if len(threaded) > 1:  # obstore's calls block: one thread each, with its retries
+        with ThreadPoolExecutor(len(threaded), thread_name_prefix="first-blocks") as pool:
+            list(pool.map(lambda span: span[0].fill(span[1], span[2]), threaded))
+    for stream, start, stop in rest:
         if not stream.blocks:  # not fetched together: alone, with retries
             stream.fill(start, stop)
 

@@ -394,16 +394,22 @@ class RemoteShard:
         """Keep ``data``, the shard's bytes from ``start`` (a fetched block)."""
         self._keep(start, data)
 
+    def through_obstore(self) -> bool:
+        """Whether this shard is read through obstore (NOTE [ S3 reads through obstore ])."""
+        return not self.http and store_for(self.fs, self.url) is not None
+
     def attempt(
         self, start: int, end: int, received: bytearray
     ) -> Coroutine[Any, Any, None] | None:
         """One attempt at ``[start, end)`` into ``received``, a coroutine for ``fs.loop``.
 
         HTTP(S), and S3 or GCS pinned as :meth:`fetch` reads them; None for another
-        filesystem (NOTE [ first blocks of a batch ]).
+        filesystem, and for S3 read through obstore (NOTE [ first blocks of a batch ]).
         """
         if self.http:
             return self._get(start, end, received)
+        if self.through_obstore():  # its client is not s3fs's: filled on threads instead
+            return None
         args = (self.url, self.path, start, end, self.version, self.size, received)
         return pinned_range(self.fs, *args, self._count)
 
