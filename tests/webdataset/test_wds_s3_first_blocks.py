@@ -69,3 +69,33 @@ def test_a_batch_opening_four_gcs_shards_fetches_their_first_blocks_at_once(
     assert gcs.most_at_once == 4  # main: 1
     assert [len(gcs.served.ranges[f"s/{name}"]) for name in NAMES[:4]] == [1, 1, 1, 1]
     assert all(gcs.generations)  # each download asked for the generation indexed
+
+
+@pytest.mark.parametrize(("answered_503", "fails"), [(1, False), (2, True)])
+def test_a_first_block_fetched_together_is_the_first_of_its_retries_plus_one_attempts(
+    s3: S3Server, shards: str, tmp_path: Path, answered_503: int, fails: bool
+) -> None:
+    """With ``retries=1`` a shard's first block gets 2 requests in all, the one sent with
+    the batch's others included (it was a third one, after the shard's own 2)."""
+    bucket = f"ahead-retries-{answered_503}"
+    s3.create_bucket(bucket)
+    for name in NAMES:
+        s3.put(bucket, f"s/{name}", (Path(shards).parent / name).read_bytes())
+    options = {**s3.options, "config_kwargs": {"max_pool_connections": 10}}  # s3fs's loop
+    source = make(
+        f"s3://{bucket}/s/{PATTERN}",
+        index_dir=str(tmp_path / "index"),
+        storage_options=options,
+        batch_size=40,
+        shuffle_shards=False,
+        retries=1,
+    )
+    s3.reset()
+    key = f"s/{NAMES[2]}"
+    s3.fail_503[key] = answered_503
+    if fails:
+        with pytest.raises(OSError, match=rf"{NAMES[2]}.* failed 2 times \(retries=1"):
+            next(iter(source))
+    else:
+        assert ids(next(iter(source))) == list(range(40))
+    assert len(s3.served.ranges[key]) == 2

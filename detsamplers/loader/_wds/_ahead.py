@@ -11,11 +11,11 @@ the block its first read would fetch, the same bytes in the same requests, all a
 up to ``AHEAD`` of them, as concurrent requests on the filesystem's event loop (no thread
 of ours): HTTP(S) GETs, and S3 ``GetObject``s and GCS media GETs pinned as every read of
 theirs is (``IfMatch``/``VersionId``, the generation: NOTE [ object storage ]), each one
-attempt, a failed one made again by the shard's own read with its retries and timeout.
-S3 read through obstore (NOTE [ S3 reads through obstore ]), whose calls block, goes on a
-thread per shard instead, each its whole read with retries; other filesystems one after
-the other. A shard still
-open from the batch before, which continues its kept block, is not fetched again; a batch
+attempt, a failed one the first of the ``retries + 1`` that the shard's own read then
+makes, with its timeout. S3 read through obstore (NOTE [ S3 reads through obstore ]),
+whose calls block, goes on a thread per shard instead, each its whole read with retries;
+other filesystems one after the other. A shard still open from the batch before, which
+continues its kept block, is not fetched again; a batch
 that opens one shard fetches it as before. A mixture (NOTE [ mixture readers ]) reads each
 set with its own reader, so each set's reader opens its shards of the batch
 (``open_batch``), the first blocks of every set are fetched in one go, and then each set
@@ -46,10 +46,10 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
     """Fill each new stream with the first block its sample ``index`` needs, at once.
 
     Over HTTP(S), S3 and GCS the requests go out together on the filesystem's event loop
-    (one call, no thread); a request that fails there is made again by
-    :meth:`RemoteShard.fill`, with its retries and errors. S3 read through obstore, whose
-    calls block, is filled on a thread per shard at once (up to ``AHEAD``), each with its
-    retries. Other filesystems are filled one by one.
+    (one call, no thread); a request that fails there is the first of the ``retries + 1``
+    attempts :meth:`RemoteShard.fill` then makes, with its errors. S3 read through
+    obstore, whose calls block, is filled on a thread per shard at once (up to
+    ``AHEAD``), each with its retries. Other filesystems are filled one by one.
 
     Args:
         jobs: ``(stream, shard info, sample index)``: a stream of the shard opened but not
@@ -61,6 +61,7 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
         start = min(m[1] for m in members) if members else 0
         end = max(m[1] + m[2] for m in members) if members else 0
         spans.append((stream, start, min(stream.size, max(end, start + stream.block))))
+    failed: dict[int, BaseException] = {}
     loops = [getattr(stream.fs, "loop", None) for stream, _, _ in spans]
     loop = next((each for each in loops if each is not None), None)
     together = [s for s, each in zip(spans, loops, strict=True) if each is loop]
@@ -72,14 +73,16 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
         for (stream, start, stop), error, data in zip(together, got, received, strict=True):
             if error is None and len(data) == stop - start:
                 stream.keep(start, bytes(data))
+            elif error is not None and not isinstance(error, NotImplementedError):
+                failed[id(stream)] = error  # the first of its retries + 1 attempts
     rest = [span for span in spans if not span[0].blocks]
     threaded = [span for span in rest if span[0].through_obstore()]
     if len(threaded) > 1:  # obstore's calls block: one thread each, with its retries
         with ThreadPoolExecutor(len(threaded), thread_name_prefix="first-blocks") as pool:
             list(pool.map(lambda span: span[0].fill(span[1], span[2]), threaded))
     for stream, start, stop in rest:
-        if not stream.blocks:  # not fetched together: alone, with retries
-            stream.fill(start, stop)
+        if not stream.blocks:  # not fetched together: alone, with the retries left
+            stream.fill(start, stop, failed.get(id(stream)))
 
 
 async def _get_all(

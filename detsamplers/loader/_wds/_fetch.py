@@ -247,8 +247,18 @@ def _transient(exn: BaseException) -> bool:
     return isinstance(exn, OSError)
 
 
-def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], T]) -> T:
+def retrying(
+    url: str,
+    what: str,
+    options: RemoteOptions,
+    attempt: Callable[[], T],
+    failed: BaseException | None = None,
+) -> T:
     """Run ``attempt`` until it succeeds, retrying transient failures with backoff.
+
+    ``failed`` is the error of a first attempt made elsewhere (a batch's first blocks
+    fetched together, NOTE [ first blocks of a batch ]): it counts as the first of the
+    ``retries + 1`` attempts, judged as if ``attempt`` had raised it.
 
     Raises:
         FileNotFoundError: the URL does not exist (HTTP 404).
@@ -258,6 +268,8 @@ def retrying(url: str, what: str, options: RemoteOptions, attempt: Callable[[], 
     """
     for tried in range(options.retries + 1):
         try:
+            if tried == 0 and failed is not None:
+                raise failed
             return attempt()
         except FileNotFoundError:
             raise FileNotFoundError(
@@ -386,9 +398,13 @@ class RemoteShard:
             self._prefetch()
         return data[: end - start]
 
-    def fill(self, start: int, stop: int) -> None:
-        """Fetch and keep the block ``[start, stop)`` (NOTE [ first blocks of a batch ])."""
-        self.keep(start, self.fetch(start, stop))
+    def fill(self, start: int, stop: int, failed: BaseException | None = None) -> None:
+        """Fetch and keep the block ``[start, stop)`` (NOTE [ first blocks of a batch ]).
+
+        ``failed``: the error of an :meth:`attempt` at it already made, the first of the
+        ``retries + 1``.
+        """
+        self.keep(start, self.fetch(start, stop, failed))
 
     def keep(self, start: int, data: bytes) -> None:
         """Keep ``data``, the shard's bytes from ``start`` (a fetched block)."""
@@ -459,8 +475,11 @@ class RemoteShard:
             self.executor.shutdown(wait=False, cancel_futures=True)
             self.executor = None
 
-    def fetch(self, start: int, end: int) -> bytes:
-        """The bytes ``[start, end)`` in one range request, retried where it stopped."""
+    def fetch(self, start: int, end: int, failed: BaseException | None = None) -> bytes:
+        """The bytes ``[start, end)`` in one range request, retried where it stopped.
+
+        ``failed``: the error of a first attempt already made (see :func:`retrying`).
+        """
         received = bytearray()
         if self.http:
             from fsspec.asyn import sync
@@ -494,7 +513,7 @@ class RemoteShard:
                     return bytes(data)
                 return bytes(received)
 
-        data = retrying(self.url, "reading", self.options, attempt)
+        data = retrying(self.url, "reading", self.options, attempt, failed)
         if len(data) != end - start:
             raise changed_error(
                 self.url, f"bytes {start}..{end} gave {len(data)} bytes; it is shorter now"
