@@ -330,19 +330,14 @@ def read_pinned(
         ShardChangedError: the shard is no longer at that version.
         FileNotFoundError: it does not exist.
     """
-    scheme = protocol(url)
-    if scheme in ("s3", "s3a") and hasattr(fs, "get_s3"):
+    attempt = pinned_range(fs, url, path, start, end, version, size, received, count)
+    if attempt is not None:
         from fsspec.asyn import sync
 
-        sync(fs.loop, _s3_range, fs, url, path, start, end, version, size, received, count)
+        sync(fs.loop, lambda: attempt)
         return True
     _, pin, value = split_version(version)
-    if scheme in ("gs", "gcs") and pin == "generation" and _gcs_internals(fs):
-        from fsspec.asyn import sync
-
-        sync(fs.loop, _gcs_range, fs, url, path, start, end, str(value), size, received, count)
-        return True
-    if scheme in ("gs", "gcs") and pin == "generation":  # a gcsfs without those internals
+    if protocol(url) in ("gs", "gcs") and pin == "generation":  # gcsfs without the internals
         begin = start + len(received)
         try:
             data = fs.cat_file(path, start=begin, end=end, generation=value)
