@@ -19,6 +19,15 @@ a stop signal ends the worker at once, with status 0 (so that torch's SIGCHLD ch
 the parent reports nothing of its own). The exit of the failing process then sends that
 SIGTERM and returns within seconds, with the exception's non-zero status; a pause that
 the ranks agreed on never sets the flag and keeps its workers.
+
+A worker that ends inside a handler must not take a lock of its parent's with it. torch's
+worker checks its ``done_event`` (a ``multiprocessing`` Event, whose Condition is a
+semaphore shared with the parent) once per index; a stop signal landing inside that check
+ended the worker with the semaphore held, and the parent's next ``_shutdown_workers`` (an
+explicit stop, or the iterator's ``__del__`` in a process that goes on after ``fit``
+raised) waited in ``done_event.set()`` forever, torch's SIGCHLD check being silent for a
+status 0. So :class:`ShieldedInit` finds that event in torch's worker loop, and the handler
+releases whatever part of it this process holds (``SemLock._count``) before ``os._exit``.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 from multiprocessing.sharedctypes import RawValue
 from types import FrameType
 from typing import Any
@@ -44,15 +54,40 @@ def failure_flag() -> Any:
     return RawValue(ctypes.c_bool, False)
 
 
+def _shared_locks() -> list[Any]:
+    """The semaphores of torch's ``done_event`` in the worker loop that calls this, if any.
+
+    A worker holds them only inside ``done_event.is_set()``; the parent takes them in
+    ``done_event.set()`` (NOTE [ failing rank exits ]).
+
+    Examples:
+        >>> _shared_locks()  # not inside a torch worker
+        []
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_worker_loop":
+            event = frame.f_locals.get("done_event")
+            condition = getattr(event, "_cond", None)
+            locks = [getattr(condition, "_lock", None), getattr(event, "_flag", None)]
+            return [lock for lock in locks if hasattr(lock, "_semlock")]
+        frame = frame.f_back
+    return []
+
+
 class _Handler:
     """A worker's handler of the stop signals (NOTE [ failing rank exits ])."""
 
-    def __init__(self, failed: Any) -> None:
+    def __init__(self, failed: Any, shared: list[Any] | None = None) -> None:
         self.failed = failed
         self.parent = os.getppid()
+        self.shared = shared or []
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.failed.value or os.getppid() != self.parent:
+            for lock in self.shared:  # held only if the signal landed inside is_set()
+                if lock._semlock._count() > 0:
+                    lock.release()
             os._exit(0)
 
 
@@ -66,7 +101,7 @@ class ShieldedInit:
 
     def __call__(self, worker_id: int) -> None:
         if self.signals:
-            handler = _Handler(self.failed)
+            handler = _Handler(self.failed, _shared_locks())
             for number in self.signals:
                 signal.signal(number, handler)
         if self.user is not None:

@@ -183,3 +183,22 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
     assert code != 0, text[-3000:]
     assert seconds < EXIT_SECONDS * 2, f"{seconds:.1f} s from the loss to the exit"
     assert survivors and _gone(survivors, 30), "the surviving rank or its worker outlived it"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_its_loader(
+    method: str,
+) -> None:
+    # The worker exits while it holds the semaphore that done_event.set() in the parent takes.
+    script = os.path.join(HERE, "shield_held_lock.py")
+    done = subprocess.run(
+        [sys.executable, script, method],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict, seconds = done.stdout.split()
+    assert verdict == "stopped", f"the loader's stop waited {seconds} s on the dead worker's lock"
