@@ -78,10 +78,10 @@ def _shared_locks() -> list[Any]:
 class _Handler:
     """A worker's handler of the stop signals (NOTE [ failing rank exits ])."""
 
-    def __init__(self, failed: Any, shared: list[Any] | None = None) -> None:
+    def __init__(self, failed: Any, shared: list[Any]) -> None:
         self.failed = failed
         self.parent = os.getppid()
-        self.shared = shared or []
+        self.shared = shared  # torch's done_event semaphores, from _shared_locks()
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.failed.value or os.getppid() != self.parent:
