@@ -54,6 +54,10 @@ __all__ = [
 DEMO_TRIAL = "demo_trial"
 #: A folder holding ``demo_trial.py``, for an install without the repository's examples/.
 EXAMPLES_ENV = "DETSAMPLERS_EXAMPLES"
+#: How long the processes of a hung run get to print their stacks (:func:`end_run`).
+STACKS_SECONDS = 10.0
+#: The most of those stacks that an error message carries.
+STACKS_CHARS = 40_000
 
 
 def examples_dir() -> str:
@@ -87,7 +91,8 @@ def examples_dir() -> str:
 
 def run_env() -> dict[str, str]:
     """The environment of a torchrun launch: one thread per rank, the examples importable."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # PYTHONFAULTHANDLER: a hung run ended by end_run(process, log) prints where it hung.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     try:
         folder = examples_dir()
     except FileNotFoundError:
@@ -148,11 +153,65 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def end_run(process: subprocess.Popen[Any]) -> None:
-    """SIGKILL a torchrun agent and every process below it (its ranks and their workers)."""
-    for pid in [process.pid, *descendants(process.pid)]:
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return not os.path.isdir("/proc") and _signalable(pid)  # no /proc: ask the kernel
+    except (OSError, IndexError):
+        return False
+
+
+def _signalable(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _no_core_dump(pid: int) -> None:
+    """Turn off core dumps of ``pid`` where the system lets us (Linux ``prlimit``)."""
+    with contextlib.suppress(ImportError, AttributeError, OSError):
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+
+
+def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> None:
+    """SIGKILL a torchrun agent and every process below it (its ranks and their workers).
+
+    With ``stacks_log``, the run's log, they are first frozen (SIGSTOP), then one at a
+    time, workers first, named in the log and sent SIGABRT with core dumps off: a Python
+    process started with ``PYTHONFAULTHANDLER`` (as :func:`run_env` starts them) prints
+    every thread's stack to its stderr, that log, and ends. Frozen, none reacts to
+    another's end before its own stacks are out; one at a time, their lines do not
+    interleave. This takes at most ``STACKS_SECONDS``.
+    """
+    pids = [process.pid, *descendants(process.pid)]
+    if stacks_log is not None:
+        for _ in range(2):  # again for a process forked before its parent froze
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+            pids = [process.pid, *descendants(process.pid)]
+        table = processes()
+        deadline = time.monotonic() + STACKS_SECONDS
+        for pid in reversed(pids):  # the deepest first: a worker before its rank
+            parent = table.get(pid, ("", 0, 0))[1]
+            with open(stacks_log, "a") as log:
+                log.write(f"\n--- process {pid}, child of {parent} ---\n")
+            _no_core_dump(pid)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGABRT)
+                os.kill(pid, signal.SIGCONT)
+            while time.monotonic() < deadline and _running(pid):
+                time.sleep(0.02)
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)  # frozen or not
     process.wait()
 
 
@@ -166,25 +225,49 @@ def launch(
 ) -> float:
     """Run ``module`` on ``ranks`` ranks with torchrun; its output goes to ``log``; seconds.
 
+    A run that does not exit within ``timeout`` seconds, or whose wait is interrupted
+    (Ctrl-C, a test's time limit), is ended with :func:`end_run` after every process
+    printed its stacks to ``log``; an interruption is raised again, with those stacks in
+    a note.
+
     Raises:
         RuntimeError: torchrun exited non-zero, or did not exit within ``timeout``
-            seconds (then the run, its ranks and their workers are killed): a hang fails.
+            seconds (then the run, its ranks and their workers are killed, and the
+            message holds their stacks): a hang fails.
     """
     command = torchrun(ranks, args, module, options)
     env = run_env()
     started = time.perf_counter()
+    tail = stacks = ""
     with open(log, "a") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             returncode: int | str = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            end_run(process)
+        except BaseException as error:
+            tail, stacks = _stopped_with_stacks(process, log)
+            if not isinstance(error, subprocess.TimeoutExpired):
+                if hasattr(error, "add_note"):  # Python 3.11+
+                    error.add_note(f"{module} on {ranks} ranks was stopped; its stacks:\n{stacks}")
+                raise
             returncode = f"no exit within {timeout:g} s (killed)"
     if returncode != 0:
-        with open(log) as f:
-            tail = f.read()[-3000:]
+        if stacks:
+            tail = f"{tail}\n--- the stacks of its processes when they were stopped ---\n{stacks}"
+        else:
+            with open(log, errors="replace") as f:
+                tail = f.read()[-3000:]
         raise RuntimeError(f"{module} on {ranks} ranks exited with {returncode}:\n{tail}")
     return time.perf_counter() - started
+
+
+def _stopped_with_stacks(process: subprocess.Popen[Any], log: str) -> tuple[str, str]:
+    """End a run with :func:`end_run`, stacks into ``log``: the log's end before, the stacks."""
+    start = os.path.getsize(log)
+    end_run(process, stacks_log=log)
+    with open(log, "rb") as f:
+        data = f.read()
+    before = data[:start].decode(errors="replace")[-3000:]
+    return before, data[start : start + STACKS_CHARS].decode(errors="replace")
 
 
 def global_batches(record_dir: str, ranks: int) -> dict[int, list[int]]:
@@ -277,7 +360,7 @@ def _preempt(
         try:
             returncode = process.wait(timeout=600)
         except subprocess.TimeoutExpired:
-            end_run(process)
+            end_run(process, stacks_log=log)
             returncode = -signal.SIGKILL
     exit_seconds = time.perf_counter() - signalled
     weights = os.path.join(second, "weights.pt")

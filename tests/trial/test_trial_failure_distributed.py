@@ -8,6 +8,7 @@ from the newest checkpoint. Every subprocess has a timeout: a hang fails the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -202,3 +203,43 @@ def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_it
     assert done.returncode == 0, done.stderr[-3000:]
     verdict, seconds = done.stdout.split()
     assert verdict == "stopped", f"the loader's stop waited {seconds} s on the dead worker's lock"
+
+
+def test_a_hung_run_is_ended_with_the_stacks_of_its_ranks_and_their_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``launch`` ends a run that does not exit, and says where every process was."""
+    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="no exit within 20 s") as raised:
+        launch(2, [], str(tmp_path / "log"), module="hangs_in_a_worker", timeout=20)
+    message = str(raised.value)
+    # Both ranks, in torch's wait for a batch, and both workers, in the sample's sleep.
+    assert message.count("in _try_get_data") == 2, message
+    assert message.count('hangs_in_a_worker.py", line 15 in __getitem__') == 2, message
+    assert time.monotonic() - started < 20 + 10.0 + 30  # timeout, stacks, slack
+    assert not _running("hangs_in_a_worker"), "a process of the hung run outlived launch"
+
+
+def _running(module: str) -> list[int]:
+    """The live processes whose command line names ``module`` (ranks and their workers)."""
+    out = []
+    for pid, (state, _, _) in processes().items():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if state != "Z" and module.encode() in f.read():
+                out.append(pid)
+    return out
+
+
+@pytest.mark.timeout(25)
+def test_a_run_whose_wait_is_interrupted_is_ended_and_the_interruption_carries_its_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Here the interruption is pytest-timeout's own, as a hung test in CI gets it."""
+    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with pytest.raises(pytest.fail.Exception, match="Timeout") as raised:
+        launch(2, [], str(tmp_path / "log"), module="hangs_in_a_worker", timeout=600)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    if sys.version_info >= (3, 11):  # notes are new in 3.11
+        assert notes.count('hangs_in_a_worker.py", line 15 in __getitem__') == 2, notes
+    assert not _running("hangs_in_a_worker"), "a process of the stopped run outlived launch"
