@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.utils.data as tud
-from trial_helpers import metrics
+from trial_helpers import metrics, wait_agents
 
 from detsamplers.trial._demo import descendants, end_run, free_port, launch, processes, torchrun
 from detsamplers.trial._shield import failure_flag, shield_workers
@@ -31,7 +31,9 @@ EXIT_SECONDS = 60  # from the failure to torchrun's exit; a few seconds unloaded
 
 def _env(**extra: str) -> dict[str, str]:
     path = HERE + os.pathsep + os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
+    # PYTHONFAULTHANDLER: a hang prints every process's stacks (end_run, wait_agents).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "PYTHONPATH": path}
+    return {**env, **extra}
 
 
 def _pids(record_dir: Path, ranks: range) -> list[int]:
@@ -50,14 +52,6 @@ def _gone(groups: list[int], seconds: float) -> bool:
             return True
         time.sleep(0.2)
     return False
-
-
-def _wait(agent: subprocess.Popen[bytes], seconds: float) -> int | None:
-    try:
-        return agent.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        end_run(agent)
-        return None
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -109,17 +103,16 @@ def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exa
     ckpt, first = tmp_path / "ckpt", tmp_path / "first"
     args = [f"--checkpoint-dir={ckpt}", *COMMON, "--max-batches=48", "--resume"]
     env = _env(TRIAL_RAISE_AT="13", TRIAL_RAISE_RANK="1")
-    with open(tmp_path / "log", "w") as log:
+    with open(tmp_path / "log", "a") as log:
         agent = subprocess.Popen(
             torchrun(2, [*args, f"--record-dir={first}"], "trial_worker"),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
         )
-        code = _wait(agent, 180)
+        [code] = wait_agents([agent], 180, tmp_path / "log")  # a hang fails with the stacks
     exited = time.time()
     text = (tmp_path / "log").read_text()
-    assert code is not None, f"torchrun hung after a rank raised:\n{text[-3000:]}"
     assert code != 0, text[-3000:]
     assert "train_batch of rank 1 failed at batch 13" in text
     raised = float((first / "raised-rank1").read_text())
@@ -146,7 +139,7 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
     args += ["--max-batches=100000000", "--checkpoint-every=100000000"]
     endpoint = f"--rdzv-endpoint=127.0.0.1:{free_port()}"
     nodes = ["--nnodes=2", "--rdzv-backend=c10d", endpoint, "--rdzv-id=lost", "--max-restarts=0"]
-    with open(tmp_path / "log", "w") as log:
+    with open(tmp_path / "log", "a") as log:
         agents = [
             subprocess.Popen(
                 torchrun(
@@ -173,14 +166,13 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
             survivors = descendants(agents[0].pid)  # its rank and the rank's loader worker
             end_run(agents[1])  # SIGKILL to node 1's agent, its rank and the rank's worker
             killed = time.monotonic()
-            code = _wait(agents[0], 180)
+            [code] = wait_agents([agents[0]], 180, tmp_path / "log")  # a hang fails, stacks
             seconds = time.monotonic() - killed
         finally:
             for agent in agents:
                 if agent.poll() is None:
                     end_run(agent)
     text = (tmp_path / "log").read_text()
-    assert code is not None, f"the surviving agent hung after the other node was lost:\n{text}"
     assert code != 0, text[-3000:]
     assert seconds < EXIT_SECONDS * 2, f"{seconds:.1f} s from the loss to the exit"
     assert survivors and _gone(survivors, 30), "the surviving rank or its worker outlived it"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trial_helpers import metrics
+from trial_helpers import metrics, wait_agents
 
 from detsamplers.trial._demo import free_port, global_batches, launch, torchrun
 
@@ -67,6 +67,7 @@ def test_two_nodes_paused_by_sigterm_resume_on_one_node_with_the_same_global_bat
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",  # a hang prints every process's stacks (wait_agents)
         "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
         "TRIAL_SIGNAL_AT": "10",
         "TRIAL_SIGNAL_RANK": "3",  # one rank of the second node
@@ -74,7 +75,7 @@ def test_two_nodes_paused_by_sigterm_resume_on_one_node_with_the_same_global_bat
     nodes = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
     nodes.append("--rdzv-id=preempted")
     args = [f"--checkpoint-dir={ckpt}", f"--record-dir={first}", *COMMON, "--resume"]
-    with open(tmp_path / "log", "w") as log:
+    with open(tmp_path / "log", "a") as log:
         agents = [
             subprocess.Popen(
                 torchrun(2, args, "trial_worker", [*nodes, f"--node_rank={node}"]),
@@ -84,7 +85,7 @@ def test_two_nodes_paused_by_sigterm_resume_on_one_node_with_the_same_global_bat
             )
             for node in range(2)
         ]
-        codes = [agent.wait(timeout=300) for agent in agents]
+        codes = wait_agents(agents, 300, tmp_path / "log")
     assert codes == [0, 0], (tmp_path / "log").read_text()[-3000:]
     stops = [row for row in metrics(str(ckpt)) if row["type"] == "stop"]
     assert len(stops) == 1 and stops[0]["batches_trained"] < 48
