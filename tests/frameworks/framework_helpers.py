@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+from tests.helpers import run_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -62,13 +63,10 @@ def launch(path: Path, ranks: int, args: list[str], log: Path) -> None:
         *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with open(log, "a") as out:
-        done = subprocess.run(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=TIMEOUT, check=False
-        )
-    if done.returncode != 0:
+    code = run_agent(command, log, env, TIMEOUT)  # a hang fails with every process's stacks
+    if code != 0:
         raise AssertionError(
-            f"{script} on {ranks} ranks exited {done.returncode}:\n" + log.read_text()[-4000:]
+            f"{script} on {ranks} ranks exited {code}:\n" + log.read_text()[-4000:]
         )
 
 

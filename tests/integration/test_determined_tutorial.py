@@ -14,7 +14,6 @@ import difflib
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.frameworks.framework_helpers import TIMEOUT, free_port
+from tests.helpers import run_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ROOT / "examples" / "determined_mnist"
@@ -70,11 +70,10 @@ def _launch(folder: Path, ranks: int, batches: int) -> str:
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RECORD_FILE": str(folder / "records")}
     env.pop("DETSAMPLERS_EXPERIMENT_CONFIG", None)
-    done = subprocess.run(
-        command, cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
+    log = folder / f"torchrun-{ranks}-{len(list(folder.glob('torchrun-*.log')))}.log"
+    code = run_agent(command, log, env, TIMEOUT, cwd=folder)  # a hang fails, with stacks
+    output = log.read_text()
+    assert code == 0, output[-4000:]
     return output
 
 

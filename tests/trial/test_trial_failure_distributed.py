@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.utils.data as tud
-from trial_helpers import metrics, wait_agents
+from trial_helpers import metrics
 
 from detsamplers.trial._demo import descendants, end_run, free_port, launch, processes, torchrun
 from detsamplers.trial._shield import failure_flag, shield_workers
+from tests.helpers import wait_agents
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16"]
@@ -110,7 +111,7 @@ def test_a_rank_whose_train_batch_raises_with_workers_exits_and_auto_resumes_exa
             stderr=subprocess.STDOUT,
             env=env,
         )
-        [code] = wait_agents([agent], 180, tmp_path / "log")  # a hang fails with the stacks
+        [code] = wait_agents([(agent, tmp_path / "log")], 180)  # a hang fails, with stacks
     exited = time.time()
     text = (tmp_path / "log").read_text()
     assert code != 0, text[-3000:]
@@ -166,7 +167,7 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
             survivors = descendants(agents[0].pid)  # its rank and the rank's loader worker
             end_run(agents[1])  # SIGKILL to node 1's agent, its rank and the rank's worker
             killed = time.monotonic()
-            [code] = wait_agents([agents[0]], 180, tmp_path / "log")  # a hang fails, stacks
+            [code] = wait_agents([(agents[0], tmp_path / "log")], 180)  # a hang fails, stacks
             seconds = time.monotonic() - killed
         finally:
             for agent in agents:

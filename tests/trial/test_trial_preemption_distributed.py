@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from trial_helpers import metrics, wait_agents
+from trial_helpers import metrics
 
 from detsamplers.trial._demo import free_port, global_batches, launch, torchrun
+from tests.helpers import wait_agents
 
 pytestmark = pytest.mark.distributed
 
@@ -85,7 +86,7 @@ def test_two_nodes_paused_by_sigterm_resume_on_one_node_with_the_same_global_bat
             )
             for node in range(2)
         ]
-        codes = wait_agents(agents, 300, tmp_path / "log")
+        codes = wait_agents([(agent, tmp_path / "log") for agent in agents], 300)
     assert codes == [0, 0], (tmp_path / "log").read_text()[-3000:]
     stops = [row for row in metrics(str(ckpt)) if row["type"] == "stop"]
     assert len(stops) == 1 and stops[0]["batches_trained"] < 48

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,6 @@ import torch
 from demo_trial import DemoTrial, unwrapped
 
 from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
-from detsamplers.trial._demo import end_run
 
 HPARAMS: dict[str, Any] = {"global_batch_size": 8, "lr": 0.1, "records": 40, "num_workers": 0}
 
@@ -68,29 +65,3 @@ def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def metrics(checkpoint_dir: str) -> list[dict[str, Any]]:
     with open(os.path.join(checkpoint_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
-
-
-def wait_agents(agents: list[subprocess.Popen[bytes]], seconds: float, log: Path) -> list[int]:
-    """Wait for torchrun agents a test started; a hang ends them all, with their stacks.
-
-    Within ``seconds`` in all; otherwise, or if the wait is interrupted, every agent still
-    running is ended by ``end_run``, every process printing its stacks into ``log`` (which
-    the agents must write in append mode, as ``end_run`` appends to it too). A hang fails
-    the test with those stacks; an interruption is raised again, with them in a note.
-    """
-    deadline = time.monotonic() + seconds
-    try:
-        return [agent.wait(timeout=max(0.0, deadline - time.monotonic())) for agent in agents]
-    except BaseException as error:
-        start = log.stat().st_size
-        for agent in agents:
-            if agent.poll() is None:
-                end_run(agent, stacks_log=str(log))
-        stacks = log.read_bytes()[start:].decode(errors="replace")
-        if isinstance(error, subprocess.TimeoutExpired):
-            raise AssertionError(
-                f"torchrun ran past {seconds:g} s; its stacks:\n{stacks}"
-            ) from None
-        if hasattr(error, "add_note"):  # Python 3.11+
-            error.add_note(f"the torchrun agents were stopped; their stacks:\n{stacks}")
-        raise

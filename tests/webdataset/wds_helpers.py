@@ -19,6 +19,7 @@ import torch
 import webdataset as wds
 
 from detsamplers.loader import WebDatasetSource
+from tests.helpers import wait_agents
 
 #: 7 shards of 3 to 20 samples: 71 samples, uneven on purpose.
 COUNTS = [3, 20, 7, 11, 5, 16, 9]
@@ -168,7 +169,7 @@ def run_two_agents(
     as a cluster's launcher does on every restart.
     """
     here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # stacks on a hang
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -185,18 +186,14 @@ def run_two_agents(
             *rendezvous, *([f"--node-rank={node}"] if static else []),
             "-m", module, *node_args(node),
         ]  # fmt: skip
-        log = open(tmp_path / f"agent{node}.log", "w")  # noqa: SIM115 - closed below
+        log = open(tmp_path / f"agent{node}.log", "a")  # noqa: SIM115 - closed below
         agents.append(
             (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
         )
-    try:
-        for agent, _ in agents:
-            agent.wait(timeout=180)
+    try:  # a hang fails with every process's stacks
+        codes = wait_agents([(agent, Path(log.name)) for agent, log in agents], 180)
     finally:
-        for agent, log in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait(timeout=10)
+        for _, log in agents:
             log.close()
     logs = [(tmp_path / f"agent{n}.log").read_text()[-2000:] for n in range(2)]
-    assert [agent.returncode for agent, _ in agents] == [0, 0], logs
+    assert codes == [0, 0], logs
