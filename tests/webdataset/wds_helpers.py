@@ -19,7 +19,6 @@ import torch
 import webdataset as wds
 
 from detsamplers.loader import WebDatasetSource
-from tests.helpers import wait_agents
 
 #: 7 shards of 3 to 20 samples: 71 samples, uneven on purpose.
 COUNTS = [3, 20, 7, 11, 5, 16, 9]
@@ -168,6 +167,10 @@ def run_two_agents(
     agents as they arrive; ``static`` gives agent ``n`` node rank ``n`` (``--node-rank``),
     as a cluster's launcher does on every restart.
     """
+    # Here, not at the top: benchmarks/s3_build_table.py imports this module without the
+    # repository's root on the path.
+    from tests.helpers import wait_agents
+
     here = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # stacks on a hang
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
