@@ -184,11 +184,13 @@ def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> No
     """SIGKILL a torchrun agent and every process below it (its ranks and their workers).
 
     With ``stacks_log``, the run's log, they are first frozen (SIGSTOP), then one at a
-    time, workers first, named in the log and sent SIGABRT with core dumps off: a Python
-    process started with ``PYTHONFAULTHANDLER`` (as :func:`run_env` starts them) prints
-    every thread's stack to its stderr, that log, and ends. Frozen, none reacts to
-    another's end before its own stacks are out; one at a time, their lines do not
-    interleave. This takes at most ``STACKS_SECONDS``.
+    time, the agent first and a worker after its rank, named in the log and sent SIGABRT
+    with core dumps off: a Python process started with ``PYTHONFAULTHANDLER`` (as
+    :func:`run_env` starts them) prints every thread's stack to its stderr, that log, and
+    ends. Frozen until its turn, and ended before its children, none reacts to another's
+    end (torch's check of its workers would raise in a rank whose worker died) before its
+    own stacks are out; one at a time, their lines do not interleave. This takes at most
+    ``STACKS_SECONDS``.
     """
     pids = [process.pid, *descendants(process.pid)]
     if stacks_log is not None:
@@ -199,7 +201,7 @@ def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> No
             pids = [process.pid, *descendants(process.pid)]
         table = processes()
         deadline = time.monotonic() + STACKS_SECONDS
-        for pid in reversed(pids):  # the deepest first: a worker before its rank
+        for pid in pids:  # parents first: a rank before its workers
             parent = table.get(pid, ("", 0, 0))[1]
             with open(stacks_log, "a") as log:
                 log.write(f"\n--- process {pid}, child of {parent} ---\n")
