@@ -47,9 +47,7 @@ def wait_agents(agents: list[tuple[subprocess.Popen[Any], Path]], seconds: float
         stacks = ""
         for agent, log in agents:
             if agent.poll() is None:
-                start = log.stat().st_size
-                end_run(agent, stacks_log=str(log))
-                stacks += log.read_bytes()[start:].decode(errors="replace")
+                stacks += end_run(agent, stacks_log=str(log))
         if isinstance(error, subprocess.TimeoutExpired):
             message = f"torchrun ran past {seconds:g} s; its stacks:\n{stacks}"
             raise AssertionError(message) from None

@@ -127,16 +127,23 @@ def torchrun(
     ]  # fmt: skip
 
 
+def _stat(pid: int | str) -> tuple[str, int, int] | None:
+    """``(state, parent, process group)`` of ``pid`` from Linux ``/proc``; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def processes() -> dict[int, tuple[str, int, int]]:
     """Every process's ``(state, parent, process group)`` by pid (Linux ``/proc``, else {})."""
     out = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-        except (OSError, IndexError, ValueError):
-            continue
+        stat = _stat(entry) if entry.isdigit() else None
+        if stat is not None:
+            out[int(entry)] = stat
     return out
 
 
@@ -154,22 +161,9 @@ def descendants(pid: int) -> list[int]:
 
 
 def _running(pid: int) -> bool:
-    """Whether ``pid`` is alive and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return not os.path.isdir("/proc") and _signalable(pid)  # no /proc: ask the kernel
-    except (OSError, IndexError):
-        return False
-
-
-def _signalable(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+    """Whether ``pid`` is alive and not a zombie (Linux ``/proc``; elsewhere, False)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
 
 
 def _no_core_dump(pid: int) -> None:
@@ -180,7 +174,7 @@ def _no_core_dump(pid: int) -> None:
         resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
-def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> None:
+def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> str:
     """SIGKILL a torchrun agent and every process below it (its ranks and their workers).
 
     With ``stacks_log``, the run's log, they are first frozen (SIGSTOP), then one at a
@@ -191,8 +185,13 @@ def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> No
     end (torch's check of its workers would raise in a rank whose worker died) before its
     own stacks are out; one at a time, their lines do not interleave. This takes at most
     ``STACKS_SECONDS``.
+
+    Returns:
+        What they printed into ``stacks_log`` meanwhile (at most ``STACKS_CHARS``), or
+        ``""`` without it.
     """
     pids = [process.pid, *descendants(process.pid)]
+    start = os.path.getsize(stacks_log) if stacks_log is not None else 0
     if stacks_log is not None:
         for _ in range(2):  # again for a process forked before its parent froze
             for pid in pids:
@@ -215,6 +214,11 @@ def end_run(process: subprocess.Popen[Any], stacks_log: str | None = None) -> No
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)  # frozen or not
     process.wait()
+    if stacks_log is None:
+        return ""
+    with open(stacks_log, "rb") as f:
+        f.seek(start)
+        return f.read(STACKS_CHARS).decode(errors="replace")
 
 
 def launch(
@@ -246,7 +250,8 @@ def launch(
         try:
             returncode: int | str = process.wait(timeout=timeout)
         except BaseException as error:
-            tail, stacks = _stopped_with_stacks(process, log)
+            tail = _tail(log)
+            stacks = end_run(process, stacks_log=log)
             if not isinstance(error, subprocess.TimeoutExpired):
                 if hasattr(error, "add_note"):  # Python 3.11+
                     error.add_note(f"{module} on {ranks} ranks was stopped; its stacks:\n{stacks}")
@@ -256,20 +261,15 @@ def launch(
         if stacks:
             tail = f"{tail}\n--- the stacks of its processes when they were stopped ---\n{stacks}"
         else:
-            with open(log, errors="replace") as f:
-                tail = f.read()[-3000:]
+            tail = _tail(log)
         raise RuntimeError(f"{module} on {ranks} ranks exited with {returncode}:\n{tail}")
     return time.perf_counter() - started
 
 
-def _stopped_with_stacks(process: subprocess.Popen[Any], log: str) -> tuple[str, str]:
-    """End a run with :func:`end_run`, stacks into ``log``: the log's end before, the stacks."""
-    start = os.path.getsize(log)
-    end_run(process, stacks_log=log)
+def _tail(log: str) -> str:
+    """The last 3,000 characters of ``log``."""
     with open(log, "rb") as f:
-        data = f.read()
-    before = data[:start].decode(errors="replace")[-3000:]
-    return before, data[start : start + STACKS_CHARS].decode(errors="replace")
+        return f.read().decode(errors="replace")[-3000:]
 
 
 def global_batches(record_dir: str, ranks: int) -> dict[int, list[int]]:
