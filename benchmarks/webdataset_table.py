@@ -75,8 +75,8 @@ def plain(urls: str) -> Any:
 
 
 def ours(urls: str, **kwargs: Any) -> WebDatasetSource:
-    """Our source; ``parts=0``: the plain order and range reads, also over HTTP (the default
-    gives remote shards parts and the node cache, which locality_table.py measures)."""
+    """Our source; ``parts=0``: the plain order and range reads, also over HTTP (the default;
+    parts and the node cache are measured by locality_table.py)."""
     options: dict[str, Any] = {"seed": 0, "batch_size": BATCH, "decode": (), "map": to_pair}
     return WebDatasetSource(urls, **{**options, "parts": 0, **kwargs})
 

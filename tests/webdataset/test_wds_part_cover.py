@@ -26,15 +26,8 @@ from wds_helpers import label, make, simulate, write_shards, write_small_samples
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
 from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._part_choice import (
-    ADOPT_LIMIT,
-    AUTO_BUDGET,
-    AUTO_PARTS,
-    auto_parts,
-    set_parts,
-)
+from detsamplers.loader._wds._part_choice import ADOPT_LIMIT, DEFAULT_CACHE_LIMIT, set_parts
 from detsamplers.loader._wds._part_cover import PartCover
-from detsamplers.loader._wds._shard_info import ShardInfo
 from detsamplers.loader._wds._split import rank_positions
 
 FIXTURE = Path(__file__).parent / "fixtures" / "main_parts_states.json"
@@ -254,38 +247,15 @@ def test_two_nodes_download_nothing_in_epochs_2_and_3(
         assert len(set(got)) == len(got) == per_epoch  # no sample twice within an epoch
 
 
-def _remote(shards: int, samples: int, size: int) -> list[ShardInfo]:
-    keys = [str(k) for k in range(samples)]
-    return [ShardInfo(f"s3://b/{i}.tar", "", keys, [], size) for i in range(shards)]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    shards=st.integers(1, 5000),
-    samples=st.integers(1, 200),
-    size=st.integers(1, 4 << 30),
-    limit=st.one_of(st.none(), st.integers(1, 1 << 42)),
-)
-def test_the_default_parts_divide_720_and_pin_at_most_the_budget_on_one_rank(
-    shards: int, samples: int, size: int, limit: int | None
-) -> None:
-    chosen = auto_parts(_remote(shards, samples, size), limit)
-    budget = AUTO_BUDGET if limit is None else limit
-    if chosen:
-        assert 720 % chosen == 0 and 16 * chosen <= shards * samples
-        assert 2 * chosen * size <= budget  # the most one rank (W = 1) pins
-    bigger = [c for c in AUTO_PARTS if c > chosen]
-    assert all(2 * c * size > budget or 16 * c > shards * samples for c in bigger)  # the largest
-
-
-def test_the_default_parts_are_0_for_local_shards_and_720_for_small_remote_ones(
-    shards: str,
+def test_the_default_is_the_plain_order_without_a_cache_for_local_and_remote_shards(
+    shards: str, served: Served
 ) -> None:
     local = WebDatasetSource(shards, seed=0, batch_size=2)
     assert (local.parts, local.parts_auto, local.cache) == (0, True, None)
     assert "parts" not in local.state_dict()["config"]  # every local order as before
-    assert auto_parts(_remote(4096, 100, 40 << 20), None) == 720
-    assert auto_parts(_remote(512, 1000, 1 << 30), None) == 24  # 1 GB shards: 48 GB pinned
+    remote = served.make()  # 682 samples of 16 shards: the earlier rule gave them C = 24
+    assert (remote.parts, remote.parts_auto, remote.cache) == (0, True, None)
+    assert "parts" not in remote.state_dict()["config"]
 
 
 def test_a_default_source_refuses_a_hostile_part_count_without_building_it(
@@ -304,12 +274,12 @@ def test_a_default_source_refuses_a_hostile_part_count_without_building_it(
     assert (source.parts, source.state_dict()) == (0, state)  # left as it was
 
 
-def test_over_nginx_the_default_gives_remote_shards_rank_local_parts(
+def test_over_nginx_rank_local_parts_read_each_ranks_share_and_the_plain_order_all(
     served: Served, tmp_path: Path
 ) -> None:
-    """Two ranks, a cache folder each: the default reads each rank's share, the plain order all."""
+    """Two ranks, a cache folder each: parts read each rank's share, the plain order all."""
     sent = {}
-    for parts in (None, 0):
+    for parts in (24, 0):
         mark = served.nginx.mark()
         labels: list[int] = []
         for rank in range(2):
@@ -317,36 +287,37 @@ def test_over_nginx_the_default_gives_remote_shards_rank_local_parts(
             source = served.make(
                 world_size=2, rank=rank, repeat=False, cache_dir=str(folder), parts=parts
             )
-            assert source.parts == (24 if parts is None else 0)  # 682 samples: 16 C <= N
             labels += [int(x) for b in source for x in b]
         assert sorted(labels) == list(range(served.total))
         sent[parts] = served.nginx.served(mark)[0] / served.bytes
-    assert sent[None] <= 1.3 < 1.8 <= sent[0], sent
+    assert sent[24] <= 1.3 < 1.8 <= sent[0], sent
 
 
-def test_a_default_source_over_nginx_resumes_a_state_saved_without_parts_as_it_was(
+def test_a_default_source_over_nginx_takes_the_law_and_cache_of_the_state_it_loads(
     served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    old = served.make(parts=0, shuffle_block_shards=2)  # as every state saved before parts
+    # A state saved under the earlier default for remote shards (C = 24, the default folder).
+    old = served.make(parts=24, shuffle_block_shards=2)
+    assert old.cache is not None and str(tmp_path / "xdg") in str(old.cache.folder)
+    assert old.cache.limit == DEFAULT_CACHE_LIMIT  # the default folder is bounded
     old.load_state_dict({**old.state_dict(), "position": 3 * served.total // 2})
     state = old.state_dict()
     expected = [[int(x) for x in b] for b in islice(iter(old), 12)]
     source = served.make(shuffle_block_shards=2)
-    assert source.parts == 24 and source.cache is not None  # the default cache folder
-    assert str(tmp_path / "xdg") in str(source.cache.folder)
-    assert source.cache.limit == AUTO_BUDGET  # the default folder is bounded
-    own = served.make(shuffle_block_shards=2, cache_dir=str(tmp_path / "own"))
+    assert (source.parts, source.cache) == (0, None)
+    own = served.make(parts=24, shuffle_block_shards=2, cache_dir=str(tmp_path / "own"))
     assert own.cache is not None and own.cache.limit is None  # a folder of one's own is not
-    capped = served.make(shuffle_block_shards=2, cache_limit=1 << 30)
+    capped = served.make(parts=24, shuffle_block_shards=2, cache_limit=1 << 30)
     assert capped.cache is not None and capped.cache.limit == 1 << 30
     source.load_state_dict(state)
-    assert (source.parts, source.cache) == (0, None)  # that run read without a cache
+    assert source.parts == 24 and source.cache is not None  # as that run read
+    assert source.cache.limit == DEFAULT_CACHE_LIMIT
     assert [[int(x) for x in b] for b in islice(iter(source), 12)] == expected
     assert source.state_dict() == {**state, "position": state["position"] + 12 * 8}
     fresh = served.make(shuffle_block_shards=2)
-    fresh.load_state_dict(fresh.state_dict())  # its own state keeps its parts
-    assert fresh.parts == 24
+    fresh.load_state_dict(fresh.state_dict())  # its own state keeps the plain order
+    assert (fresh.parts, fresh.cache) == (0, None)
 
 
 def test_a_mixture_rank_reads_the_same_shards_of_each_set_in_every_epoch(

@@ -91,9 +91,9 @@ def noisy_label(sample: dict[str, Any]) -> tuple[int, float, float, float]:
 def make(urls: str, **kwargs: Any) -> WebDatasetSource:
     """A source of labels (``decode=()`` turns ``cls`` into an int) with test defaults.
 
-    ``parts=0``: the plain order, the same for a remote copy of the shards as for the local
-    one (the default, ``parts=None``, gives remote shards parts: NOTE [ parts chosen at
-    load ], tested in test_wds_part_cover.py).
+    ``parts=0``: the plain order, as the default ``parts=None`` gives local and remote
+    shards alike, but without taking a loaded state's parts (NOTE [ parts chosen at
+    load ], tested in test_wds_part_cover.py and test_wds_one_order.py).
     """
     options: dict[str, Any] = {
         "seed": 0,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import default_collate
@@ -128,7 +128,7 @@ class WebDatasetMix(WebDatasetSource):
             fingerprint. The default stays 0 (the single source's ``None`` is not taken:
             the lanes are one law for every set, NOTE [ parts chosen at load ]).
         cache_dir: As for :class:`WebDatasetSource` (every set alike; with ``parts`` over
-            remote shards and no ``cache_dir``, the default cache folder).
+            remote shards and no ``cache_dir``, the default cache folder; ``False``: none).
         cache_limit: As for :class:`WebDatasetSource`.
         prefetch: As for :class:`WebDatasetSource`.
 
@@ -187,7 +187,7 @@ class WebDatasetMix(WebDatasetSource):
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
         parts: int | Sequence[int] = 0,
-        cache_dir: str | None = None,
+        cache_dir: str | Literal[False] | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
     ) -> None:

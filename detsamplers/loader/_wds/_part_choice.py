@@ -1,19 +1,23 @@
 """The parts law of a shard source: chosen when it is built, and again when a state loads.
 
 NOTE [ parts chosen at load ]
-``parts=None`` (the default) lets the source choose ``C``: 0 (the plain order) for local
-shards, so every local order is the one of earlier releases, and for remote shards the
-largest of ``AUTO_PARTS`` (720, 360, 240, 120, 60, 24, 12, 6, 2; each divides 720) with
-``2 C`` shards of the mean size within the byte budget (``cache_limit``, else
-``AUTO_BUDGET`` = 64 GiB) and ``16 C <= N`` (the ``N mod C`` samples past the parts,
-which every rank reads in turn, stay under 1/16 of an epoch). A rank of ``W`` pins at most
-``2 C / W`` of its parts' shards in the node cache at once (NOTE [ shard cache ]), so one
-rank (the worst case) pins at most the budget: 720 for shards up to 47 MB, 24 for 1 GB
-shards. Over remote shards the default also turns on the node cache, in the default
-folder (``$XDG_CACHE_HOME/detsamplers/shards``) and, unless ``cache_limit`` says otherwise,
-bounded by the same budget (an explicit ``cache_dir`` has no limit unless given one). The choice
-depends on the shards (their sizes and number) and ``cache_limit``, never on the world
-size, so every rank of every world size chooses the same ``C``.
+``parts=None`` (the default) is the plain order (``C = 0``) for every shard list, local or
+remote: one rule whatever the storage, so the same files give the same stream on disk,
+over HTTP(S) and in an object store, and a dataset moved to a bucket keeps its order.
+(For a while remote shards chose ``C`` up to 720 from their sizes: the same files then gave
+another order once remote. A state saved then brings that law back when loaded, below.)
+Parts are a choice made once for a run, by ``parts=C``, because they change the order: a
+rank of ``W`` dividing ``C`` then reads only its parts' shards (NOTE [ rank-local parts ]),
+which over remote shards and several nodes is what keeps each node's downloads near its
+share; docs/webdataset.md ("Choosing ``parts``") says how to pick ``C``.
+
+The node cache depends on the storage, never the order: remote shards (every URL remote)
+with ``parts`` or an explicit ``cache_dir`` are downloaded whole into it, by default in
+``$XDG_CACHE_HOME/detsamplers/shards`` bounded by ``DEFAULT_CACHE_LIMIT`` (64 GiB) unless
+``cache_limit`` says otherwise (an explicit ``cache_dir`` has no limit unless given one);
+the log says so once per process and folder (``announce_cache``). ``cache_dir=False``
+turns it off: remote shards are then read by byte ranges, in the same order. Local shards
+are read in place.
 
 A source is built before its state is loaded, so ``load_state_dict`` may change the law:
 
@@ -46,45 +50,25 @@ an explicit ``parts`` does here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ..._state import fingerprint
 from ._cache import ShardCache, default_cache_dir
 from ._order import ShardOrder
-from ._shard_info import ShardInfo
 from ._urls import is_remote
 
-__all__ = ["AUTO_BUDGET", "AUTO_PARTS", "adopt_parts", "auto_parts", "set_parts"]
+__all__ = ["DEFAULT_CACHE_LIMIT", "adopt_parts", "announce_cache", "set_parts"]
 
-#: The part counts ``parts=None`` chooses among for remote shards, largest first.
-AUTO_PARTS = (720, 360, 240, 120, 60, 24, 12, 6, 2)
-#: Bytes ``2 C`` mean shards may take when no ``cache_limit`` is given (64 GiB).
-AUTO_BUDGET = 64 << 30
+#: The bytes the default cache folder may hold when no ``cache_limit`` is given (64 GiB).
+DEFAULT_CACHE_LIMIT = 64 << 30
+_log = logging.getLogger("detsamplers.loader")
+#: The default cache folders this process has announced (``announce_cache``).
+_announced: set[str] = set()
 #: The largest ``C`` a state may bring to ``parts=None`` (a hostile state's huge prime
 #: would cost its factoring); a larger one must be passed as ``parts``.
 ADOPT_LIMIT = 1 << 20
-
-
-def auto_parts(shards: Sequence[ShardInfo], cache_limit: int | None) -> int:
-    """The ``C`` that ``parts=None`` chooses (NOTE [ parts chosen at load ]).
-
-    Examples:
-        >>> from detsamplers.loader._wds._shard_info import ShardInfo
-        >>> def remote(n, size):
-        ...     keys = [str(k) for k in range(100)]
-        ...     return [ShardInfo(f"https://h/{i}.tar", "", keys, [], size) for i in range(n)]
-        >>> auto_parts(remote(4096, 40 << 20), None), auto_parts(remote(64, 1 << 30), None)
-        (720, 24)
-        >>> auto_parts(remote(64, 1 << 30), 8 << 30), auto_parts(remote(2, 10), None)
-        (2, 12)
-    """
-    if not shards or not all(is_remote(s.url) for s in shards):
-        return 0
-    samples = sum(len(s) for s in shards)
-    mean = max(1, sum(max(s.size, 0) for s in shards) // len(shards))
-    budget = AUTO_BUDGET if cache_limit is None else cache_limit
-    return next((c for c in AUTO_PARTS if 2 * c * mean <= budget and 16 * c <= samples), 0)
 
 
 def set_parts(source: Any, parts: int, part_shards: str) -> None:
@@ -104,12 +88,15 @@ def set_parts(source: Any, parts: int, part_shards: str) -> None:
         part_shards,
     )
     source.cache = None
-    # Local shards need no cache (a list mixing both is read without one).
+    # Local shards need no cache (a list mixing both is read without one); cache_dir=False
+    # reads remote ones by ranges. Neither changes the order (NOTE [ parts chosen at load ]).
     folder = source.cache_dir
-    if all(is_remote(s.url) for s in source.shards) and (folder is not None or source.parts):
+    remote = all(is_remote(s.url) for s in source.shards)
+    if remote and folder is not False and (folder is not None or source.parts):
         limit = source.cache_limit
         if folder is None:  # the default folder: bounded unless the user says otherwise
-            folder, limit = default_cache_dir(), AUTO_BUDGET if limit is None else limit
+            folder, limit = default_cache_dir(), DEFAULT_CACHE_LIMIT if limit is None else limit
+            announce_cache(folder, limit)
         source.cache = ShardCache(folder, limit, source.remote)
     config: dict[str, Any] = {
         "seed": source.seed,
@@ -126,6 +113,29 @@ def set_parts(source: Any, parts: int, part_shards: str) -> None:
     source._config = config
     names = [s.path.rsplit("/", 1)[-1] for s in source.shards]
     source._fingerprint = fingerprint([{"source": "webdataset", "shards": names, **config}])
+
+
+def announce_cache(folder: str, limit: int | None) -> None:
+    """Log, once per process and folder, that remote shards go to the default node cache.
+
+    NOTE [ parts chosen at load ]: a source with ``parts`` over remote shards downloads
+    them whole into ``folder`` unless told otherwise. This says where, how much and how to
+    change it, at ``WARNING`` on the ``detsamplers.loader`` logger, so that it shows with
+    no logging set up; passing ``cache_dir`` (a folder, or ``False``) says it was meant.
+    """
+    if folder in _announced:
+        return
+    _announced.add(folder)
+    bound = "no limit" if limit is None else f"at most {limit / (1 << 30):.3g} GiB"
+    _log.warning(
+        "detsamplers: remote shards are downloaded whole, once per node, into the node cache "
+        "%s (%s; the least recently used unpinned shards are deleted first). Pass "
+        "cache_dir='/a/folder' to choose the folder, cache_limit=<bytes> to bound it, or "
+        "cache_dir=False to read the shards by byte ranges without a cache (the order is "
+        "the same).",
+        folder,
+        bound,
+    )
 
 
 def saved_law(state_dict: Any) -> tuple[int, str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch.utils.data as tud
@@ -28,7 +28,7 @@ from ._fetch import make_options
 from ._index import index_shards
 from ._located import located_batches
 from ._order import ShardOrder
-from ._part_choice import adopt_parts, auto_parts, set_parts
+from ._part_choice import adopt_parts, set_parts
 from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
@@ -96,12 +96,15 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         parts: Deal each epoch to this many contiguous parts of its sample sequence
             (0: off), so that a rank of a world size dividing it reads only its parts'
             shards (NOTE [ rank-local parts ]), the same shards every epoch (NOTE [ fixed
-            part cover ]). ``None`` (default): 0 for local shards, for remote ones up to
-            720 (NOTE [ parts chosen at load ]); a state loaded later brings its own.
+            part cover ]). ``None`` (default): 0, for local and remote shards alike, so
+            the same files give the same order wherever they live, and a state loaded
+            later brings its own (NOTE [ parts chosen at load ]).
         cache_dir: Download remote shards whole, once per node, into this folder shared
             by the node's ranks and workers (NOTE [ shard cache ]; local shards are read
-            in place); ``None``: no cache, except with ``parts`` over remote shards (the
-            default), which use ``$XDG_CACHE_HOME/detsamplers/shards``.
+            in place). ``None`` (default): no cache, except with ``parts`` over remote
+            shards, which use ``$XDG_CACHE_HOME/detsamplers/shards`` (the log says so
+            once); ``False``: never, remote shards are read by byte ranges. The order is
+            the same either way.
         cache_limit: Bytes the cache's shards may take (``None``: no limit in a
             ``cache_dir`` of your own, 64 GiB in the default folder); the least
             recently used unpinned shards are deleted first.
@@ -170,7 +173,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
         parts: int | None = None,
-        cache_dir: str | None = None,
+        cache_dir: str | Literal[False] | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
     ) -> None:
@@ -206,8 +209,11 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
         if parts is not None:
             parts = check_int("parts", parts, minimum=0)
-        if cache_dir is not None and not isinstance(cache_dir, str):
-            raise TypeError(f"cache_dir should be a str or None, but got cache_dir={cache_dir!r}")
+        if cache_dir is not None and cache_dir is not False and not isinstance(cache_dir, str):
+            raise TypeError(
+                f"cache_dir should be a folder (str), False (no cache) or None (the default "
+                f"folder), but got cache_dir={cache_dir!r}"
+            )
         if cache_limit is not None:
             cache_limit = check_int("cache_limit", cache_limit, minimum=1)
         prefetch = check_int("prefetch", prefetch, minimum=1)
@@ -241,9 +247,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
         #: ``parts=None``: chosen here and from a state loaded (NOTE [ parts chosen at load ]).
         self.parts_auto = parts is None
-        if parts is None:
-            parts = auto_parts(shards, cache_limit)
-        set_parts(self, parts, "run")
+        set_parts(self, 0 if parts is None else parts, "run")
         if not repeat and skip > self._pass_batches():
             raise ValueError(
                 f"skip should be at most the {self._pass_batches()} batches of a pass with "
