@@ -138,7 +138,6 @@ def test_against_says_whether_a_configuration_resumes_and_which_field_differs(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["/no/such/path"], "error: inspect: /no/such/path does not exist"),
         (["CK", "--against", "nomodule_xyz:f"], "error: --against: cannot import 'nomodule_xyz'"),
         (["CK", "--against", "just_a_name"], "error: --against should be module:function"),
         (["CK", "--against", "CK/against.py:nothing"], "has no function 'nothing'"),
