@@ -251,5 +251,5 @@ def classify(obj: Any, path: str) -> tuple[str, dict[str, Any]] | None:
     try:
         _checks()[kind](checked)
     except (TypeError, ValueError) as error:
-        raise InspectError(f"{where}: a {kind} state that would not load: {error}") from None
+        raise InspectError(f"{where}: a {KINDS[kind]} that would not load: {error}") from None
     return kind, state
