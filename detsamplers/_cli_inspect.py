@@ -2,10 +2,11 @@
 
 NOTE [ inspect ]
 PATH is a checkpoint folder (``batch-000120/``, NOTE [ checkpoint layout ]), a
-checkpoint directory (its newest complete folder is inspected), or a saved state: a
-loader or chain state as ``.json``, or a ``.pth``/``.pt`` file (a rank file's ``loader``
-entry is used). Files are read as data only: JSON with a size limit, torch files with
-``torch.load(weights_only=True, mmap=True)``; an unreadable file is an error naming it.
+checkpoint directory (its newest complete folder is inspected), or a saved state of any
+object that saves one (a loader's, a sampler's, a ``WebDatasetSource``'s,
+``WebDataLoader``'s or ``WebDatasetMix``'s) as ``.json``, or a ``.pth``/``.pt`` file (a
+rank file's ``loader`` entry is used). Files are read and checked as NOTE [ inspect reads
+data ] says; an unreadable file, or a state that would not load, exits 1 naming the file.
 The report gives the position, epoch, samples trained, world size, batch-size history,
 the chain and its fingerprint, and the contract's table of what a resume may change
 (docs/contract.md) filled in with this state's values. ``--against`` builds a loader from
