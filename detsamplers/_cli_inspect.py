@@ -2,10 +2,11 @@
 
 NOTE [ inspect ]
 PATH is a checkpoint folder (``batch-000120/``, NOTE [ checkpoint layout ]), a
-checkpoint directory (its newest complete folder is inspected), or a saved state: a
-loader or chain state as ``.json``, or a ``.pth``/``.pt`` file (a rank file's ``loader``
-entry is used). Files are read as data only: JSON with a size limit, torch files with
-``torch.load(weights_only=True, mmap=True)``; an unreadable file is an error naming it.
+checkpoint directory (its newest complete folder is inspected), or a saved state of any
+object that saves one (a loader's, a sampler's, a ``WebDatasetSource``'s,
+``WebDataLoader``'s or ``WebDatasetMix``'s) as ``.json``, or a ``.pth``/``.pt`` file (a
+rank file's ``loader`` entry is used). Files are read and checked as NOTE [ inspect reads
+data ] says; an unreadable file, or a state that would not load, exits 1 naming the file.
 The report gives the position, epoch, samples trained, world size, batch-size history,
 the chain and its fingerprint, and the contract's table of what a resume may change
 (docs/contract.md) filled in with this state's values. ``--against`` builds a loader from
@@ -22,109 +23,74 @@ import os
 import sys
 from typing import Any
 
+from ._cli_inspect_read import KINDS, InspectError, classify, read_json, read_torch
 from ._cli_spec import load_callable
 
 __all__ = ["add_parser", "inspect_path", "run"]
 
-#: The largest metadata or JSON state read (a real one is a few KiB).
-MAX_JSON_BYTES = 16 << 20
-
 # Links of a chain that a resume may change (NOTE [ sample positions ]).
 _ELASTIC_STAGES = ("shard", "batch", "skip")
+#: The exit status of a command whose output pipe closed: 128 + SIGPIPE, as a shell shows it.
+_BROKEN_PIPE = 141
+#: The files of a checkpoint folder that stand for the folder.
+_FOLDER_FILES = ("metadata.json", "state-dict.pth")
 
 
-class InspectError(Exception):
-    """A file that cannot be read as a checkpoint or a state; the message names it."""
-
-
-def _read_json(path: str) -> Any:
-    size = os.path.getsize(path)
-    if size > MAX_JSON_BYTES:
-        raise InspectError(
-            f"{path}: {size} bytes, more than the {MAX_JSON_BYTES} a checkpoint's JSON may "
-            "have; this is not a detsamplers metadata or state file"
-        )
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InspectError(f"{path}: not a readable JSON file ({error})") from error
-
-
-def _read_torch(path: str) -> Any:
-    import pickle
-
-    import torch
-
-    try:
-        try:  # mmap: a rank file's tensors (saved gradients) stay on disk
-            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-        except RuntimeError as error:
-            if "mmap can only be used" not in str(error):
-                raise
-            return torch.load(path, weights_only=True, map_location="cpu")  # legacy format
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, EOFError) as error:
-        text = str(error).strip() or type(error).__name__
-        first = text.splitlines()[0][:160]
-        raise InspectError(
-            f"{path}: not a checkpoint file that loads as data with "
-            f"torch.load(weights_only=True) ({first})"
-        ) from error
-
-
-def _loader_state(obj: Any, path: str) -> dict[str, Any] | None:
-    """The loader or chain state in ``obj`` (a state, or a rank file's dict)."""
-    if isinstance(obj, dict) and isinstance(obj.get("loader"), dict) and "chain" in obj["loader"]:
-        state: dict[str, Any] = obj["loader"]  # a rank file: {"rng": ..., "loader": state}
-        return state
-    if isinstance(obj, dict) and "chain" in obj and "position" in obj:
-        return obj
-    if isinstance(obj, dict) and ("rng" in obj or "loader" in obj):
-        return None  # a rank file of a loader the trial skips itself
-    raise InspectError(
-        f"{path}: neither a checkpoint folder nor a saved state (a dict with 'chain' and "
-        f"'position', or a rank file with 'loader'); got {type(obj).__name__}"
-        + (f" with keys {sorted(map(str, obj))[:8]}" if isinstance(obj, dict) else "")
-    )
+def _rank(kind: str, state: dict[str, Any]) -> int:
+    fields = state.get("loader") if kind == "loader" else None
+    rank = fields.get("rank", 0) if isinstance(fields, dict) else 0
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else 0
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
-    """Read PATH into ``{"kind", "path", "metadata", "states"}`` (NOTE [ inspect ]).
+    """Read PATH into ``{"kind", "path", "metadata", "states", "kinds"}`` (NOTE [ inspect ]).
 
-    The one place that reads files; a checkpoint folder's ``metadata.json`` goes through
-    the trial's validator, which also checks that the rank files it lists are there.
+    The one place that reads files (NOTE [ inspect reads data ]); a checkpoint folder's
+    ``metadata.json`` goes through the trial's validator, which also checks that the rank
+    files it lists are there.
     """
-    if not os.path.exists(path):
-        raise FileNotFoundError(path)
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "metadata.json")):
+    if not os.path.lexists(path):
+        raise InspectError(f"{path}: no such file or folder")
+    if os.path.basename(path) in _FOLDER_FILES and os.path.isfile(path):
+        path = os.path.dirname(path) or "."  # a checkpoint's file: its folder
+    folder = os.path.isdir(path) and not path.endswith((".json", ".pth", ".pt"))
+    if folder and not os.path.exists(os.path.join(path, "metadata.json")):
         from .trial import find_latest_checkpoint
 
-        latest = find_latest_checkpoint(path)
+        try:
+            latest = find_latest_checkpoint(path)
+        except ValueError as error:
+            raise InspectError(str(error)) from None
         if latest is None:
             raise InspectError(
                 f"{path}: a folder without metadata.json and without a complete "
                 "checkpoint folder (batch-NNNNNN/ with its metadata.json) inside"
             )
         path = latest
-    if os.path.isdir(path):
+    states: dict[int, dict[str, Any]] = {}
+    kinds: dict[int, str] = {}
+    if folder:
         from .trial._metadata import read_checkpoint_metadata
 
         try:  # the trial's own validator (NOTE [ checkpoint metadata ])
             metadata = read_checkpoint_metadata(path)
         except ValueError as error:
             raise InspectError(str(error)) from None
-        states: dict[int, dict[str, Any]] = {}
         for rank in range(metadata["world_size"]):
             file = os.path.join(path, f"rank-{rank}.pth")
-            if os.path.exists(file):
-                state = _loader_state(_read_torch(file), file)
-                if state is not None:
-                    states[rank] = state
-        return {"kind": "checkpoint", "path": path, "metadata": metadata, "states": states}
-    obj = _read_json(path) if path.endswith(".json") else _read_torch(path)
-    state = _loader_state(obj, path)
-    rank = state.get("loader", {}).get("rank", 0) if state else 0
-    return {"kind": "state", "path": path, "metadata": {}, "states": {rank: state} if state else {}}
+            if not os.path.lexists(file):
+                continue
+            found = classify(read_torch(file), file)
+            if found is not None:
+                kinds[rank], states[rank] = found
+        return {"kind": "checkpoint", "path": path, "metadata": metadata, "states": states,
+                "kinds": kinds}  # fmt: skip
+    obj = read_json(path) if path.endswith(".json") else read_torch(path)
+    found = classify(obj, path)
+    if found is not None:
+        rank = _rank(*found)
+        kinds[rank], states[rank] = found
+    return {"kind": "state", "path": path, "metadata": {}, "states": states, "kinds": kinds}
 
 
 def _link_text(link: dict[str, Any]) -> str:
@@ -153,21 +119,32 @@ def _contract(report: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     chain = state.get("chain", []) if state else []
     fixed = [link for link in chain if link.get("stage") not in _ELASTIC_STAGES]
-    elastic = state is not None and state.get("samples") is not None
+    config = state.get("config") if state else None
+    shards = isinstance(config, dict)  # a WebDatasetSource's or WebDatasetMix's
+    elastic = state is not None and (shards or state.get("samples") is not None)
+    fields = {**(state.get("loader") or {}), **(config or {})} if state else {}
+    for link in chain:  # a sampler's state: the chain's own seed and length
+        if "seed" in link:
+            fields.setdefault("seed", link["seed"])
+        if "source" in link:
+            fields.setdefault("dataset_length", link.get("length"))
+    counts = state.get("counts") if state else None
+    if isinstance(counts, dict):  # a WebDatasetSource's: its samples
+        fields.setdefault("dataset_length", counts.get("samples"))
     rows.append(
         (
             "world size and rank" + ("" if elastic else " (no: this chain has no sample grid)"),
-            f"seed {m.get('seed', state and state.get('loader', {}).get('seed'))}, data seed "
+            f"seed {m.get('seed', fields.get('seed'))}, data seed "
             f"{m.get('data_seed', '-')}, dataset length "
-            f"{m.get('dataset_length', state and state.get('loader', {}).get('dataset_length'))}",
+            f"{m.get('dataset_length', fields.get('dataset_length'))}",
         )
     )
-    rows.append(
-        (
-            "num_workers, prefetching, worker options",
-            "the source, shuffle and repeat: " + (" > ".join(map(_link_text, fixed)) or "-"),
-        )
-    )
+    if isinstance(config, dict):
+        order = ", ".join(f"{key}={value}" for key, value in config.items())
+        held = "the shards, their sample counts and the order: " + order
+    else:
+        held = "the source, shuffle and repeat: " + (" > ".join(map(_link_text, fixed)) or "-")
+    rows.append(("num_workers, prefetching, worker options", held))
     rows.append(
         (
             "the global batch size given as an int" + ("" if elastic else " (no: fixed batches)"),
@@ -209,6 +186,7 @@ def inspect_path(path: str) -> dict[str, Any]:
         }  # fmt: skip
     out["ranks"] = {
         str(rank): {
+            "kind": report["kinds"][rank],
             "position": state.get("position"),
             "samples": state.get("samples"),
             "chain": state.get("chain"),
@@ -216,12 +194,44 @@ def inspect_path(path: str) -> dict[str, Any]:
             "fingerprint": state.get("fingerprint"),
             "digest": state.get("digest"),
             "loader": state.get("loader"),
+            "config": state.get("config"),
+            "counts": state.get("counts"),
+            "mixture": state.get("mixture"),
         }
         for rank, state in sorted(report["states"].items())
     }
     out["resume"] = [{"may_change": a, "must_match": b} for a, b in _contract(report)]
     out["_states"] = report["states"]
     return out
+
+
+def _state_rows(kind: str, state: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The lines of one state of ``kind`` (``classify``'s) in the report."""
+    position = state["position"]
+    digest = "" if state["digest"] is None else f" (digest {state['digest']})"
+    if kind in ("source", "mixture"):
+        counts = state["counts"]
+        sets = counts if isinstance(counts, list) else [counts]
+        totals = [
+            f"{c.get('shards')} shards, {c.get('samples')} samples" if isinstance(c, dict) else "?"
+            for c in sets
+        ]
+        rows = [
+            ("position", f"{position} samples of every rank (the global stream position)"),
+            ("config", ", ".join(f"{k}={v}" for k, v in state["config"].items())),
+            ("shards", "; ".join(totals)),
+        ]
+        if state["mixture"] is not None:
+            rows.append(("mixture", state["mixture"]))
+        return [*rows, ("fingerprint", f"{state['fingerprint']}{digest}")]
+    unit = "batches on this rank" if kind == "loader" else "(the chain's stream position)"
+    rows = [("position", f"{position} {unit}")]
+    if kind == "loader" or state["samples"] is not None:
+        rows.append(("samples", f"{state['samples']} (every rank's, before the next batch)"))
+    rows.append(("chain", state["chain_text"]))
+    if state["mixture"] is not None:
+        rows.append(("mixture", state["mixture"]))
+    return [*rows, ("fingerprint", f"{state['fingerprint']}{digest}")]
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -244,11 +254,10 @@ def _print(out: dict[str, Any]) -> None:
         for name, value in rows:
             print(f"  {name:<20}{value}")
     for rank, state in out["ranks"].items():
-        print(f"loader state of rank {rank}")
-        print(f"  {'position':<20}{state['position']} batches on this rank")
-        print(f"  {'samples':<20}{state['samples']} (every rank's, before the next batch)")
-        print(f"  {'chain':<20}{state['chain_text']}")
-        print(f"  {'fingerprint':<20}{state['fingerprint']} (digest {state['digest']})")
+        kind = state["kind"]
+        print(f"{KINDS[kind]} of rank {rank}")
+        for name, value in _state_rows(kind, state):
+            print(f"  {name:<20}{value}")
     if not out["ranks"]:
         print("  no loader state (a loader the trial skips itself, or a non-detsamplers loader)")
     print("what a resume may change (docs/contract.md), for this state")
@@ -327,13 +336,16 @@ def add_parser(commands: Any) -> None:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Run ``inspect``; the exit status (2 for a usage error, 1 for a failed check)."""
+    """Run ``inspect``; the exit status (NOTE [ inspect ]).
+
+    0: the report (and ``--against`` resumes); 1: a file that cannot be read or holds a
+    state that would not load, or ``--against`` would not resume it; 2: a bad argument;
+    141 (128 + SIGPIPE): the reader of the output went away (``| head``).
+    """
     if args.world_size is not None and args.world_size < 1:
         parser.error(f"--world-size should be a positive integer, but got {args.world_size}")
     try:
         out = inspect_path(args.path)
-    except FileNotFoundError:
-        parser.error(f"inspect: {args.path} does not exist")
     except InspectError as error:
         print(f"inspect failed: {error}", file=sys.stderr)
         return 1
@@ -349,12 +361,21 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         out["against"] = {"spec": args.against, "world_size": world, "ok": ok, "lines": lines}
     states = out.pop("_states")
     del states
-    if args.json:
-        print(json.dumps(out, indent=1, default=str))
-    else:
-        _print(out)
-        if "against" in out:
-            print(f"against {args.against} (world size {out['against']['world_size']})")
-            for line in out["against"]["lines"]:
-                print(f"  {line}")
+    try:
+        if args.json:
+            print(json.dumps(out, indent=1, default=str))
+        else:
+            _print(out)
+            if "against" in out:
+                print(f"against {args.against} (world size {out['against']['world_size']})")
+                for line in out["against"]["lines"]:
+                    print(f"  {line}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away, as `| head` does: stop quietly, as a Unix tool that
+        # SIGPIPE ends, and point stdout at /dev/null so that the exit's flush is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _BROKEN_PIPE
     return 0 if ok else 1

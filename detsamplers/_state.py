@@ -19,6 +19,7 @@ from ._errors import ReproducibilityError
 __all__ = [
     "STATE_VERSION",
     "check_header",
+    "check_shape",
     "check_state",
     "describe",
     "fingerprint",
@@ -90,6 +91,36 @@ def check_header(
     return position
 
 
+def check_shape(state: Any, owner: str, extra: tuple[str, ...] = ()) -> int:
+    """Check what a chain state holds, without a chain to compare it with; its position.
+
+    The checks :func:`check_state` makes first (``inspect`` makes them alone).
+
+    Raises:
+        TypeError: ``state`` is not a mapping, or its chain not a list of dicts.
+        ValueError: its version is unknown, its position negative, or it has unknown keys.
+
+    Examples:
+        >>> check_shape({"version": 1, "position": -3, "fingerprint": "", "chain": []}, "C")
+        Traceback (most recent call last):
+        ...
+        ValueError: state['position'] should be a non-negative integer, but got -3
+    """
+    position = check_header(state, _KEYS, owner)
+    unknown = sorted(str(key) for key in state if key not in _KEYS + _INFORMATION + extra)
+    if unknown:
+        raise ValueError(
+            f"state has keys {', '.join(unknown)} that {owner}.state_dict() never writes; "
+            "it was saved by another object or edited: pass the state this object saved"
+        )
+    saved = state["chain"]
+    if not isinstance(saved, list) or not all(isinstance(link, Mapping) for link in saved):
+        raise TypeError(
+            f"state['chain'] should be a list of dicts from {owner}.state_dict(), but got {saved!r}"
+        )
+    return position
+
+
 def check_state(
     state: Any, chain: list[dict[str, Any]], owner: str, extra: tuple[str, ...] = ()
 ) -> int:
@@ -106,19 +137,8 @@ def check_state(
         ValueError: its version is unknown, its position negative, or it has unknown keys.
         ReproducibilityError: it was saved from a different chain.
     """
-    position = check_header(state, _KEYS, owner)
-    unknown = sorted(str(key) for key in state if key not in _KEYS + _INFORMATION + extra)
-    if unknown:
-        raise ValueError(
-            f"state has keys {', '.join(unknown)} that {owner}.state_dict() never writes; "
-            "it was saved by another object or edited: pass the state this object saved"
-        )
-    saved = state["chain"]
-    if not isinstance(saved, list) or not all(isinstance(link, Mapping) for link in saved):
-        raise TypeError(
-            f"state['chain'] should be a list of dicts from {owner}.state_dict(), but got {saved!r}"
-        )
-    saved = [dict(link) for link in saved]
+    position = check_shape(state, owner, extra)
+    saved = [dict(link) for link in state["chain"]]
     if state["fingerprint"] == fingerprint(chain) and saved == chain:
         return position
     differences = link_differences(saved, chain)

@@ -31,7 +31,33 @@ from ._digest import sample_digest, sample_probes, stream_digest
 from ._frameworks import accelerate_skip
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
-__all__ = ["Handed", "LoaderBatchSampler"]
+__all__ = ["Handed", "LoaderBatchSampler", "check_loader_keys"]
+
+
+def check_loader_keys(state: Any, owner: str = "LoaderBatchSampler") -> None:
+    """Check that ``state`` has the loader's own keys, ``loader`` (a dict) and ``digest``.
+
+    Raises:
+        TypeError: ``state`` or its ``loader`` entry is not a dict.
+        ValueError: a key is missing.
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state should be a dict from {owner}.state_dict(), "
+            f"but got state of type {type(state).__name__}"
+        )
+    missing = [key for key in ("loader", "digest") if key not in state]
+    if missing:
+        raise ValueError(
+            f"state should have the keys loader and digest from {owner}.state_dict(), "
+            f"but it lacks {', '.join(missing)}; it was not saved by a "
+            "detsamplers.loader DataLoader"
+        )
+    if not isinstance(state["loader"], Mapping):
+        raise TypeError(
+            f"state['loader'] should be the dict of loader fields from {owner}.state_dict(), "
+            f"but got {state['loader']!r}"
+        )
 
 
 class Handed:
@@ -305,24 +331,7 @@ class LoaderBatchSampler(SkipBatchSampler):
                 matches.
         """
         owner = type(self).__name__
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(
-                f"state should be a dict from {owner}.state_dict(), "
-                f"but got state of type {type(state_dict).__name__}"
-            )
-        missing = [key for key in ("loader", "digest") if key not in state_dict]
-        if missing:
-            raise ValueError(
-                f"state should have the keys loader and digest from {owner}.state_dict(), "
-                f"but it lacks {', '.join(missing)}; it was not saved by a "
-                "detsamplers.loader DataLoader"
-            )
-        saved = state_dict["loader"]
-        if not isinstance(saved, Mapping):
-            raise TypeError(
-                f"state['loader'] should be the dict of loader fields from {owner}.state_dict(), "
-                f"but got {saved!r}"
-            )
+        check_loader_keys(state_dict, owner)
         state_dict = self._adopt_growth(state_dict)
         saved = state_dict["loader"]
         elastic = self.grid is not None and state_dict.get("samples") is not None

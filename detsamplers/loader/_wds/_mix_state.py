@@ -29,6 +29,7 @@ from ._state import check_counts_summary, summarize_counts
 
 __all__ = [
     "MIX_STATE_VERSION",
+    "check_mix_shape",
     "check_mix_state",
     "differences",
     "shard_name",
@@ -67,6 +68,46 @@ def summarize_sets(counts: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
     return [summarize_counts(c) for c in counts]
 
 
+def check_mix_shape(state_dict: Any) -> tuple[int, list[int]]:
+    """Check what a mixture state holds, without a mixture to compare it with.
+
+    The checks :func:`check_mix_state` makes first (``inspect`` makes them alone).
+
+    Returns:
+        The position and each shard set's number of shards.
+
+    Raises:
+        TypeError: ``state_dict`` is not a mapping, or its counts or config have the
+            wrong type.
+        ValueError: a key is missing or unknown, the version is unknown, or the position
+            is negative.
+    """
+    version = state_dict.get("version") if isinstance(state_dict, Mapping) else None
+    old = version in _OLD_VERSIONS
+    wanted = int(version) if old else MIX_STATE_VERSION  # type: ignore[arg-type]
+    position = check_header(state_dict, STATE_KEYS, "WebDatasetMix", wanted)
+    unknown = sorted(str(key) for key in state_dict if key not in STATE_KEYS + INFORMATION)
+    if unknown:
+        raise ValueError(
+            f"state has keys {', '.join(unknown)} that WebDatasetMix.state_dict() never "
+            "writes; it was saved by another object or edited: pass the state it saved"
+        )
+    saved, saved_counts = state_dict["config"], state_dict["counts"]
+    if not isinstance(saved, Mapping):
+        raise TypeError(
+            "state['config'] should be the dict of settings from "
+            f"WebDatasetMix.state_dict(), but got {saved!r}"
+        )
+    kind = list if old else Mapping
+    if not (isinstance(saved_counts, list) and all(isinstance(c, kind) for c in saved_counts)):
+        raise TypeError(
+            "state['counts'] should be a list with one entry per shard set from "
+            "WebDatasetMix.state_dict() (a counts summary; a list of samples per shard in "
+            f"versions 1 and 2), but got version {version!r} with counts {saved_counts!r}"
+        )
+    return position, [len(c) if old else _shards(c) for c in saved_counts]
+
+
 def check_mix_state(
     state_dict: Mapping[str, Any],
     *,
@@ -92,30 +133,9 @@ def check_mix_state(
         ValueError: a key is missing or unknown, or the version is unknown.
         ReproducibilityError: the state names another configuration, shard set or count.
     """
-    version = state_dict.get("version") if isinstance(state_dict, Mapping) else None
-    old = version in _OLD_VERSIONS
-    wanted = int(version) if old else MIX_STATE_VERSION  # type: ignore[arg-type]
-    position = check_header(state_dict, STATE_KEYS, "WebDatasetMix", wanted)
-    unknown = sorted(str(key) for key in state_dict if key not in STATE_KEYS + INFORMATION)
-    if unknown:
-        raise ValueError(
-            f"state has keys {', '.join(unknown)} that WebDatasetMix.state_dict() never "
-            "writes; it was saved by another object or edited: pass the state it saved"
-        )
+    position, sizes = check_mix_shape(state_dict)
     saved, saved_counts = state_dict["config"], state_dict["counts"]
-    if not isinstance(saved, Mapping):
-        raise TypeError(
-            "state['config'] should be the dict of settings from "
-            f"WebDatasetMix.state_dict(), but got {saved!r}"
-        )
-    kind = list if old else Mapping
-    if not (isinstance(saved_counts, list) and all(isinstance(c, kind) for c in saved_counts)):
-        raise TypeError(
-            "state['counts'] should be a list with one entry per shard set from "
-            "WebDatasetMix.state_dict() (a counts summary; a list of samples per shard in "
-            f"versions 1 and 2), but got version {version!r} with counts {saved_counts!r}"
-        )
-    sizes = [len(c) if old else _shards(c) for c in saved_counts]
+    old = state_dict["version"] in _OLD_VERSIONS
     changed = differences(dict(saved), sizes, config, counts, position)
     for k, (old_k, new) in enumerate(zip(saved_counts, counts, strict=False)):
         if sizes[k] != len(new):

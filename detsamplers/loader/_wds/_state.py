@@ -38,7 +38,13 @@ import numpy as np
 from ..._errors import ReproducibilityError
 from ..._state import check_header
 
-__all__ = ["STATE_VERSION", "check_counts_summary", "check_state", "summarize_counts"]
+__all__ = [
+    "STATE_VERSION",
+    "check_counts_summary",
+    "check_source_shape",
+    "check_state",
+    "summarize_counts",
+]
 
 #: The format version of ``WebDatasetSource.state_dict()`` (1: a count per shard).
 STATE_VERSION = 2
@@ -118,6 +124,47 @@ def _changed_shards(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[tu
 _STATE_KEYS = ("version", "position", "fingerprint", "config", "counts")
 
 
+def check_source_shape(state_dict: Any) -> int:
+    """Check what a source state holds, without a source to compare it with; its position.
+
+    The checks :func:`check_state` makes first (``inspect`` makes them alone).
+
+    Raises:
+        TypeError: ``state_dict`` is not a mapping, or its counts or config have the wrong
+            type.
+        ValueError: a key is missing or unknown, the version is unknown, or the position
+            is negative.
+    """
+    if isinstance(state_dict, Mapping) and "mixture" in state_dict:
+        raise ValueError(
+            "state was saved by a WebDatasetMix (it has a 'mixture' entry), not by a "
+            "WebDatasetSource: load it into the WebDatasetMix that saved it, with the same "
+            "shard sets and weights"
+        )
+    old = isinstance(state_dict, Mapping) and state_dict.get("version") == 1
+    version = 1 if old else STATE_VERSION
+    position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", version)
+    unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS)
+    if unknown:
+        raise ValueError(
+            f"state has keys {', '.join(unknown)} that WebDatasetSource.state_dict() never "
+            "writes; it was saved by another object or edited: pass the state it saved"
+        )
+    saved_counts = state_dict["counts"]
+    summary_ok = isinstance(saved_counts, Mapping) and _valid_summary(saved_counts)
+    if not (isinstance(saved_counts, list) or summary_ok):
+        raise TypeError(
+            "state['counts'] should be the list of samples per shard (version 1) or its "
+            f"summary from WebDatasetSource.state_dict(), but got {saved_counts!r}"
+        )
+    if not isinstance(state_dict["config"], Mapping):
+        raise TypeError(
+            "state['config'] should be the dict of settings from "
+            f"WebDatasetSource.state_dict(), but got {state_dict['config']!r}"
+        )
+    return position
+
+
 def check_state(
     state_dict: Mapping[str, Any],
     *,
@@ -150,33 +197,8 @@ def check_state(
             not a multiple of ``global_batch`` (when given) or past ``end``.
         ReproducibilityError: a shard's count, the shard list or the configuration changed.
     """
-    if isinstance(state_dict, Mapping) and "mixture" in state_dict:
-        raise ValueError(
-            "state was saved by a WebDatasetMix (it has a 'mixture' entry), not by a "
-            "WebDatasetSource: load it into the WebDatasetMix that saved it, with the same "
-            "shard sets and weights"
-        )
-    old = isinstance(state_dict, Mapping) and state_dict.get("version") == 1
-    version = 1 if old else STATE_VERSION
-    position = check_header(state_dict, _STATE_KEYS, "WebDatasetSource", version)
-    unknown = sorted(str(key) for key in state_dict if key not in _STATE_KEYS)
-    if unknown:
-        raise ValueError(
-            f"state has keys {', '.join(unknown)} that WebDatasetSource.state_dict() never "
-            "writes; it was saved by another object or edited: pass the state it saved"
-        )
+    position = check_source_shape(state_dict)
     saved_counts = state_dict["counts"]
-    summary_ok = isinstance(saved_counts, Mapping) and _valid_summary(saved_counts)
-    if not (isinstance(saved_counts, list) or summary_ok):
-        raise TypeError(
-            "state['counts'] should be the list of samples per shard (version 1) or its "
-            f"summary from WebDatasetSource.state_dict(), but got {saved_counts!r}"
-        )
-    if not isinstance(state_dict["config"], Mapping):
-        raise TypeError(
-            "state['config'] should be the dict of settings from "
-            f"WebDatasetSource.state_dict(), but got {state_dict['config']!r}"
-        )
     if isinstance(saved_counts, list):
         _check_counts(list(saved_counts), paths, counts)
     else:
