@@ -15,7 +15,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .._errors import check_int
-from ._resume import Config
+from ._config import Config
 
 __all__ = ["configs", "pause_points"]
 
