@@ -152,7 +152,7 @@ def _changed(changes: list[Change], who: str) -> str:
         return ""
     named = "; ".join(
         change.describe()
-        + (", which outlives it: every loader in a process shares it" if change.shared else "")
+        + (", shared by every loader built in the process" if change.shared else "")
         for change in changes
     )
     return f"; {who} changed {named}"

@@ -61,6 +61,16 @@ def _watchable(value: Any) -> bool:
     return not (callable(value) or isinstance(value, (staticmethod, classmethod, property)))
 
 
+def _item(scope: Any, key: str) -> Callable[[], Any]:
+    return lambda: vars(scope).get(key) if not isinstance(scope, dict) else scope.get(key)
+
+
+def _setter(scope: Any, key: str) -> Callable[[Any], None]:
+    if isinstance(scope, dict):
+        return lambda value: scope.__setitem__(key, value)
+    return lambda value: setattr(scope, key, value)
+
+
 def _code_of(function: Any) -> Any:
     return getattr(getattr(function, "__func__", function), "__code__", None)
 
@@ -84,7 +94,7 @@ class Watch:
         )
         for key in list(getattr(obj, "__dict__", {})):
             if not key.startswith("__"):
-                self.places[owner + key] = (False, lambda key=key: vars(obj).get(key), None)
+                self.places[owner + key] = (False, _item(obj, key), None)
         for cls in type(obj).__mro__:
             if cls.__module__.split(".")[0] in _LIBRARIES:
                 continue
@@ -93,8 +103,8 @@ class Watch:
                     continue
                 self.places[f"the class attribute {cls.__qualname__}.{key}"] = (
                     True,
-                    lambda cls=cls, key=key: vars(cls).get(key),
-                    lambda value, cls=cls, key=key: setattr(cls, key, value),
+                    _item(cls, key),
+                    _setter(cls, key),
                 )
         code = _code_of(call)
         scope = getattr(getattr(call, "__func__", call), "__globals__", None)
@@ -104,8 +114,8 @@ class Watch:
                 if key in scope and not key.startswith("__") and _watchable(scope[key]):
                     self.places[f"the module global {module}.{key}"] = (
                         True,
-                        lambda key=key: scope.get(key),
-                        lambda value, key=key: scope.__setitem__(key, value),
+                        _item(scope, key),
+                        _setter(scope, key),
                     )
         self.before = {where: get() for where, (_, get, _) in self.places.items()}
         self.prints = {where: _fingerprint(value) for where, value in self.before.items()}
