@@ -41,6 +41,7 @@ def check_signature(factory: Callable[..., Any], configs: list[Config]) -> None:
         signature.bind(**dict.fromkeys(names, 1))
     except TypeError as error:
         wanted = ", ".join(names)
+        signature = signature.replace(return_annotation=inspect.Signature.empty)
         why = " (a Config sets batch_size)" if "batch_size" in names else ""
         raise TypeError(
             f"factory should take the keyword arguments {wanted}{why}, but "
@@ -72,12 +73,14 @@ def pause_points_of(pauses: Iterable[int], batches: int) -> list[int]:
             f"pauses should be a list of ints (global batches trained before each pause), "
             f"but got {type(pauses).__name__} {pauses!r}; pass pauses=[{pauses!r}] for one pause"
         )
-    points = sorted({check_int("pauses", p, minimum=1) for p in pauses})
+    points: set[int] = set()
+    for pause in pauses:
+        points.add(check_int("pauses", pause, minimum=1))
     if not points:
         raise ValueError("pauses should name at least one pause point, but got none")
-    if points[-1] >= batches:
+    if max(points) >= batches:
         raise ValueError(
-            f"pauses should be below batches={batches}, but got pause {points[-1]}; raise "
+            f"pauses should be below batches={batches}, but got pause {max(points)}; raise "
             "batches or pause earlier"
         )
-    return points
+    return sorted(points)

@@ -256,6 +256,7 @@ def unbatch(batch: Any) -> list[Any]:
         >>> unbatch((torch.tensor([1, 2]), ["a", "b"]))
         [(tensor(1), 'a'), (tensor(2), 'b')]
     """
+    __tracebackhide__ = True
     length = _length(batch)
     if length is None:
         raise TypeError(
