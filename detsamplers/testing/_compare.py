@@ -180,7 +180,8 @@ def _cannot_compare(path: str, value: Any, why: str) -> TypeError:
 
 def _by_eq(path: str, expected: Any, got: Any) -> Difference | None:
     __tracebackhide__ = True
-    if not any("__eq__" in vars(cls) for cls in type(expected).__mro__[:-1]):
+    plain = isinstance(expected, _PLAIN)
+    if not plain and not any("__eq__" in vars(cls) for cls in type(expected).__mro__[:-1]):
         raise _cannot_compare(
             path, expected, "its class defines no __eq__, so == is identity and two equal "
             "records built by two loaders always differ",

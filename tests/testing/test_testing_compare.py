@@ -70,6 +70,12 @@ def test_a_leaf_whose_eq_raises_or_gives_no_bool_is_refused_naming_why(
         first_difference({"v": value}, {"v": value})
 
 
+def test_plain_values_still_compare_by_value() -> None:
+    plain = [None, 1, 2.5, float("nan"), "a", b"b", True, 1j, torch.tensor(1).numpy()[()]]
+    assert first_difference(plain, list(plain)) is None
+    assert first_difference({"v": None}, {"v": 0}) is not None
+
+
 @dataclass
 class Sample:
     image: torch.Tensor
