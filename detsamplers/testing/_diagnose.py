@@ -192,15 +192,27 @@ def _dataset_causes(
     indices = _first_indices(loader, 1)
     if dataset is None or not indices or not indices[0]:
         return []
-    index = indices[0][0]
-    causes = []
-    name = type(dataset).__name__
     watch = Watch(dataset, getattr(type(dataset), "__getitem__", dataset))
-    try:
-        once, call = _repeat(lambda: dataset[index], calls, differ)
-        changes = watch.changes()
+    try:  # every probe below calls __getitem__: put back what they moved
+        return _dataset_probes(loader, indices[0][0], watch, build, changed_grid, calls, differ)
     finally:
         watch.put_back()
+
+
+def _dataset_probes(
+    loader: Any,
+    index: int,
+    watch: Watch,
+    build: Callable[[], Any],
+    changed_grid: bool,
+    calls: int,
+    differ: Differ,
+) -> list[str]:
+    causes = []
+    dataset = _inner_dataset(loader)
+    name = type(dataset).__name__
+    once, call = _repeat(lambda: dataset[index], calls, differ)
+    changes = watch.changes()
     pure = "__getitem__ a function of the index (and the RNG state) alone"
     if call == 2:
         causes.append(
@@ -214,8 +226,8 @@ def _dataset_causes(
     found = _state_cause(
         f"{name}[{index}]", "the dataset", f"{name}.__getitem__", call, changes, pure
     )
-    if found is not None:
-        return [found]
+    if found is not None and call is not None:
+        return [found]  # a warm-up: the records changed
     generators = _which_generators(lambda: dataset[index], differ)
     seeded, per_record = _per_batch_seeded(loader)
     if generators and not seeded:
@@ -244,7 +256,8 @@ def _dataset_causes(
                 "global RNG, a shuffle outside the chain); fix its seed, or shuffle with "
                 "detsamplers.loader.DataLoader(shuffle=True, seed=...)"
             )
-    return causes
+    # A shared counter the records did not show: a hypothesis after the ones they did.
+    return causes if found is None else [*causes, found]
 
 
 def _collate_causes(loader: Any, calls: int, differ: Differ) -> list[str]:

@@ -117,3 +117,24 @@ def test_the_repeat_probe_finds_a_warm_up_of_any_length_within_its_budget(warm: 
     # A probe of fewer calls than the warm-up cannot see it: the budget is the straight run's.
     if warm >= 2:
         assert likely_causes(build, workers=False, changed_grid=False, calls=warm) == []
+
+
+class CountedAugmented(pipelines.Augmented):
+    """Global RNG draws in torch's loader, plus a class-level counter the records never show."""
+
+    fetched = 0
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        CountedAugmented.fetched += 1
+        return super().__getitem__(index)
+
+
+def test_a_shared_counter_the_records_do_not_show_comes_after_the_cause_they_do_show() -> None:
+    def build() -> Any:
+        return pipelines._torch_loader(CountedAugmented(), 0, 1, 0)
+
+    causes = likely_causes(build, workers=False, changed_grid=False, calls=16)
+    assert causes[0].startswith("CountedAugmented.__getitem__ draws from the global RNG")
+    assert causes[-1].startswith(
+        "CountedAugmented.__getitem__ changes the class attribute CountedAugmented.fetched"
+    )
