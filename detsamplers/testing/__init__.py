@@ -20,7 +20,8 @@ Examples:
 from typing import Any
 
 from ._compare import first_difference
-from ._resume import Config, ResumeReport, check_resume
+from ._config import Config
+from ._resume import ResumeReport, check_resume
 from ._route import StateRoute
 from ._trial import check_trial_resume
 

@@ -5,8 +5,15 @@ Two batches are equal when they have the same structure and every leaf is equal
 exactly: tensors by dtype, shape and every element (``torch.equal``; NaN equals NaN at
 the same place, as the stream of a resumed run must reproduce the very same bits), numpy
 arrays likewise, and any other leaf (a string, a number, ``None``) by ``==``. Mappings
-compare key by key, lists and tuples item by item, so a difference is reported at a path
-such as ``['image'][3]`` with the index of the first differing element inside the leaf.
+compare key by key, lists and tuples item by item, dataclasses field by field, so a
+difference is reported at a path such as ``['image'][3]`` with the index of the first
+differing element inside the leaf.
+
+A leaf of a type without an ``__eq__`` of its own compares by identity: two equal
+records built by two loaders would always differ, and the check would blame the
+pipeline. Such a leaf (and one whose ``==`` raises or gives no bool) is a ``TypeError``
+that names its type and the ways out: an ``__eq__``, plain values, or an ``equal(a, b)``
+function, which then compares every leaf that is not a tensor, array or plain value.
 ``unbatch`` splits a collated batch into its records along the first dimension, so that
 streams cut into batches of other sizes (another batch size or world size) compare
 record by record.
@@ -14,7 +21,8 @@ record by record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,9 @@ import numpy as np
 import torch
 
 __all__ = ["Difference", "first_difference", "records_of", "unbatch"]
+
+# Leaves that ``==`` compares by value; ``equal`` is asked about every other leaf.
+_PLAIN = (str, bytes, int, float, complex, bool, type(None), np.generic)
 
 
 @dataclass(frozen=True)
@@ -61,13 +72,25 @@ def _array_difference(path: str, expected: Any, got: Any, kind: str) -> Differen
     return Difference(path, f"{kind} {element}", _short(a[index].item()), _short(b[index].item()))
 
 
-def first_difference(expected: Any, got: Any, path: str = "") -> Difference | None:
+def first_difference(
+    expected: Any,
+    got: Any,
+    path: str = "",
+    *,
+    equal: Callable[[Any, Any], bool] | None = None,
+) -> Difference | None:
     """The first place where ``got`` differs from ``expected``, or None if they are equal.
 
     Args:
         expected: The batch of the uninterrupted run.
         got: The batch of the resumed run.
         path: The path of these values inside the batch (for the report).
+        equal: ``equal(a, b) -> bool`` compares the leaves that are not tensors, arrays
+            or plain values (your own types); default: their ``==``.
+
+    Raises:
+        TypeError: a leaf's type has no ``__eq__`` of its own, or its ``==`` raises or
+            gives no bool, and no ``equal`` was given (NOTE [ exact comparison ]).
 
     Examples:
         >>> import torch
@@ -77,7 +100,13 @@ def first_difference(expected: Any, got: Any, path: str = "") -> Difference | No
         "at ['x']: tensor element [1, 1]: expected 4, got 5"
         >>> first_difference(a, a) is None
         True
+        >>> class Box:
+        ...     def __init__(self, label):
+        ...         self.label = label
+        >>> first_difference([Box("cat")], [Box("dog")], equal=lambda a, b: a.label == b.label)
+        Difference(path='[0]', what='value (by equal)', expected='Box', got='Box')
     """
+    __tracebackhide__ = True
     if isinstance(expected, torch.Tensor) or isinstance(got, torch.Tensor):
         if not (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor)):
             return Difference(path, "type", type(expected).__name__, type(got).__name__)
@@ -92,7 +121,7 @@ def first_difference(expected: Any, got: Any, path: str = "") -> Difference | No
         if list(expected) != list(got):
             return Difference(path, "keys", _short(list(expected)), _short(list(got)))
         for key in expected:
-            found = first_difference(expected[key], got[key], f"{path}[{key!r}]")
+            found = first_difference(expected[key], got[key], f"{path}[{key!r}]", equal=equal)
             if found is not None:
                 return found
         return None
@@ -102,23 +131,73 @@ def first_difference(expected: Any, got: Any, path: str = "") -> Difference | No
         if len(expected) != len(got):
             return Difference(path, "length", str(len(expected)), str(len(got)))
         for index, (a, b) in enumerate(zip(expected, got, strict=True)):
-            found = first_difference(a, b, f"{path}[{index}]")
+            found = first_difference(a, b, f"{path}[{index}]", equal=equal)
             if found is not None:
                 return found
         return None
     if type(expected) is not type(got):
         return Difference(path, "type", type(expected).__name__, type(got).__name__)
-    same = expected == got or (
-        isinstance(expected, float) and expected != expected and got != got  # NaN
-    )
-    if isinstance(same, bool) and same:
+    if equal is not None and not isinstance(expected, _PLAIN):
+        return _by_equal(path, expected, got, equal)
+    if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        for field in dataclasses.fields(expected):
+            found = first_difference(
+                getattr(expected, field.name), getattr(got, field.name), f"{path}.{field.name}",
+                equal=equal,
+            )  # fmt: skip
+            if found is not None:
+                return found
         return None
-    if not isinstance(same, bool):
+    return _by_eq(path, expected, got)
+
+
+def _by_equal(
+    path: str, expected: Any, got: Any, equal: Callable[[Any, Any], bool]
+) -> Difference | None:
+    __tracebackhide__ = True
+    same = equal(expected, got)
+    if not isinstance(same, (bool, np.bool_)):
         raise TypeError(
-            f"a batch leaf at {path or 'the top'} should compare to a bool, but "
-            f"{type(expected).__name__} == gave {type(same).__name__}; return tensors, numpy "
-            "arrays, numbers, strings, or dicts/lists/tuples of them from the loader"
+            f"equal should return a bool, but for two {type(expected).__name__} at "
+            f"{path or 'the top of the batch'} it returned {type(same).__name__}; return "
+            "a == b for the fields that matter"
         )
+    if same:
+        return None
+    name = type(expected).__name__
+    return Difference(path, "value (by equal)", name, name)
+
+
+def _cannot_compare(path: str, value: Any, why: str) -> TypeError:
+    name = type(value).__qualname__
+    return TypeError(
+        f"a batch leaf at {path or 'the top of the batch'} is a {name}, which the resume "
+        f"check cannot compare ({why}); define {name}.__eq__, return tensors, numpy arrays "
+        f"or plain values from the loader, or pass check_resume(..., equal=...) a function "
+        f"that tells whether two {name} are equal"
+    )
+
+
+def _by_eq(path: str, expected: Any, got: Any) -> Difference | None:
+    __tracebackhide__ = True
+    plain = isinstance(expected, _PLAIN)
+    if not plain and not any("__eq__" in vars(cls) for cls in type(expected).__mro__[:-1]):
+        raise _cannot_compare(
+            path, expected, "its class defines no __eq__, so == is identity and two equal "
+            "records built by two loaders always differ",
+        )  # fmt: skip
+    try:
+        same = expected == got or (
+            isinstance(expected, float) and expected != expected and got != got  # NaN
+        )
+    except Exception as error:
+        raise _cannot_compare(
+            path, expected, f"== raised {type(error).__name__}: {error}"
+        ) from None
+    if not isinstance(same, (bool, np.bool_)):
+        raise _cannot_compare(path, expected, f"== gave a {type(same).__name__}, not a bool")
+    if same:
+        return None
     return Difference(path, "value", _short(expected), _short(got))
 
 
@@ -178,6 +257,7 @@ def unbatch(batch: Any) -> list[Any]:
         >>> unbatch((torch.tensor([1, 2]), ["a", "b"]))
         [(tensor(1), 'a'), (tensor(2), 'b')]
     """
+    __tracebackhide__ = True
     length = _length(batch)
     if length is None:
         raise TypeError(

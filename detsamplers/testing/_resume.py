@@ -21,6 +21,13 @@ fresh process would.
 The first difference raises ``AssertionError`` naming the pause, both configurations,
 the route, the batch, rank and field, the element, and the likely causes
 (NOTE [ mismatch diagnosis ]).
+
+Before any loader is built the arguments are checked, and the factory's signature is
+bound to the keywords it will be called with (``inspect.signature``; a callable without
+one is checked by the first call). What the factory raises goes up unchanged, with a
+note naming the rank and configuration it was building. Every frame of the kit sets
+``__tracebackhide__``, so that pytest's report of a failing check shows the user's test
+and the message, not the kit's source.
 """
 
 from __future__ import annotations
@@ -31,44 +38,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import check_int
+from ._arguments import check_signature, configs_of, factory_name, pause_points_of
 from ._compare import Difference, first_difference, records_of, unbatch
+from ._config import Config
 from ._diagnose import likely_causes
 from ._route import StateRoute, choose_route
 
 __all__ = ["Config", "ResumeReport", "check_resume"]
-
-
-@dataclass(frozen=True)
-class Config:
-    """A loader configuration: world size, worker processes and (optionally) batch size.
-
-    Args:
-        world_size: Ranks, each with its own loader, ``>= 1``.
-        num_workers: Worker processes per loader, ``>= 0``.
-        batch_size: Records per batch on each rank, passed to the factory as
-            ``batch_size=`` when set; ``None`` leaves it to the factory.
-
-    Examples:
-        >>> Config(world_size=2, num_workers=2)
-        Config(world_size=2, num_workers=2, batch_size=None)
-        >>> Config(world_size=2, num_workers=2).describe()
-        'world size 2, num_workers=2'
-    """
-
-    world_size: int = 1
-    num_workers: int = 0
-    batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        check_int("world_size", self.world_size, minimum=1)
-        check_int("num_workers", self.num_workers, minimum=0)
-        if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, minimum=1)
-
-    def describe(self) -> str:
-        """The configuration in words, as the checker's messages name it."""
-        text = f"world size {self.world_size}, num_workers={self.num_workers}"
-        return text if self.batch_size is None else f"{text}, batch_size={self.batch_size}"
 
 
 @dataclass
@@ -97,6 +73,7 @@ class ResumeReport:
 
 
 def _build(factory: Callable[..., Any], rank: int, config: Config) -> Any:
+    __tracebackhide__ = True
     kwargs: dict[str, Any] = {
         "rank": rank,
         "world_size": config.world_size,
@@ -104,7 +81,20 @@ def _build(factory: Callable[..., Any], rank: int, config: Config) -> Any:
     }
     if config.batch_size is not None:
         kwargs["batch_size"] = config.batch_size
-    loader = factory(**kwargs)
+    try:
+        loader = factory(**kwargs)
+    except Exception as error:
+        error.add_note(
+            f"(raised by the factory {factory_name(factory)} building rank {rank}'s loader for "
+            f"{config.describe()}, in detsamplers.testing's resume check)"
+        )
+        raise
+    if loader is None:
+        raise TypeError(
+            f"factory should return a loader (an iterable of batches), but "
+            f"{factory_name(factory)} returned None for rank {rank} ({config.describe()}); "
+            "return the loader it builds"
+        )
     from ..loader import DataLoader
 
     if isinstance(loader, DataLoader):  # ours: its training stream on this rank
@@ -118,7 +108,8 @@ def _build(factory: Callable[..., Any], rank: int, config: Config) -> Any:
     if not hasattr(loader, "__iter__"):
         raise TypeError(
             f"factory should return a loader (an iterable of batches), but it returned "
-            f"{type(loader).__name__}"
+            f"{type(loader).__name__} for rank {rank} ({config.describe()}); return a "
+            "DataLoader or another loader with state_dict()"
         )
     return loader
 
@@ -134,6 +125,7 @@ class _EndedEarlyError(AssertionError):
 
 
 def _take(loader: Any, count: int, what: str, rank: int) -> list[Any]:
+    __tracebackhide__ = True
     iterator = iter(loader)
     out = []
     try:
@@ -163,8 +155,11 @@ class _Checker:
         run: Config,
         resumed: list[Config],
         route: StateRoute | str,
+        equal: Callable[[Any, Any], bool] | None = None,
     ) -> None:
         self.factory = factory
+        self.equal = equal
+        self.records = 0  # records rank 0's uninterrupted run fetched (probe budget)
         self.pauses = pauses
         self.batches = batches
         self.run = run
@@ -176,12 +171,16 @@ class _Checker:
     # -- the three phases -------------------------------------------------------------
 
     def reference(self) -> list[list[Any]]:
-        return [
-            _take(_build(self.factory, r, self.run), self.batches, "uninterrupted run", r)
-            for r in range(self.run.world_size)
-        ]
+        __tracebackhide__ = True
+        reference = []  # a loop, not a comprehension: its frame would show in pytest's report
+        for r in range(self.run.world_size):
+            loader = _build(self.factory, r, self.run)
+            reference.append(_take(loader, self.batches, "uninterrupted run", r))
+        self.records = sum(records_of(batch) or 1 for batch in reference[0])
+        return reference
 
     def pause_pass(self, reference: list[list[Any]]) -> tuple[Config, list[dict[int, Any]]]:
+        __tracebackhide__ = True
         probe = _build(self.factory, 0, self.run)
         self.route = route = choose_route(probe, self.route_arg)
         config = self.run
@@ -218,6 +217,7 @@ class _Checker:
     def resume(
         self, reference: list[list[Any]], paused: Config, states: list[dict[int, Any]]
     ) -> None:
+        __tracebackhide__ = True
         assert self.route is not None
         per_rank = self._per_rank_batch(reference)
         for pause in self.pauses:
@@ -241,6 +241,7 @@ class _Checker:
         rank: int,
         count: int,
     ) -> list[Any]:
+        __tracebackhide__ = True
         assert self.route is not None
         loader = _build(self.factory, rank, config)
         source = rank % paused.world_size
@@ -266,6 +267,7 @@ class _Checker:
         pause: int,
         config: Config,
     ) -> None:
+        __tracebackhide__ = True
         count = self.batches - pause
         for rank in range(config.world_size):
             got = self._resumed(paused, states, pause, config, rank, count)
@@ -284,6 +286,7 @@ class _Checker:
         config: Config,
         per_rank: int,
     ) -> None:
+        __tracebackhide__ = True
         world = self.run.world_size
         width = per_rank * world
         start, end = pause * width, self.batches * width
@@ -291,7 +294,11 @@ class _Checker:
         resumed_w = config.world_size
         resumed_width = resumed_b * resumed_w
         count = -(-(end - start) // resumed_width)
-        records = {rank: [unbatch(batch) for batch in reference[rank]] for rank in range(world)}
+        records: dict[int, list[list[Any]]] = {}
+        for rank in range(world):
+            records[rank] = []
+            for batch in reference[rank]:
+                records[rank].append(unbatch(batch))
         for rank in range(resumed_w):
             got = self._resumed(paused, states, pause, config, rank, count)
             for k, batch in enumerate(got):
@@ -302,7 +309,9 @@ class _Checker:
                         break
                     b, offset = divmod(sample, width)
                     jj, r = divmod(offset, world)
-                    difference = first_difference(records[r][b][jj], record, f"[{j}]")
+                    difference = first_difference(
+                        records[r][b][jj], record, f"[{j}]", equal=self.equal
+                    )
                     if difference is not None:
                         self._fail_resume(
                             paused,
@@ -319,6 +328,7 @@ class _Checker:
     # -- helpers ----------------------------------------------------------------------
 
     def _per_rank_batch(self, reference: list[list[Any]]) -> int:
+        __tracebackhide__ = True
         if self.run.batch_size is not None:
             return self.run.batch_size
         needs = any(
@@ -337,7 +347,8 @@ class _Checker:
         return size
 
     def _difference(self, expected: Any, got: Any) -> Difference | None:
-        return first_difference(expected, got)
+        __tracebackhide__ = True
+        return first_difference(expected, got, equal=self.equal)
 
     def _causes(self, configs: Iterable[Config], changed_grid: bool) -> str:
         workers = any(c.num_workers > 0 for c in configs)
@@ -345,7 +356,9 @@ class _Checker:
         def build() -> Any:
             return _build(self.factory, 0, replace(self.run, num_workers=0))
 
-        causes = likely_causes(build, workers=workers, changed_grid=changed_grid)
+        causes = likely_causes(
+            build, workers=workers, changed_grid=changed_grid, calls=self.records, equal=self.equal
+        )
         if not causes:
             return (
                 " No likely cause was found by probing the dataset, collate_fn, "
@@ -359,6 +372,7 @@ class _Checker:
         return text
 
     def _fail_straight(self, config: Config, step: int, rank: int, difference: Difference) -> None:
+        __tracebackhide__ = True
         other = "" if config == self.run else f" and {config.describe()}"
         raise AssertionError(
             f"resume check failed before any resume: two uninterrupted runs "
@@ -377,6 +391,7 @@ class _Checker:
         difference: Difference,
         extra: str = "",
     ) -> None:
+        __tracebackhide__ = True
         assert self.route is not None
         changed = config.world_size != paused.world_size or config.batch_size not in (
             None,
@@ -394,17 +409,6 @@ class _Checker:
         )
 
 
-def _configs(name: str, value: Config | Sequence[Config] | None, default: Config) -> list[Config]:
-    if value is None:
-        return [default]
-    items = [value] if isinstance(value, Config) else list(value)
-    if not items or not all(isinstance(c, Config) for c in items):
-        raise TypeError(
-            f"{name} should be a Config or a non-empty list of Config, but got {value!r}"
-        )
-    return items
-
-
 def check_resume(
     factory: Callable[..., Any],
     pauses: Iterable[int] = (2,),
@@ -413,6 +417,7 @@ def check_resume(
     run: Config | None = None,
     resume: Config | Sequence[Config] | None = None,
     route: StateRoute | str = "auto",
+    equal: Callable[[Any, Any], bool] | None = None,
 ) -> ResumeReport:
     """Check that a pipeline resumed at each pause yields the batches of a straight run.
 
@@ -429,6 +434,10 @@ def check_resume(
         resume: The configurations to resume with (default: ``run``'s). Another world
             size or batch size is compared record by record at the same sample.
         route: ``"auto"`` or a :class:`StateRoute` (NOTE [ state routes ]).
+        equal: ``equal(a, b) -> bool`` compares the batch leaves of your own types
+            (anything but tensors, arrays, plain values, dicts, lists, tuples and
+            dataclasses); without it they compare by ``==``, and a type without an
+            ``__eq__`` is refused (NOTE [ exact comparison ]).
 
     Returns:
         A :class:`ResumeReport` of what was compared.
@@ -437,7 +446,9 @@ def check_resume(
         AssertionError: a batch differs (the message names the pause, the batch, rank,
             field and element, and the likely cause), a state does not load, or a loader
             ends early or has no state to save.
-        TypeError: an argument has the wrong type.
+        TypeError: an argument has the wrong type, the factory's signature does not
+            take ``rank``, ``world_size`` and ``num_workers``, it returns no loader, or a
+            batch holds values the check cannot compare.
         ValueError: a pause is out of range.
 
     Examples:
@@ -450,21 +461,27 @@ def check_resume(
         >>> report.batches
         10
     """
+    __tracebackhide__ = True
     if not callable(factory):
         raise TypeError(f"factory should be a callable that builds a loader, but got {factory!r}")
     batches = check_int("batches", batches, minimum=2)
-    points = sorted({check_int("pauses", p, minimum=1) for p in pauses})
-    if not points:
-        raise ValueError("pauses should name at least one pause point, but got none")
-    if points[-1] >= batches:
-        raise ValueError(
-            f"pauses should be below batches={batches}, but got pause {points[-1]}; raise "
-            "batches or pause earlier"
+    points = pause_points_of(pauses, batches)
+    if run is not None and not isinstance(run, Config):
+        raise TypeError(f"run should be a Config or None, but got {type(run).__name__} {run!r}")
+    run = run if run is not None else Config()
+    resumed = configs_of("resume", resume, run)
+    if not isinstance(route, (StateRoute, str)):
+        raise TypeError(
+            f"route should be 'auto' or a StateRoute, but got {type(route).__name__} {route!r}"
         )
-    run = _configs("run", run, Config())[0] if run is not None else Config()
-    resumed = _configs("resume", resume, run)
+    if equal is not None and not callable(equal):
+        raise TypeError(
+            f"equal should be None or a function equal(a, b) -> bool, but got "
+            f"{type(equal).__name__} {equal!r}"
+        )
+    check_signature(factory, [run, *resumed])
     started = time.perf_counter()
-    checker = _Checker(factory, points, batches, run, resumed, route)
+    checker = _Checker(factory, points, batches, run, resumed, route, equal)
     reference = checker.reference()
     paused, states = checker.pause_pass(reference)
     checker.resume(reference, paused, states)

@@ -93,6 +93,20 @@ class StateRoute:
         for field in ("save", "load"):
             if not callable(getattr(self, field)):
                 raise TypeError(f"{field} should be a callable, but got {getattr(self, field)!r}")
+        if self.encoding is not None and not isinstance(self.encoding, str):
+            raise TypeError(
+                f"encoding should be 'json', 'torch' or None, but got "
+                f"{type(self.encoding).__name__} {self.encoding!r}"
+            )
+        if not isinstance(self.name, str):
+            raise TypeError(
+                f"name should be a str, but got {type(self.name).__name__} {self.name!r}"
+            )
+        if not isinstance(self.exact_with_workers, bool):
+            raise TypeError(
+                f"exact_with_workers should be a bool, but got "
+                f"{type(self.exact_with_workers).__name__} {self.exact_with_workers!r}"
+            )
         if self.encoding not in _ENCODINGS:
             raise ValueError(
                 f"encoding should be one of 'json', 'torch' or None, but got "
@@ -101,11 +115,13 @@ class StateRoute:
 
     def round_trip(self, state: Any) -> Any:
         """``state`` encoded and decoded as it would be through a checkpoint."""
+        __tracebackhide__ = True
         return round_trip(state, self.encoding, self.name)
 
 
 def round_trip(state: Any, encoding: str | None, name: str = "the route") -> Any:
     """Encode and decode ``state`` with ``encoding`` (NOTE [ state routes ])."""
+    __tracebackhide__ = True
     if encoding is None:
         return state
     if encoding == "json":
@@ -146,6 +162,7 @@ def choose_route(loader: Any, route: StateRoute | str) -> StateRoute:
         ValueError: ``route`` is neither a StateRoute nor ``"auto"``.
         AssertionError: ``"auto"`` finds no state API on the loader.
     """
+    __tracebackhide__ = True
     if isinstance(route, StateRoute):
         return route
     if route != "auto":

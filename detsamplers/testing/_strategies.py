@@ -15,7 +15,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .._errors import check_int
-from ._resume import Config
+from ._config import Config
 
 __all__ = ["configs", "pause_points"]
 
@@ -52,6 +52,16 @@ def configs(
         >>> find(configs(), lambda c: c.world_size > 2 and c.num_workers > 0)
         Config(world_size=3, num_workers=1, batch_size=None)
     """
+    for name, value in (
+        ("world_sizes", world_sizes),
+        ("num_workers", num_workers),
+        ("batch_sizes", batch_sizes),
+    ):
+        if value is not None and not isinstance(value, st.SearchStrategy):
+            raise TypeError(
+                f"{name} should be a hypothesis strategy or None, but got "
+                f"{type(value).__name__} {value!r}; wrap a fixed value in st.just(...)"
+            )
     return st.builds(
         Config,
         world_size=world_sizes if world_sizes is not None else st.integers(1, 4),

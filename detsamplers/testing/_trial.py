@@ -16,10 +16,11 @@ import contextlib
 import io
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._errors import check_int
+from ._arguments import iterable_arg
 from ._compare import first_difference
 
 __all__ = ["check_trial_resume"]
@@ -71,6 +72,7 @@ def check_trial_resume(
     Raises:
         AssertionError: a model's or optimizer's state differs from the straight run's;
             the message names the pause, the tensor and the element.
+        TypeError: an argument has the wrong type.
         ValueError: a pause is out of range.
 
     Examples:
@@ -92,6 +94,30 @@ def check_trial_resume(
         ...         return loss
         >>> check_trial_resume(Fit, {"global_batch_size": 4}, pauses=[1, 3], batches=5)
     """
+    __tracebackhide__ = True
+    from ..trial import Trial
+
+    if not (isinstance(trial_class, type) and issubclass(trial_class, Trial)):
+        raise TypeError(
+            f"trial_class should be a subclass of detsamplers.trial.Trial (the class, not an "
+            f"instance), but got {type(trial_class).__name__} {trial_class!r}"
+        )
+    if not isinstance(hparams, Mapping):
+        raise TypeError(
+            f"hparams should be a dict of hyperparameters (with global_batch_size), but got "
+            f"{type(hparams).__name__} {hparams!r}"
+        )
+    if not iterable_arg(pauses):
+        raise TypeError(
+            f"pauses should be a list of ints (batches trained before each pause), but got "
+            f"{type(pauses).__name__} {pauses!r}; pass pauses=[{pauses!r}] for one pause"
+        )
+    seed = check_int("seed", seed, minimum=0)
+    if workdir is not None and not isinstance(workdir, (str, os.PathLike)):
+        raise TypeError(
+            f"workdir should be a folder path (str) or None, but got {type(workdir).__name__} "
+            f"{workdir!r}"
+        )
     batches = check_int("batches", batches, minimum=2)
     points = sorted({check_int("pauses", p, minimum=1) for p in pauses})
     if not points or points[-1] >= batches:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -94,3 +97,128 @@ def test_the_plugin_can_be_turned_off_like_any_other(pytester: pytest.Pytester) 
     result = pytester.runpytest_subprocess("-p", "no:detsamplers", timeout=180)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'resume_check' not found*"])
+
+
+FAILING_TESTS = """
+import torch.utils.data as tud
+from detsamplers.loader import DataLoader
+
+
+class Counting(tud.Dataset):
+    served = 0
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, index):
+        Counting.served += 1
+        return {"x": float(index + Counting.served)}
+
+
+class Box:
+    def __init__(self, label):
+        self.label = label
+
+
+def bad(rank, world_size, num_workers):
+    return DataLoader(Counting(), batch_size=3, shuffle=True, seed=1, num_workers=num_workers)
+
+
+def boxes(rank, world_size, num_workers):
+    return DataLoader(list(range(12)), batch_size=3, collate_fn=lambda rs: [Box(r) for r in rs])
+
+
+def make_loader(dataset, batch_size):
+    return DataLoader(dataset, batch_size=batch_size)
+
+
+def broken(rank, world_size, num_workers):
+    raise FileNotFoundError("shard-00001.tar")
+
+
+def test_bad(resume_check):
+    resume_check(bad, pauses=[2], batches=4)
+
+
+def test_boxes(resume_check):
+    resume_check(boxes, pauses=[1], batches=3)
+
+
+def test_shape(resume_check):
+    resume_check(make_loader, pauses=[1], batches=3)
+
+
+def test_broken(resume_check):
+    resume_check(broken, pauses=[1], batches=3)
+"""
+
+
+def _report_of(name: str, call: str, message: str, error: str) -> list[str]:
+    return [
+        f"*_ {name} _*",
+        "",
+        "resume_check = <function *>",
+        "",
+        f"    def {name}(resume_check):",
+        f">       {call}",
+        f"E       {message}",
+        "",
+        f"test_failing.py:*: {error}",
+    ]
+
+
+def test_a_failing_check_reports_the_users_test_then_the_kits_message_and_none_of_its_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import detsamplers
+
+    # The subprocess imports this checkout's package (and its plugin), wherever it is.
+    root = str(Path(detsamplers.__file__).parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_failing=FAILING_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", timeout=180
+    )
+    result.assert_outcomes(failed=4)
+    for lines in (
+        _report_of(
+            "test_bad",
+            "resume_check(bad, pauses=[2], batches=4)",
+            "AssertionError: resume check failed before any resume: *Likely cause: the dataset "
+            "keeps state between calls: Counting*the class attribute *Counting.served*",
+            "AssertionError",
+        ),
+        _report_of(
+            "test_boxes",
+            "resume_check(boxes, pauses=[1], batches=3)",
+            "TypeError: a batch leaf at [[]0[]] is a Box, which the resume check cannot compare*",
+            "TypeError",
+        ),
+        _report_of(
+            "test_shape",
+            "resume_check(make_loader, pauses=[1], batches=3)",
+            "TypeError: factory should take the keyword arguments rank, world_size, num_workers, "
+            "but make_loader(dataset, batch_size) cannot*",
+            "TypeError",
+        ),
+    ):
+        result.stdout.fnmatch_lines(lines, consecutive=True)
+    # What the user's factory raises shows the user's frames only, and says where it was.
+    result.stdout.fnmatch_lines(
+        [
+            ">       resume_check(broken, pauses=[[]1[]], batches=3)",
+            "",
+            "test_failing.py:*: ",
+            "_ _ _ *",
+            "",
+            "rank = 0, world_size = 1, num_workers = 0",
+            "",
+            "    def broken(rank, world_size, num_workers):",
+            '>       raise FileNotFoundError("shard-00001.tar")',
+            "E       FileNotFoundError: shard-00001.tar",
+            "E       (raised by the factory broken building rank 0's loader for world size 1, "
+            "num_workers=0, in detsamplers.testing's resume check)",
+        ],
+        consecutive=True,
+    )
+    assert "detsamplers/testing" not in result.stdout.str()

@@ -203,3 +203,99 @@ def stateful_dataset(rank: int, world_size: int, num_workers: int) -> Any:
 def stateful_dataset_fixed(rank: int, world_size: int, num_workers: int) -> Any:
     return DataLoader(Plain(), batch_size=BATCH, shuffle=True, seed=SEED,
                       num_workers=num_workers)  # fmt: skip
+
+
+# -- state the probe has to look for: a warm-up, a class attribute, a module global ------
+
+
+class WarmUp(Plain):
+    """A warm-up: records are scaled down during this copy's first ``warm`` calls."""
+
+    def __init__(self, warm: int = 5, length: int = RECORDS) -> None:
+        super().__init__(length)
+        self.warm = warm
+        self.calls = 0
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        self.calls += 1
+        record = super().__getitem__(index)
+        record["x"] = record["x"] * (0.5 if self.calls <= self.warm else 1.0)
+        return record
+
+
+class ClassWarmUp(Plain):
+    """The same warm-up counted on the class: the first loader of a process uses it up."""
+
+    calls = 0
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        ClassWarmUp.calls += 1
+        record = super().__getitem__(index)
+        record["x"] = record["x"] * (0.5 if ClassWarmUp.calls <= 5 else 1.0)
+        return record
+
+
+FETCHED = 0
+
+
+class GlobalWarmUp(Plain):
+    """The same warm-up counted in a module global."""
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        global FETCHED
+        FETCHED += 1
+        record = super().__getitem__(index)
+        record["x"] = record["x"] * (0.5 if FETCHED <= 5 else 1.0)
+        return record
+
+
+class WarmCollate:
+    """A collate that scales its first two batches (a warm-up of its own)."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def __call__(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        self.batches += 1
+        batch = tud.default_collate(records)
+        batch["x"] = batch["x"] * (0.5 if self.batches <= 2 else 1.0)
+        return batch
+
+
+def warm_up(rank: int, world_size: int, num_workers: int) -> Any:
+    return DataLoader(WarmUp(), batch_size=BATCH, shuffle=True, seed=SEED,
+                      num_workers=num_workers)  # fmt: skip
+
+
+def class_warm_up(rank: int, world_size: int, num_workers: int) -> Any:
+    return DataLoader(ClassWarmUp(), batch_size=BATCH, shuffle=True, seed=SEED,
+                      num_workers=num_workers)  # fmt: skip
+
+
+def global_warm_up(rank: int, world_size: int, num_workers: int) -> Any:
+    return DataLoader(GlobalWarmUp(), batch_size=BATCH, shuffle=True, seed=SEED,
+                      num_workers=num_workers)  # fmt: skip
+
+
+def warm_collate(rank: int, world_size: int, num_workers: int) -> Any:
+    return DataLoader(Plain(), batch_size=BATCH, shuffle=True, seed=SEED,
+                      num_workers=num_workers, collate_fn=WarmCollate())  # fmt: skip
+
+
+# -- values the kit cannot compare -------------------------------------------------------
+
+
+class Box:
+    """A record type with no ``__eq__``: two equal boxes are two different objects."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+
+def box_records(records: list[dict[str, Any]]) -> list[Box]:
+    return [Box(record["name"]) for record in records]
+
+
+def boxes(rank: int, world_size: int, num_workers: int) -> Any:
+    return DataLoader(Plain(), batch_size=BATCH, shuffle=True, seed=SEED,
+                      num_workers=num_workers, collate_fn=box_records)  # fmt: skip
