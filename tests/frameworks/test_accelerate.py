@@ -15,6 +15,7 @@ import json
 import shutil
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -45,12 +46,121 @@ class Counted:
         return index
 
 
-def test_prepare_on_several_processes_refuses_to_shard_the_loader_again() -> None:
+def _prepared(loader: Any, world: int, rank: int, **settings: Any) -> Any:
     from accelerate.data_loader import prepare_data_loader
 
-    train = DataLoader(range(16), batch_size=2).get_data_loader(repeat=True, num_replicas=2, rank=1)
-    with pytest.raises(ValueError, match=r"should not shard .*register_for_checkpointing"):
-        prepare_data_loader(train, num_processes=2, process_index=1)
+    return prepare_data_loader(loader, num_processes=world, process_index=rank, **settings)
+
+
+def _lists(batches: Any, n: int) -> list[list[int]]:
+    return [b.tolist() for b in islice(batches, n)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(world=st.integers(1, 3), data=st.data(), skip=st.integers(0, 30))
+def test_prepare_gives_each_process_of_a_per_rank_loader_its_own_batches(
+    world: int, data: st.DataObject, skip: int
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    loader = DataLoader(range(30), batch_size=2, shuffle=True, seed=3)
+    own = _lists(loader.get_data_loader(True, skip, world, rank), 12)
+    prepared = _prepared(loader.get_data_loader(True, skip, world, rank), world, rank)
+    assert _lists(prepared, 12) == own
+    alone = loader.get_data_loader(False, 0, world, rank)
+    passes = [_lists(alone, 99) for _ in range(2)]  # reshuffled each pass
+    validation = _prepared(loader.get_data_loader(False, 0, world, rank), world, rank)
+    assert [_lists(validation, 99) for _ in range(2)] == passes  # nothing padded
+
+
+@settings(max_examples=25, deadline=None)
+@given(world=st.integers(1, 3), data=st.data(), skip=st.integers(0, 30))
+def test_prepare_gives_each_process_every_world_th_batch_of_an_unsharded_stream(
+    world: int, data: st.DataObject, skip: int
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    loader = DataLoader(range(30), batch_size=2, shuffle=True, seed=3)
+    stream = _lists(loader.get_data_loader(True, skip), 12 * world)
+    prepared = _prepared(loader.get_data_loader(True, skip), world, rank)
+    assert _lists(prepared, 12) == stream[rank::world]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    world=st.integers(1, 3),
+    after=st.integers(1, 3),
+    data=st.data(),
+    steps=st.integers(1, 20),
+    skip=st.integers(0, 5),
+    per_rank=st.booleans(),
+    resume_per_rank=st.booleans(),
+)
+def test_a_prepared_loaders_state_counts_the_batches_handed_out_and_resumes_on_any_world(
+    world: int,
+    after: int,
+    data: st.DataObject,
+    steps: int,
+    skip: int,
+    per_rank: bool,
+    resume_per_rank: bool,
+) -> None:
+    rank, again = data.draw(st.integers(0, world - 1)), data.draw(st.integers(0, after - 1))
+    loader = DataLoader(range(30), batch_size=2, shuffle=True, seed=3)
+    stream = _lists(loader.get_data_loader(True), (steps + skip + 8) * max(world, after))
+    saved = loader.get_data_loader(True, 0, *((world, rank) if per_rank else (1, 0)))
+    batches = iter(accelerate.skip_first_batches(_prepared(saved, world, rank), skip))
+    for _ in range(steps):
+        next(batches)  # a batch in hand, and more drawn ahead
+    state = saved.state_dict()
+    trained = (skip + steps) * world  # global batches of 2 records
+    assert state["samples"] == trained * 2
+    form = (after, again) if resume_per_rank else (1, 0)
+    resumed = loader.get_data_loader(True, 0, *form)
+    resumed.load_state_dict(state)
+    got = _lists(_prepared(resumed, after, again), 4)
+    if resume_per_rank and after > 1:  # this rank's share of each global batch
+        expected = _lists(
+            loader.get_data_loader(True, 0, after, again, skip_samples=2 * trained), 4
+        )
+    else:  # every after-th global batch
+        expected = stream[trained + again :: after][:4]
+    assert got == expected
+
+
+def test_a_new_iteration_of_the_prepared_stream_continues_after_the_batches_handed_out() -> None:
+    loader = DataLoader(range(30), batch_size=2, shuffle=True, seed=3, num_workers=2)
+    own = _lists(loader.get_data_loader(True, 0, 2, 1), 8)
+    prepared = _prepared(loader.get_data_loader(True, 0, 2, 1), 2, 1)
+    assert _lists(prepared, 3) + _lists(prepared, 5) == own  # workers had drawn ahead
+
+
+def test_prepare_refuses_a_loader_split_for_another_process() -> None:
+    train = DataLoader(range(16), batch_size=2).get_data_loader(True, 0, 2, 0)
+    with pytest.raises(ValueError, match=r"process 1 of num_processes=2.*rank=0 of num_replicas=2"):
+        next(iter(_prepared(train, 2, 1)))
+    train = DataLoader(range(16), batch_size=2).get_data_loader(True, 0, 3, 1)
+    with pytest.raises(ValueError, match=r"built for rank=1 of num_replicas=3; build it with"):
+        next(iter(_prepared(train, 2, 1)))
+
+
+def test_prepare_refuses_dispatch_batches_naming_the_setting() -> None:
+    train = DataLoader(range(16), batch_size=2).get_data_loader(True)
+    prepared = _prepared(train, 1, 0, dispatch_batches=True, put_on_device=True)
+    with pytest.raises(ValueError, match=r"dispatch_batches=True.*dispatch_batches=False"):
+        next(iter(prepared))
+
+
+def test_prepare_on_several_processes_refuses_the_stateful_dataloader_naming_the_fix() -> None:
+    pytest.importorskip("torchdata")
+    train = DataLoader(range(16), batch_size=2).get_data_loader(True, 0, 2, 1)
+    prepared = _prepared(train, 2, 1, use_stateful_dataloader=True)
+    with pytest.raises(ValueError, match=r"use_stateful_dataloader=True.*register_for_checkpoint"):
+        next(iter(prepared))
+
+
+def test_prepare_with_split_batches_is_refused_by_accelerate_itself() -> None:
+    train = DataLoader(range(16), batch_size=2).get_data_loader(True)
+    with pytest.raises(ValueError, match="split_batches"):
+        _prepared(train, 2, 0, split_batches=True)
 
 
 @settings(max_examples=25, deadline=None)
