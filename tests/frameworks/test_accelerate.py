@@ -1,12 +1,13 @@
-"""Accelerate on 2 processes: never sharded twice, an O(1) skip, exact resume via save_state.
+"""Accelerate: one-call prepare of both loader forms, an O(1) skip, exact resume via save_state.
 
 examples/accelerate_train.py (docs/recipes/accelerate.md) under torchrun: 64 records, a
 global batch of 8, so an epoch is 8 steps. One launch on 2 processes runs
-tests/frameworks/accelerate_checks.py (``prepare`` refuses with
-``use_stateful_dataloader=True``; ``skip_first_batches`` fetches none of the skipped
-records, with 0 and 2 workers, and seeks 10**12 batches), then a run with 2 loader
-workers and ``use_stateful_dataloader=True`` that stops at step 3, then its ``save_state``
-folder resumed on 2 processes; a second launch resumes it on 1 (without the flag).
+tests/frameworks/accelerate_checks.py (``accelerator.prepare(model, optimizer, loader)``
+of an unsharded and of a per-rank loader over one epoch; ``skip_first_batches`` fetches
+none of the skipped records, with 0 and 2 workers, and seeks 10**12 batches), then a run of
+a per-rank loader with 2 workers that stops at step 3, then its ``save_state`` folder
+resumed on 2 processes by an unsharded loader; a second launch resumes it on 1. The
+in-process tests cover the same mapping and state for any world size.
 """
 
 from __future__ import annotations
@@ -214,9 +215,16 @@ def test_skip_first_batches_over_a_validation_loader_keeps_accelerates_replay() 
     assert skipped.batch_sampler.skip_batches == 2
 
 
+def _stream_steps(batch_size: int, world: int, rank: int, steps: range) -> list[list[int]]:
+    """What ``rank`` of ``world`` trains at ``steps`` of the example's uninterrupted run."""
+    data = DataLoader(range(RECORDS), batch_size=batch_size, shuffle=True, seed=1)
+    stream = [b.tolist() for b in islice(data.get_data_loader(repeat=True), steps.stop * world)]
+    return [stream[step * world + rank] for step in steps]
+
+
 @pytest.mark.distributed
 @pytest.mark.frameworks
-def test_accelerate_skips_in_o1_and_resumes_mid_epoch_from_save_state_on_1_and_2_processes(
+def test_accelerate_prepares_in_one_call_and_resumes_mid_epoch_from_save_state_on_1_and_2(
     tmp_path: Path,
 ) -> None:
     first, on_2, on_1 = (tmp_path / name for name in ("first", "resumed-on-2", "resumed-on-1"))
@@ -225,23 +233,46 @@ def test_accelerate_skips_in_o1_and_resumes_mid_epoch_from_save_state_on_1_and_2
         args = ["--out", str(run), "--max-steps", "16", "--batch-size", str(batch_size)]
         return [*args, "--resume", str(run / "checkpoints" / "step-3")]
 
+    # A per-rank loader with 2 workers stops at step 3 of 8; an unsharded one resumes it.
     torchrun_twice(
         "accelerate_train.py",
         2,
         (first, on_2),
-        ["--out", str(first), "--max-steps", "3", "--num-workers", "2", "--stateful"],
-        [*resume_args(on_2, 4), "--stateful"],
+        ["--out", str(first), "--max-steps", "3", "--num-workers", "2", "--per-rank"],
+        resume_args(on_2, 4),
         tmp_path / "on-2.log",
         checks=HERE / "accelerate_checks.py",
     )
-    for rank in (0, 1):
-        report = json.loads((first / f"accelerate-checks-rank{rank}.json").read_text())
-        assert "use_stateful_dataloader" in report["refused"]
+    for form in ("unsharded", "per-rank"):
+        seen: list[int] = []
+        for rank in (0, 1):
+            report = json.loads((first / f"accelerate-checks-rank{rank}.json").read_text())
+            seen += [i for batch in report[f"epoch-{form}"] for i in batch]
+        assert sorted(seen) == list(range(RECORDS)), form  # one epoch: every record once
     assert sum(per_epoch(first, STEPS_PER_EPOCH)[0].values()) == 3 * 8
     shutil.copytree(first, on_1)
     torchrun("accelerate_train.py", 1, resume_args(on_1, 8), tmp_path / "on-1.log")
     for run in (on_1, on_2):
         counts = per_epoch(run, STEPS_PER_EPOCH)
         assert sorted(counts) == [0, 1], run.name
-        for epoch, seen in counts.items():
-            assert seen == dict.fromkeys(range(RECORDS), 1), (run.name, epoch)
+        for epoch, seen_once in counts.items():
+            assert seen_once == dict.fromkeys(range(RECORDS), 1), (run.name, epoch)
+    # Exactly the uninterrupted run's batches, step by step, after the resume.
+    data = DataLoader(range(RECORDS), batch_size=4, shuffle=True, seed=1)
+    for rank in (0, 1):
+        trained = _rows(first, rank)
+        own = [b.tolist() for b in islice(data.get_data_loader(True, 0, 2, rank), 3)]
+        assert trained == dict(enumerate(own)), rank
+        assert _rows(on_2, rank) == {
+            **trained,
+            **dict(zip(range(3, 16), _stream_steps(4, 2, rank, range(3, 16)), strict=True)),
+        }
+    resumed = _rows(on_1, 0)
+    assert {step: resumed[step] for step in range(3, 16)} == dict(
+        zip(range(3, 16), _stream_steps(8, 1, 0, range(3, 16)), strict=True)
+    )
+
+
+def _rows(run: Path, rank: int) -> dict[int, list[int]]:
+    lines = (run / f"records-rank{rank}.jsonl").read_text().splitlines()
+    return {row["step"]: row["indices"] for row in map(json.loads, lines)}
