@@ -34,7 +34,8 @@ start plus that many batches times the stride above, with any ``num_workers``; a
 shard, and the same count applies with stride 1.
 
 Refused, as they cannot be exact: ``dispatch_batches=True`` (process 0 iterates the
-loader alone and splits each group of ``W`` batches between the processes), and
+loader alone, ahead, and splits each group of ``W`` batches between the processes: not the
+per-rank order, and no count of the batches handed out), and
 ``use_stateful_dataloader=True`` on several processes (its ``StatefulDataLoader`` saves a
 count of the sharder's batches and replays them on load: ``O(n)``, on another world size
 the wrong count, and on top of our own state twice). ``split_batches=True`` is refused by
@@ -169,10 +170,11 @@ def accelerate_prepared(
         if frame.f_code in dispatch:
             raise ValueError(
                 "accelerator.prepare() should not dispatch the batches of a detsamplers "
-                "loader, but got dispatch_batches=True: process 0 would read every "
-                "process's batches and split them, which is not this loader's order; build "
-                "the Accelerator with DataLoaderConfiguration(dispatch_batches=False) (the "
-                "default for a map-style dataset)"
+                "loader, but got dispatch_batches=True: process 0 reads ahead for every "
+                "process and splits its batches, so neither this loader's per-process order "
+                "nor the batches handed out (its state) hold; build the Accelerator with "
+                "DataLoaderConfiguration(dispatch_batches=False) (the default for a "
+                "map-style dataset)"
             )
         if frame.f_code is shard_iter:
             break
