@@ -1,16 +1,15 @@
-"""Accelerate on a detsamplers loader: exact mid-epoch resume through save_state/load_state.
+"""Accelerate on a detsamplers loader: one-call prepare, exact mid-epoch resume via save_state.
 
-The loader is already split by process, so it stays out of ``accelerator.prepare()``
-(which would shard it a second time; it refuses, with this fix). It is registered for
-checkpointing instead, and ``save_state``/``load_state`` carry its small state::
+``accelerator.prepare(model, optimizer, loader)`` takes the loader as any Accelerate script
+gives it: unsharded (each process then takes every ``num_processes``-th batch of the one
+stream) or, with ``--per-rank``, built for this process (each process then gets exactly the
+loader's own batches). The loader registered for checkpointing saves the batches the
+prepared loader handed out, and ``save_state``/``load_state`` resume there, on any number
+of processes::
 
     torchrun --nproc_per_node=2 examples/accelerate_train.py --out run --max-steps 3
     torchrun --nproc_per_node=1 examples/accelerate_train.py --out run --max-steps 16 \
         --batch-size 8 --resume run/checkpoints/step-3
-
-``--stateful`` builds the Accelerator with ``use_stateful_dataloader=True``, which concerns
-loaders given to ``prepare()``: the resume is the same. To skip batches instead of loading a
-state, ``accelerator.skip_first_batches(train, n)`` seeks in O(1) on this loader.
 
 Each rank appends the record indices it trained to ``<out>/records-rank<r>.jsonl``.
 """
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate import Accelerator
 
 from detsamplers.loader import DataLoader
 
@@ -50,15 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", default=None, help="a folder written by save_state")
-    parser.add_argument(
-        "--stateful", action="store_true", help="use_stateful_dataloader=True (same resume)"
-    )
+    parser.add_argument("--per-rank", action="store_true", help="build the loader for this process")
     args = parser.parse_args(argv)
 
-    # use_stateful_dataloader concerns loaders passed to prepare(); ours is not, and resumes
-    # exactly with or without it.
-    config = DataLoaderConfiguration(use_stateful_dataloader=args.stateful)
-    accelerator = Accelerator(cpu=True, dataloader_config=config)
+    accelerator = Accelerator(cpu=True)
     data = DataLoader(
         Records(args.records),
         batch_size=args.batch_size,
@@ -66,17 +60,19 @@ def main(argv: list[str] | None = None) -> None:
         seed=1,
         num_workers=args.num_workers,
     )
-    train = data.get_data_loader(
-        repeat=True, num_replicas=accelerator.num_processes, rank=accelerator.process_index
+    world, rank = (
+        (accelerator.num_processes, accelerator.process_index) if args.per_rank else (1, 0)
     )
+    loader = data.get_data_loader(repeat=True, num_replicas=world, rank=rank)
+    # The loader's own state counts the batches the prepared loader hands out.
+    accelerator.register_for_checkpointing(loader)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    model, optimizer = accelerator.prepare(model, optimizer)  # not the loader
-    accelerator.register_for_checkpointing(train)
+    model, optimizer, train = accelerator.prepare(model, optimizer, loader)
     if args.resume:
         accelerator.load_state(args.resume)
     # The loader's state counts the samples every process trained: the step follows.
-    step = train.state_dict()["samples"] // (args.batch_size * accelerator.num_processes)
+    step = loader.state_dict()["samples"] // (args.batch_size * accelerator.num_processes)
 
     records = args.out / f"records-rank{accelerator.process_index}.jsonl"
     records.parent.mkdir(parents=True, exist_ok=True)

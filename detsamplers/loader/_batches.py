@@ -15,6 +15,7 @@ where prefetching workers have drawn to.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ from .._stage import _Cursor
 from .._state import check_state, fingerprint
 from ._digest import sample_digest, sample_probes, stream_digest
 from ._frameworks import accelerate_skip
+from ._prepare import PreparedIteration, accelerate_prepared, check_form, each_for_every_process
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
 
 __all__ = ["Handed", "LoaderBatchSampler", "check_loader_keys"]
@@ -119,6 +121,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         # whether the next iteration to start is that loader's.
         self._handed: Handed | None = None
         self._tracked = False
+        # The iteration of Accelerate's prepared loader, if it iterates (NOTE [ accelerate
+        # prepare ]).
+        self._prepared: PreparedIteration | None = None
         self._fields = {
             "seed": seed,
             "dataset_length": dataset_length,
@@ -165,15 +170,37 @@ class LoaderBatchSampler(SkipBatchSampler):
 
     def __iter__(self) -> Iterator[Any]:
         # Accelerate's skip_first_batches, answered by a seek (NOTE [ accelerate skip ]).
-        skip = accelerate_skip(self) if self.infinite and self.indexable else 0
+        seekable = self.infinite and self.indexable
+        skip = accelerate_skip(self) if seekable else 0
+        prepared = accelerate_prepared(self, sys._getframe(1), seekable)
+        previous, self._prepared = self._prepared, None
         if skip:
+            self._cursor = _Cursor(self._continue_at(previous) + skip)
+            self._handed, self._tracked = None, False
+        if prepared is None:
+            return self._generate()
+        # Accelerate's prepared loader (NOTE [ accelerate prepare ]).
+        fields = self._fields
+        stride = check_form(fields["num_replicas"], fields["rank"], prepared)
+        if self.infinite:
+            start = self._continue_at(previous) if not skip else self._cursor.position()
+            start += prepared.skip * stride
+            self._cursor = _Cursor(start)
+            self._handed, self._tracked = None, False
+        else:
+            start = self._next_start()[0]
+        self._prepared = PreparedIteration(start, stride, prepared.frame)
+        if stride == 1 and prepared.num_processes > 1:
+            return each_for_every_process(self._generate(), prepared.num_processes)
+        return self._generate()
+
+    def _continue_at(self, previous: PreparedIteration | None) -> int:
+        """Where an endless stream's next iteration starts: after the batches handed out."""
+        start = previous.position() if previous is not None else None
+        if start is None:
             handed = self._handed
             start = handed.position if handed is not None else None
-            if start is None:
-                start = self._next_start()[0]
-            self._cursor = _Cursor(start + skip)
-            self._handed, self._tracked = None, False
-        return self._generate()
+        return self._next_start()[0] if start is None else start
 
     # -- handed batches (NOTE [ handed batches ]) ------------------------------------------
 
@@ -184,8 +211,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         workers fetched but the caller never got come again; a finite chain starts its
         next pass (or the loaded position), as torch's DataLoader does.
         """
-        if self.infinite and self._handed is not None and self._handed.position is not None:
-            self._cursor = _Cursor(self._handed.position)
+        if self.infinite:
+            self._cursor = _Cursor(self._continue_at(self._prepared))
+        self._prepared = None
         handed = Handed(self._next_start()[0])
         self._handed, self._tracked = handed, True
         return handed
@@ -198,6 +226,9 @@ class LoaderBatchSampler(SkipBatchSampler):
         return super()._claim()
 
     def _state_position(self) -> int:
+        prepared = self._prepared.position() if self._prepared is not None else None
+        if prepared is not None:
+            return prepared
         handed = self._handed
         if handed is None:
             return super()._state_position()
@@ -349,6 +380,7 @@ class LoaderBatchSampler(SkipBatchSampler):
                 "with get_data_loader(skip_samples=...)."
             )
         self._block = None  # batches in hand belong to the stream before the load
+        self._prepared = None
         if elastic:
             super().load_state_dict(state_dict)  # at the saved samples, any batch grid
             samples = int(state_dict["samples"])

@@ -14,8 +14,9 @@ carries a :class:`ShardView` as ``loader.sampler`` and ``loader.batch_sampler.sa
 a ``torch.utils.data.DistributedSampler`` (so Lightning leaves the loader alone) that
 describes this rank's shard (``num_replicas``, ``rank``, ``seed``, ``shuffle``) and is
 never iterated: the loader's batch sampler is. Accelerate's multi-process ``prepare``
-gives the sampler it wraps a ``generator``; the view refuses it with the fix (leave the
-loader out of ``prepare``, it is already sharded, and register it for checkpointing).
+gives the sampler a ``generator`` to keep in step across processes; the view keeps it and
+uses it for nothing (the order is keyed by the seed), and the batch sampler then meets
+Accelerate's sharder (NOTE [ accelerate prepare ]).
 
 ``set_epoch(epoch)``, which the frameworks call on every pass (Accelerate on every
 ``iter()`` with its own count, Lightning and the HF Trainer once per epoch), never changes
@@ -52,16 +53,7 @@ import torch.utils.data as tud
 
 from .._errors import check_int
 
-__all__ = ["ACCELERATE_FIX", "ShardView", "accelerate_skip"]
-
-#: How to use the loader with Accelerate on several processes (docs/recipes/accelerate.md).
-ACCELERATE_FIX = (
-    "leave the loader out of accelerator.prepare() (it is already sharded by rank: "
-    "DataLoader.get_data_loader(num_replicas=accelerator.num_processes, "
-    "rank=accelerator.process_index)), and call accelerator.register_for_checkpointing(loader) "
-    "so that save_state/load_state resume it, with or without "
-    "DataLoaderConfiguration(use_stateful_dataloader=True): the loader is stateful itself"
-)
+__all__ = ["ShardView", "accelerate_skip"]
 
 
 class ShardView(tud.DistributedSampler[int]):
@@ -110,23 +102,26 @@ class ShardView(tud.DistributedSampler[int]):
         self.shuffle = shuffle
         self.drop_last = False
         self.epoch = 0
+        self._generator: torch.Generator | None = None
         length = len(dataset)
         self.num_samples = length // num_replicas + (rank < length % num_replicas)
         self.total_size = length
 
     @property
-    def generator(self) -> None:
-        """None: the loader's order is keyed by its seed, not by a generator."""
-        return None
+    def generator(self) -> torch.Generator | None:
+        """The generator Accelerate keeps in step across processes; the order never reads it."""
+        return self._generator
 
     @generator.setter
     def generator(self, value: torch.Generator | None) -> None:
-        raise ValueError(
-            "accelerator.prepare() should not shard a detsamplers loader, but it was about "
-            f"to wrap rank {self.rank} of {self.num_replicas}'s batches in its "
-            "BatchSamplerShard, which keeps one batch in every num_processes and so loses "
-            f"records; {ACCELERATE_FIX}"
-        )
+        # Accelerate's multi-process prepare sets it before it shards the batch sampler
+        # (NOTE [ accelerate prepare ]); the loader's order is keyed by its seed.
+        if value is not None and not isinstance(value, torch.Generator):
+            raise TypeError(
+                "generator should be a torch.Generator or None, but got "
+                f"{type(value).__name__}; the loader's order is keyed by its seed, not by it"
+            )
+        self._generator = value
 
     def set_epoch(self, epoch: int) -> None:
         """Record the framework's epoch number; on a validation loader, select that pass.

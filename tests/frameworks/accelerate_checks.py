@@ -1,4 +1,4 @@
-"""Accelerate on 2 real processes: an O(1) ``skip_first_batches``, a clear refusal to prepare.
+"""Accelerate on 2 real processes: one-call ``prepare`` of both loader forms, an O(1) skip.
 
 Run by tests/frameworks/run_twice.py (``--checks``) on every rank before the example's
 first run; ``check`` raises on any failure (the launch then fails), and writes
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate import Accelerator
 
 from detsamplers.loader import DataLoader
 
@@ -44,24 +44,26 @@ def fetched(log: Path) -> list[int]:
 
 def check(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    config = DataLoaderConfiguration(use_stateful_dataloader=True)
-    accelerator = Accelerator(cpu=True, dataloader_config=config)
+    accelerator = Accelerator(cpu=True)
     world, rank = accelerator.num_processes, accelerator.process_index
     assert world == 2, world
     report: dict[str, Any] = {}
 
-    # prepare() on several processes refuses, naming the fix, even with the stateful route.
-    loader = DataLoader(range(RECORDS), batch_size=4).get_data_loader(
-        repeat=True, num_replicas=world, rank=rank
-    )
-    try:
-        accelerator.prepare(loader)
-    except ValueError as error:
-        assert "register_for_checkpointing" in str(error), error
-        assert "use_stateful_dataloader" in str(error), error
-        report["refused"] = str(error)
-    else:
-        raise AssertionError("accelerator.prepare() sharded a detsamplers loader again")
+    # prepare(model, optimizer, loader) in one call, over one epoch (8 steps of 2 x 4 of 64
+    # records): an unsharded loader gives each process every other batch of its stream, a
+    # per-rank one its own batches.
+    data = DataLoader(range(64), batch_size=4, shuffle=True, seed=5)
+    stream = [b.tolist() for b in islice(data.get_data_loader(repeat=True), 16)]
+    own = [b.tolist() for b in islice(data.get_data_loader(True, 0, world, rank), 8)]
+    for form, expected in (("unsharded", stream[rank::world]), ("per-rank", own)):
+        loader = data.get_data_loader(True, 0, *((world, rank) if form == "per-rank" else (1, 0)))
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer, train = accelerator.prepare(model, optimizer, loader)
+        got = [b.tolist() for b in islice(train, 8)]
+        assert got == expected, (form, got, expected)
+        assert loader.state_dict()["samples"] == 64, loader.state_dict()  # one epoch handed
+        report[f"epoch-{form}"] = got
 
     for workers in (0, 2):
         plain_log, log = (out / f"fetch-{name}-w{workers}-rank{rank}" for name in ("plain", "skip"))

@@ -3,6 +3,7 @@
 from itertools import islice
 
 import pytest
+import torch
 import torch.utils.data as tud
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,11 +54,18 @@ def test_set_epoch_refuses_a_negative_epoch() -> None:
         _train(1, 0).sampler.set_epoch(-1)
 
 
-def test_accelerate_sharding_the_loader_again_is_refused_with_the_fix() -> None:
-    view = _train(2, 0).sampler
+def test_the_view_keeps_the_generator_accelerate_gives_it_and_the_order_ignores_it() -> None:
+    train = _train(2, 0)
+    expected = [b.tolist() for b in islice(_train(2, 0), 4)]
+    view = train.sampler
     assert view.generator is None
-    with pytest.raises(ValueError, match=r"not shard .*register_for_checkpointing\(loader\)"):
-        view.generator = None
+    generator = torch.Generator()
+    view.generator = generator  # what Accelerate's multi-process prepare does first
+    assert view.generator is generator
+    generator.manual_seed(123)
+    assert [b.tolist() for b in islice(train, 4)] == expected
+    with pytest.raises(TypeError, match=r"generator should be a torch.Generator or None.*int"):
+        view.generator = 7
 
 
 def test_lightning_sees_the_loader_as_split_and_resumable_and_its_set_epoch_moves_nothing() -> None:
