@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 DOCS_VENV := .venv-docs
 DOCS_PY := $(DOCS_VENV)/bin/python
 DOCS_STAMP := $(DOCS_VENV)/.installed
@@ -28,7 +29,15 @@ $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c detsampl
 	# Nothing here uses it (litdata imports it only for its image helpers): remove it.
 	$(PY) -m pip uninstall --quiet --yes torchvision
 	$(PY) -c "import sys, detsamplers as ds; s = ds.kernel_status(); print('kernel:', s); sys.exit(s != 'compiled')"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# `make demo` needs the package alone (torch, numpy, tqdm): the first install of
+# docs/getting-started.md, into the same .venv. The full install above includes it (and
+# touches this stamp too), so `make demo` after `make install` installs nothing.
+$(DEMO_STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c detsamplers/_kernel_headers.c
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e .
+	touch $(DEMO_STAMP)
 
 # `make docs` in a venv of its own with the docs extra only (mkdocs-material, mkdocstrings)
 # and detsamplers' own dependencies, not the dev tools and compared peers of .venv.
@@ -59,7 +68,7 @@ nginx:
 
 # Train on 2 ranks (torchrun, gloo on 127.0.0.1), pause midway, resume on 1, verify the batches;
 # then SIGTERM one rank of a run and relaunch it with latest_checkpoint="auto".
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m detsamplers demo
 
 check: $(STAMP)

@@ -14,7 +14,7 @@ import torch.utils.data as tud
 from ._errors import check_int, check_one_of
 from ._mix import MixSampler
 from ._repeat import RepeatSampler
-from ._shard import DistributedSampler
+from ._shard import DistributedSampler, _world_size
 from ._shuffle import ReproducibleShuffleSampler
 from ._skip import SkipBatchSampler
 
@@ -25,12 +25,13 @@ def make_batch_sampler(
     sampler_or_dataset: Any,
     mode: str,
     shuffle_seed: int,
-    num_workers: int,
-    rank: int,
-    batch_size: int,
+    num_workers: int | None = None,
+    rank: int | None = None,
+    batch_size: int | None = None,
     skip: int = 0,
     *,
     skip_samples: int = 0,
+    world_size: int | None = None,
 ) -> tud.BatchSampler:
     """Build shuffle → repeat → shard → batch → skip for training, or shard → batch else.
 
@@ -44,8 +45,9 @@ def make_batch_sampler(
         mode: ``"training"`` (shuffle, repeat and skip) or ``"validation"`` (neither:
             each rank gets its shard of one pass, NOTE [ shard lengths ]).
         shuffle_seed: The shuffle's seed, e.g. ``context.get_trial_seed()``.
-        num_workers: The world size.
-        rank: This process's rank.
+        num_workers: The world size, under Determined's name (kept so that its positional
+            calls work); pass it or ``world_size``, not both.
+        rank: This process's rank, in ``[0, world size)``.
         batch_size: Records per batch on this rank (the per-slot batch size).
         skip: Batches already trained (``context.get_initial_batch()``), training only.
         skip_samples: Samples already trained (every rank's records, in total), training
@@ -54,12 +56,15 @@ def make_batch_sampler(
             run whose global batch size changed with ``skip=0,
             skip_samples=batches_trained * old_global_batch_size``; Determined counts
             ``get_initial_batch()`` in batches of the size the trial runs with now.
+        world_size: The world size: the preferred keyword, since ``num_workers`` means a
+            DataLoader's worker processes everywhere else.
 
     Returns:
         A batch sampler to pass as ``DataLoader(dataset, batch_sampler=...)``.
 
     Raises:
-        TypeError: an argument has the wrong type.
+        TypeError: an argument has the wrong type, the world size is given twice (as
+            ``num_workers`` and ``world_size``), or ``rank`` or ``batch_size`` is missing.
         ValueError: an argument is out of range, or ``skip`` or ``skip_samples`` is set
             in validation mode.
 
@@ -67,7 +72,7 @@ def make_batch_sampler(
         >>> from itertools import islice
         >>> from detsamplers import make_batch_sampler
         >>> batches = make_batch_sampler(range(10), "training", shuffle_seed=0,
-        ...                              num_workers=2, rank=0, batch_size=3, skip=0)
+        ...                              world_size=2, rank=0, batch_size=3, skip=0)
         >>> first = list(islice(batches, 2))
         >>> [len(b) for b in first]
         [3, 3]
@@ -86,8 +91,12 @@ def make_batch_sampler(
     """
     mode = check_one_of("mode", mode, ("training", "validation"))
     shuffle_seed = check_int("shuffle_seed", shuffle_seed)
-    size = check_int("num_workers", num_workers, minimum=1)
-    rank = check_int("rank", rank, minimum=0, below=size, below_name="num_workers")
+    size = _world_size(num_workers, world_size)
+    world_name = "world_size" if world_size is not None else "num_workers"
+    for name, value in (("rank", rank), ("batch_size", batch_size)):
+        if value is None:
+            raise TypeError(f"missing {name}: pass {name}, an integer")
+    rank = check_int("rank", rank, minimum=0, below=size, below_name=world_name)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     skip = check_int("skip", skip, minimum=0)
     skip_samples = check_int("skip_samples", skip_samples, minimum=0)

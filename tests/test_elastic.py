@@ -68,3 +68,25 @@ def test_resuming_on_another_world_size_loses_and_duplicates_nothing(
     head = uninterrupted[:trained]
     tail = global_batches(n, seed, after, 4 // after, trained, 5)
     assert [sorted(x) for x in head + tail] == [sorted(x) for x in uninterrupted]
+
+
+@given(
+    n=st.integers(1, 60),
+    seed=st.integers(0, 2**32),
+    world=st.integers(1, 5),
+    data=st.data(),
+    mode=st.sampled_from(["training", "validation"]),
+    size=st.integers(1, 7),
+)
+def test_world_size_names_the_same_world_size_as_determineds_num_workers(
+    n: int, seed: int, world: int, data: st.DataObject, mode: str, size: int
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    skip = data.draw(st.integers(0, 20)) if mode == "training" else 0
+    by_name = ds.make_batch_sampler(
+        range(n), mode, shuffle_seed=seed, world_size=world, rank=rank, batch_size=size, skip=skip
+    )
+    positional = ds.make_batch_sampler(range(n), mode, seed, world, rank, size, skip)
+    assert take(by_name, 12) == take(positional, 12)
+    if mode == "training":
+        assert by_name.state_dict() == positional.state_dict()

@@ -147,6 +147,41 @@ def test_repeating_an_empty_sampler_raises_when_iteration_starts(source: Any) ->
             "skip should be 0 in validation mode, but got skip=3",
         ),
         (
+            lambda: ds.make_batch_sampler(range(4), "training", 0, 2, 0, 2, world_size=2),
+            TypeError,
+            "pass the world size once, as num_workers or as world_size, but got "
+            "num_workers=2 and world_size=2",
+        ),
+        (
+            lambda: ds.make_batch_sampler(range(4), "training", 0, rank=0, batch_size=2),
+            TypeError,
+            "missing the world size",
+        ),
+        (
+            lambda: ds.make_batch_sampler(range(4), "training", 0, world_size=2, batch_size=2),
+            TypeError,
+            "missing rank: pass rank, an integer",
+        ),
+        (
+            lambda: ds.make_batch_sampler(range(4), "training", 0, world_size=2, rank=0),
+            TypeError,
+            "missing batch_size: pass batch_size, an integer",
+        ),
+        (
+            lambda: ds.make_batch_sampler(
+                range(4), "training", 0, world_size=2, rank=2, batch_size=1
+            ),
+            ValueError,
+            r"rank should be an integer in \[0, world_size\), but got rank=2 with world_size=2",
+        ),
+        (
+            lambda: ds.make_batch_sampler(
+                range(4), "training", 0, world_size=0, rank=0, batch_size=1
+            ),
+            ValueError,
+            "world_size should be a positive integer value, but got world_size=0",
+        ),
+        (
             lambda: ds.make_batch_sampler(object(), "training", 0, 1, 0, 2, 0),
             TypeError,
             "sampler_or_dataset should be a sampler or a map-style dataset",

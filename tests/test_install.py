@@ -1,0 +1,247 @@
+"""The install the docs show works as written.
+
+The fast tests read the pages: every guide and recipe names its install in its first line,
+every extra a page names exists, no page installs detsamplers from a registry (it is not on
+one), and the Makefile installs the package alone for ``make demo``.
+
+The slow test (marker ``install``) runs the commands themselves, taken from the pages so
+that they cannot drift: docs/getting-started.md's blocks marked ``<!-- install-test: NAME
+-->`` in a copy of the clone each (fresh venvs, from the package registry with pip's cache,
+as a user's pip would), then each page's install line in the clone's venv and the page's
+first runnable example in that venv, from a folder outside the clone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from setuptools.config.pyprojecttoml import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+GETTING_STARTED = DOCS / "getting-started.md"
+# The pages a user follows on their own, each opening with an install line.
+GUIDES = [
+    "webdataset.md",
+    "testing.md",
+    "cli.md",
+    "mixing.md",
+    "growth.md",
+    "preemption.md",
+    "porting.md",
+]
+# The recipes' frameworks are installed (the `integrations` extra) and trained under by
+# tests/frameworks/; the slow test here leaves them out (transformers alone takes minutes).
+RECIPES = [
+    "recipes/torchrun.md",
+    "recipes/dcp.md",
+    "recipes/lightning.md",
+    "recipes/accelerate.md",
+    "recipes/hf-trainer.md",
+    "recipes/determined.md",
+]
+INSTALL_LINE = re.compile(r"\A# [^\n]+\n\n\*\*Install:\*\* (.*?)\n\n", re.DOTALL)
+CODE_SPAN = re.compile(r"`([^`]+)`")
+INSTALL_BLOCK = re.compile(r"<!-- install-test: (\w+) -->\n```sh\n(.*?)```", re.DOTALL)
+RUNNABLE = re.compile(r"(<!-- skip-test[^>]*-->\s*\n)?```python\n(.*?)```", re.DOTALL)
+# `.[a,b]` in an editable install, `...whl)[a]` after a wheel's path.
+EXTRAS_IN_COMMAND = re.compile(r"(?:\.|\.whl\))\[([\w,-]+)\]")
+# "the `webdataset` extra", "`remote`, `s3` or `gcs` for", "`s3` extra"
+EXTRA_IN_PROSE = re.compile(r"`([\w-]+)` extra\b")
+
+
+def extras_of_pyproject() -> dict[str, list[str]]:
+    extras: dict[str, list[str]] = load_file(ROOT / "pyproject.toml")["project"][
+        "optional-dependencies"
+    ]
+    return extras
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def install_command(page: Path) -> str:
+    """The command of ``page``'s install line (its first paragraph), spaces normalised."""
+    match = INSTALL_LINE.match(page.read_text())
+    assert match, f"{page.relative_to(ROOT)} does not open with an **Install:** line"
+    commands = [c for c in CODE_SPAN.findall(match.group(1)) if c.startswith("pip install ")]
+    assert commands, f"{page.relative_to(ROOT)}'s install line shows no pip install command"
+    return " ".join(commands[0].split())
+
+
+def test_each_guide_and_recipe_names_its_install_in_its_first_line() -> None:
+    for name in GUIDES + RECIPES:
+        command = install_command(DOCS / name)
+        assert command.startswith("pip install -c constraints.txt -e "), (name, command)
+
+
+def test_no_page_installs_detsamplers_from_a_package_registry() -> None:
+    for page in pages():
+        # An argument naming the package, as `pip install 'detsamplers[s3]'` (not a comment).
+        found = re.findall(
+            r"pip install [^`#\n]*?(?<![/\w-])detsamplers\b[^`#\n]*", page.read_text()
+        )
+        assert not found, f"{page.relative_to(ROOT)}: {found} (detsamplers is not on PyPI)"
+
+
+def test_every_extra_a_page_names_exists_and_getting_started_lists_each() -> None:
+    extras = extras_of_pyproject()
+    named: dict[str, set[str]] = {}
+    for page in pages():
+        text = page.read_text()
+        for group in EXTRAS_IN_COMMAND.findall(text):
+            for extra in group.split(","):
+                named.setdefault(extra, set()).add(page.name)
+        for extra in EXTRA_IN_PROSE.findall(text):
+            named.setdefault(extra, set()).add(page.name)
+    assert {"webdataset", "testing", "lightning", "accelerate", "hf"} <= set(named)
+    unknown = {extra: sorted(where) for extra, where in named.items() if extra not in extras}
+    assert not unknown, f"extras named in the docs but not in pyproject.toml: {unknown}"
+    table = GETTING_STARTED.read_text().split("| Extra |", 1)[1].split("\n\n", 1)[0]
+    cells = [row.split("|")[1] for row in table.splitlines()[2:]]  # the first column
+    listed = {name for cell in cells for name in re.findall(r"`([\w-]+)`", cell)}
+    assert listed == set(extras), f"getting-started's table of extras: {listed ^ set(extras)}"
+
+
+def test_each_frameworks_extra_is_part_of_the_integrations_extra_the_tests_install() -> None:
+    extras = extras_of_pyproject()
+    integrations = set(extras["integrations"])
+    for name in ("lightning", "accelerate", "hf"):
+        assert set(extras[name]) <= integrations, name
+
+
+def make_dry_run(target: str) -> str:
+    """What ``make -n -B target`` would run here (nothing is run)."""
+    result = subprocess.run(
+        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return result.stdout
+
+
+def test_make_demo_installs_the_package_alone_and_make_test_installs_the_tests_extras() -> None:
+    installs = [line for line in make_dry_run("demo").splitlines() if "pip install" in line]
+    assert installs == [".venv/bin/python -m pip install --quiet -c constraints.txt -e ."]
+    assert "-m detsamplers demo" in make_dry_run("demo")
+    test = make_dry_run("test")
+    assert "pip install --quiet -c constraints.txt -e '.[dev,compare,integrations]'" in test
+    assert "-m pytest" in test
+
+
+def copy_of_the_clone(target: Path) -> Path:
+    """The files a clone has (tracked and new, not ignored), copied to ``target``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def user_environment() -> dict[str, str]:
+    """This process's environment less what the test run adds (its venv, PYTHONPATH)."""
+    env = dict(os.environ)
+    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTHONHOME"):
+        env.pop(name, None)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
+    return env
+
+
+def bash(script: str, cwd: Path, log: Path, timings: list[str], what: str) -> None:
+    """Run ``script`` with bash -e in ``cwd``, appending its output to ``log``; time it."""
+    start = time.perf_counter()
+    with log.open("a") as out:
+        out.write(f"\n$ ({what}) in {cwd}\n{script}\n")
+        out.flush()
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=cwd,
+            env=user_environment(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
+    timings.append(f"{time.perf_counter() - start:7.1f} s  {what}")
+    if result.returncode:
+        tail = log.read_text()[-4000:]
+        pytest.fail(f"{what} exited with {result.returncode}:\n{tail}")
+
+
+def first_example(page: Path) -> str | None:
+    for match in RUNNABLE.finditer(page.read_text()):
+        if not match.group(1):
+            return match.group(2)
+    return None
+
+
+@pytest.mark.install
+@pytest.mark.timeout(1800)
+def test_the_documented_installs_work_in_fresh_venvs_and_each_guide_runs_its_first_example(
+    tmp_path: Path,
+) -> None:
+    blocks = dict(INSTALL_BLOCK.findall(GETTING_STARTED.read_text()))
+    assert set(blocks) == {"clone", "wheel"}
+    log, timings = tmp_path / "install.log", []
+    activate = ". .venv/bin/activate\n"
+
+    # From a clone: the block, then each guide's install line that the block did not run,
+    # in the same venv, then each guide's first example in a folder of its own.
+    clone = copy_of_the_clone(tmp_path / "clone")
+    bash(blocks["clone"], clone, log, timings, "getting-started: from a clone")
+    ran = {" ".join(line.split("#")[0].split()) for line in blocks["clone"].splitlines()}
+    for command in dict.fromkeys(install_command(DOCS / name) for name in GUIDES):
+        if command not in ran:
+            bash(activate + command, clone, log, timings, command)
+    python = clone / ".venv" / "bin" / "python"
+    outside = tmp_path / "examples"
+    outside.mkdir()
+    runs = []
+    for name in ["getting-started.md", *GUIDES]:
+        code = first_example(DOCS / name)
+        if code is None:  # cli.md: commands and their output only
+            continue
+        stem = name.removesuffix(".md")  # the script's name: `webdataset.py` would shadow it
+        (outside / f"example_{stem}.py").write_text(code)
+        runs.append(f"mkdir {stem} && (cd {stem} && {python} ../example_{stem}.py)")
+    # One example after the other, each in a process of its own, from outside the clone.
+    bash("\n".join(runs), outside, log, timings, f"{len(runs)} first examples")
+    where = subprocess.run(
+        [python, "-c", "import detsamplers, sys; sys.stdout.write(detsamplers.__file__)"],
+        cwd=outside,
+        env=user_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert Path(where).is_relative_to(clone), where  # the editable install of the clone
+
+    # From a wheel: another copy of the clone, a venv of its own.
+    source = copy_of_the_clone(tmp_path / "wheel")
+    bash(blocks["wheel"], source, log, timings, "getting-started: from a wheel")
+    python = source / ".venv" / "bin" / "python"
+    check = (
+        "import detsamplers, hypothesis, pathlib, sys\n"
+        "package = pathlib.Path(detsamplers.__file__).parent\n"
+        "assert 'site-packages' in package.parts, package\n"
+        "assert (package / '_examples' / 'demo_trial.py').is_file()\n"
+        "assert detsamplers.kernel_status() == 'compiled', detsamplers.kernel_status()\n"
+    )
+    example = first_example(GETTING_STARTED)
+    assert example is not None
+    (outside / "wheel.py").write_text(check + example)
+    bash(f"{python} wheel.py", outside, log, timings, "the wheel: getting-started's example")
+    print("\n".join(["", *timings]))
