@@ -182,6 +182,17 @@ def test_a_shard_cut_inside_a_header_is_refused_with_its_name(tmp_path: Path) ->
         make(pattern)
 
 
+def test_a_corrupt_shard_s_error_points_to_our_shard_writer_which_writes_its_index(
+    tmp_path: Path,
+) -> None:
+    pattern = write_shards(tmp_path, [4])
+    path = tmp_path / "data-000000.tar"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"with detsamplers.loader.ShardWriter, which also") as info:
+        make(pattern)
+    assert "webdataset.ShardWriter" not in str(info.value)
+
+
 def test_a_shard_without_its_end_of_archive_block_is_refused(tmp_path: Path) -> None:
     pattern = write_shards(tmp_path, [4])
     path = tmp_path / "data-000000.tar"

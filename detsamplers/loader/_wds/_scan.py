@@ -34,7 +34,7 @@ _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
 def _corrupt(path: str, what: str) -> ValueError:
     return ValueError(
         f"shard {path!r} is truncated or corrupt: {what}; rewrite it (for example with "
-        "webdataset.ShardWriter) or remove it from urls"
+        "detsamplers.loader.ShardWriter, which also writes its index) or remove it from urls"
     )
 
 
