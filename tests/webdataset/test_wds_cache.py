@@ -312,7 +312,9 @@ def test_a_cache_dir_that_is_no_folder_is_refused_by_name_before_any_download(
 ) -> None:
     folder = make(tmp_path)
     mark = served.nginx.mark()
-    with pytest.raises(ValueError, match=rf"^cache_dir should be .*{said}.*pass the path of a fold"):
+    with pytest.raises(
+        ValueError, match=rf"^cache_dir should be .*{said}.*pass the path of a fold"
+    ):
         served.make(parts=4, cache_dir=folder)
     assert served.nginx.served(mark)[0] == 0
     assert not os.path.isdir(folder)

@@ -14,7 +14,7 @@ import pytest
 import webdataset as wds
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wds_helpers import COUNTS, make, png_bytes, write_shards
+from wds_helpers import COUNTS, ids, make, png_bytes, write_shards
 
 from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
@@ -188,7 +188,9 @@ def test_a_corrupt_shard_s_error_points_to_our_shard_writer_which_writes_its_ind
     pattern = write_shards(tmp_path, [4])
     path = tmp_path / "data-000000.tar"
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(ValueError, match=r"with detsamplers.loader.ShardWriter, which also") as info:
+    with pytest.raises(
+        ValueError, match=r"with detsamplers.loader.ShardWriter, which also"
+    ) as info:
         make(pattern)
     assert "webdataset.ShardWriter" not in str(info.value)
 
@@ -461,3 +463,21 @@ def test_a_local_read_that_returns_less_is_completed(tmp_path: Path) -> None:
     assert trickle.read_many([0, 0], [3, 1]) == [expected[3], expected[1]]
     whole.close()
     trickle.close()
+
+
+def test_pathlib_paths_are_accepted_wherever_a_local_shard_path_or_folder_is(
+    tmp_path: Path,
+) -> None:
+    pattern = write_shards(tmp_path / "shards", [4, 5, 3])
+    paths = sorted((tmp_path / "shards").glob("data-*.tar"))
+    as_text = make(pattern, shuffle_shards=True, index_dir=str(tmp_path / "i1"), repeat=False)
+    expected = [ids(b) for b in as_text]
+    for urls in (Path(pattern), paths, [str(paths[0]), *paths[1:]]):
+        source = make(urls, shuffle_shards=True, index_dir=tmp_path / "i2", repeat=False)  # type: ignore[arg-type]
+        assert [ids(b) for b in source] == expected
+        assert source.state_dict() == as_text.state_dict()
+    assert sorted(os.listdir(tmp_path / "i2")) == sorted(os.listdir(tmp_path / "i1"))
+    with pytest.raises(TypeError, match=r"index_dir should be a str, an os.PathLike or None, but"):
+        make(pattern, index_dir=b"/tmp")
+    with pytest.raises(TypeError, match=r"urls should be a string .*, an os.PathLike or a seq"):
+        make([paths[0], 3])  # type: ignore[list-item]

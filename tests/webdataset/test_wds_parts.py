@@ -179,7 +179,9 @@ def test_bad_cache_and_part_arguments_are_refused_with_messages_that_name_them(
         make(shards, parts=-1)
     with pytest.raises(TypeError, match="parts should be an integer"):
         make(shards, parts=True)
-    with pytest.raises(TypeError, match="cache_dir should be a str or None, but got cache_dir=3"):
+    with pytest.raises(
+        TypeError, match=r"cache_dir should be a str, an os.PathLike or None, but got cache_dir=3"
+    ):
         make(shards, cache_dir=3)
     with pytest.raises(
         ValueError, match="cache_limit should be a positive integer value, but got cache_limit=0"
