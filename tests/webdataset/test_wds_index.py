@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import tarfile
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -481,3 +482,43 @@ def test_pathlib_paths_are_accepted_wherever_a_local_shard_path_or_folder_is(
         make(pattern, index_dir=b"/tmp")
     with pytest.raises(TypeError, match=r"urls should be a string .*, an os.PathLike or a seq"):
         make([paths[0], 3])  # type: ignore[list-item]
+
+
+def _claiming(folder: Path, kind: str, claim: int) -> Path:
+    """A 3-sample shard whose first header's size field claims ``claim`` bytes."""
+    buffer = io.BytesIO()
+    form = tarfile.GNU_FORMAT if kind == "gnu" else tarfile.PAX_FORMAT
+    with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
+        for i in range(3):
+            long = "x" * 120 if kind in ("pax", "gnu") else ""  # a pax or GNU record first
+            info = tarfile.TarInfo(f"k{i}{long}.cls")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"%d" % i))
+    data = bytearray(buffer.getvalue())
+    data[124:136] = b"%011o\0" % claim
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    path = folder / f"{kind}-{claim}.tar"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(["pax", "gnu", "plain"]), claim=st.integers(1 << 20, 8**11 - 1))
+def test_a_header_claiming_more_than_the_shard_holds_is_refused_allocating_nothing_of_it(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, claim: int
+) -> None:
+    path = _claiming(tmp_path_factory.mktemp("claims"), kind, claim)
+    said = {
+        "pax": rf"the pax header at byte 0 \(member '\./\./@PaxHeader'\) claims {claim} bytes",
+        "gnu": rf"the GNU long-name header at byte 0 \(member '\./\./@LongLink'\) claims {claim}",
+        "plain": r"member 'k0\.cls' runs past the end of the file",
+    }[kind]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^shard '{path}' is truncated or corrupt: {said}"):
+            scan_shard(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20 <= claim  # the claim was never allocated (7 GiB before the fix)
