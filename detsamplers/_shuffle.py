@@ -26,12 +26,21 @@ from ._permute import MAX_N, Permutation, make_permutation
 from ._seeds import derive
 from ._stage import Stage
 
-__all__ = ["ReproducibleShuffleBatchSampler", "ReproducibleShuffleSampler"]
+__all__ = ["ENDLESS_PASS", "ReproducibleShuffleBatchSampler", "ReproducibleShuffleSampler"]
 
 I64 = npt.NDArray[np.int64]
 T = TypeVar("T")
 PermutationKind = Literal["feistel", "exact"]
 _KINDS = ("feistel", "exact")
+#: Why a shuffle refuses an endless pass, and the fix: said when iterating finds one, and
+#: by ``check_reproducible`` when it finds a repeat among a wrapper's attributes.
+ENDLESS_PASS = (
+    "a shuffle reads a whole pass before its first item, so the pass must end after len() "
+    "items, and an endless one (a RepeatSampler inside a wrapper) would be read forever. "
+    f"The order is {ORDER}; shuffle first, e.g. "
+    "RepeatSampler(ReproducibleShuffleSampler(sampler, seed)), or make __len__ return the "
+    "items of one pass"
+)
 
 
 class _Shuffle(Stage[T]):
@@ -89,12 +98,7 @@ class _Shuffle(Stage[T]):
             name = self._inner_param
             raise ValueError(
                 f"{type(self).__name__} read more than len({name})={length} items from pass "
-                f"{epoch} of its {name} ({type(self._inner_obj).__name__}): a shuffle reads a "
-                "whole pass before its first item, so the pass must end after len() items, "
-                "and an endless one (a RepeatSampler inside a wrapper) would be read forever. "
-                f"The order is {ORDER}; shuffle first, e.g. "
-                "RepeatSampler(ReproducibleShuffleSampler(sampler, seed)), or make __len__ "
-                "return the items of one pass"
+                f"{epoch} of its {name} ({type(self._inner_obj).__name__}): {ENDLESS_PASS}"
             )
         if not items:
             return iter(())

@@ -86,6 +86,11 @@ class ForeignSource(Node):
         self.kind = "batch" if isinstance(obj, tud.BatchSampler) else "record"
 
     @property
+    def obj(self) -> Any:
+        """The sampler it iterates."""
+        return self._obj
+
+    @property
     def pass_length(self) -> int:
         try:
             return len(self._obj)

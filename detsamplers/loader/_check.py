@@ -8,11 +8,15 @@ with one message naming the object, what breaks and the fix):
 2. a torch sampler that draws from an RNG when iteration starts, anywhere in the chain:
    ``RandomSampler`` (``DataLoader(shuffle=True)`` builds one), ``SubsetRandomSampler``
    and ``WeightedRandomSampler``, alone or under one of our stages (a shuffle over them);
-3. a chain that shards before it shuffles or repeats (NOTE [ chain order ] allows it, as
+3. a shuffle over a foreign sampler (a user's wrapper) that holds one of our endless
+   stages (a ``RepeatSampler``) among its attributes, a few levels deep: iterating the
+   shuffle would read its pass forever, and refuses it (NOTE [ chain order ]); said here
+   with iteration's message, before anything is read;
+4. a chain that shards before it shuffles or repeats (NOTE [ chain order ] allows it, as
    it iterates correctly, but it is neither elastic nor resumable at a global position);
-4. a training chain (one with a repeat or a mixture) over a sampler that cannot seek: a
+5. a training chain (one with a repeat or a mixture) over a sampler that cannot seek: a
    foreign type that is only iterated, so resuming means replaying it;
-5. a torch DataLoader whose ``MixSampler`` does not match its dataset: component ``k``'s
+6. a torch DataLoader whose ``MixSampler`` does not match its dataset: component ``k``'s
    indices are offsets into ``ConcatDataset(datasets)``, so the lengths must add up.
 
 A chain is recognised as a training chain by its repeat: a bare foreign sampler passes.
@@ -26,7 +30,9 @@ import torch.utils.data as tud
 
 from .._errors import ReproducibilityError
 from .._mix import MixSampler
+from .._node import Node
 from .._order import ORDER
+from .._shuffle import ENDLESS_PASS
 from .._source import ForeignSource, as_node, chain_of
 from .._stage import Stage
 
@@ -109,11 +115,69 @@ def _check_random(obj: Any) -> None:
             )
 
 
+#: How deep, and through how many objects, a wrapper's attributes are searched for a repeat.
+_DEPTH, _VISITS, _ITEMS = 4, 2000, 64
+
+
+def _hidden_endless(obj: Any) -> tuple[str, Node] | None:
+    """An endless stage of ours among ``obj``'s attributes: its path and itself, else ``None``.
+
+    Breadth first through attributes, list, tuple and dict items (the first ``_ITEMS``), at
+    most ``_DEPTH`` levels and ``_VISITS`` objects: no iteration, no call, so a user's
+    sampler is never advanced. Datasets, arrays and tensors are not searched.
+
+    Examples:
+        >>> from detsamplers import RepeatSampler
+        >>> class Wrapper:
+        ...     def __init__(self): self.inner = [RepeatSampler(range(3))]
+        >>> path, found = _hidden_endless(Wrapper())
+        >>> path, type(found).__name__
+        ('.inner[0]', 'RepeatSampler')
+    """
+    queue: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    seen: set[int] = set()
+    for value, path, depth in queue:
+        if len(seen) >= _VISITS:
+            break
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if path and isinstance(value, Node) and value.infinite:
+            return path, value
+        if depth == _DEPTH or isinstance(value, (str, bytes, tud.Dataset, type)):
+            continue
+        if isinstance(value, dict):
+            items = [(f"[{k!r}]", v) for k, v in list(value.items())[:_ITEMS]]
+        elif isinstance(value, (list, tuple)):
+            items = [(f"[{i}]", v) for i, v in enumerate(value[:_ITEMS])]
+        else:
+            items = [(f".{k}", v) for k, v in getattr(value, "__dict__", {}).items()]
+        queue.extend((v, path + step, depth + 1) for step, v in items)
+    return None
+
+
+def _check_hidden_repeat(links: list[Any]) -> None:
+    """Raise if a shuffle wraps a foreign sampler that holds an endless stage of ours."""
+    for outer, inner in zip(links[1:], links, strict=False):
+        if outer.verb != "shuffle" or not isinstance(inner, ForeignSource):
+            continue
+        found = _hidden_endless(inner.obj)
+        if found is not None:
+            path, stage = found
+            name = type(inner.obj).__name__
+            raise ReproducibilityError(
+                f"{type(outer).__name__} would read its pass forever: the sampler it shuffles "
+                f"({name}) holds {name}{path}, a {type(stage).__name__}, whose stream is "
+                f"endless; {ENDLESS_PASS}"
+            )
+
+
 def check_chain(sampler: Any) -> None:
     """Raise if the sampler or batch sampler chain ``sampler`` cannot be resumed reproducibly."""
     for obj in _objects(sampler):
         _check_random(obj)
     links = list(reversed(chain_of(as_node(sampler))))
+    _check_hidden_repeat(links)
     verbs = [link.verb for link in links]
     if "shard" in verbs:
         after = verbs[verbs.index("shard") + 1 :]

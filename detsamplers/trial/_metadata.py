@@ -11,8 +11,8 @@ training continues:
   by a newer detsamplers, and that is said, never skipped in favour of an older folder;
 - each field has its type and range (``bool`` is not an int here), and the fields agree:
   ``global_batch_size`` is a multiple of ``world_size``, ``samples_trained`` follows from
-  ``batch_segments``, ``records_consumed`` equals it, and a ``batch-N`` folder holds
-  ``batches_trained == N``;
+  ``batch_segments``, ``records_consumed`` equals it, ``dataset_length`` is the last
+  length of ``dataset_growth``, and a ``batch-N`` folder holds ``batches_trained == N``;
 - ``files`` is exactly ``state-dict.pth`` and one rank file per rank of ``world_size``
   (so no name can point outside the folder), each a regular file.
 
@@ -154,6 +154,27 @@ def _check_segments(where: str, metadata: dict[str, Any]) -> None:
             )
 
 
+def _check_growth(where: str, metadata: dict[str, Any]) -> None:
+    """``dataset_growth`` is ``[[0, N0], [p1, N1], ...]`` and ends at ``dataset_length``."""
+    growth = metadata["dataset_growth"]
+    shaped = growth and all(
+        isinstance(g, list) and len(g) == 2 and all(_is_int(v) and v >= 0 for v in g)
+        for g in growth
+    )
+    if not shaped or growth[0][0] != 0:
+        raise ValueError(
+            f"{where}: dataset_growth should be a non-empty list of [sample, length] lists of "
+            f"ints >= 0, the first at sample 0, but got dataset_growth={growth!r}"
+        )
+    length = metadata.get("dataset_length", growth[-1][1])
+    if length != growth[-1][1]:
+        raise ValueError(
+            f"{where}: dataset_length should be {growth[-1][1]}, the last length of "
+            f"dataset_growth={growth!r}, but got dataset_length={length!r}; the file was "
+            "edited: restore it, or resume from another checkpoint folder"
+        )
+
+
 def _validate(where: str, path: str, metadata: Any) -> dict[str, Any]:
     """Types, ranges and consistency of a parsed ``metadata.json``."""
     if not isinstance(metadata, dict):
@@ -196,6 +217,8 @@ def _validate(where: str, path: str, metadata: Any) -> dict[str, Any]:
         )
     if "batch_segments" in metadata:
         _check_segments(where, metadata)
+    if metadata.get("dataset_growth") is not None:
+        _check_growth(where, metadata)
     if metadata.get("records_consumed", metadata.get("samples_trained")) != metadata.get(
         "samples_trained", metadata.get("records_consumed")
     ):

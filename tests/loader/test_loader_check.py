@@ -4,12 +4,15 @@ from collections.abc import Iterator
 
 import pytest
 import torch.utils.data as tud
+from hypothesis import given
+from hypothesis import strategies as st
 from loader_helpers import Noisy
 
 from detsamplers import (
     DistributedSampler,
     RepeatSampler,
     ReproducibilityError,
+    ReproducibleShuffleBatchSampler,
     ReproducibleShuffleSampler,
     SkipBatchSampler,
 )
@@ -114,3 +117,61 @@ def test_user_samplers_slotted_into_the_chain_pass() -> None:
 def test_check_reproducible_rejects_what_it_cannot_check() -> None:
     with pytest.raises(TypeError, match="loader_or_sampler should be a DataLoader"):
         check_reproducible(3)
+
+
+class Wrapper(tud.Sampler[int]):
+    """A user's sampler that iterates what it holds (at ``path``), claiming ``length`` items."""
+
+    def __init__(self, held: object, path: list[str], length: int) -> None:
+        self.length, self.path = length, path
+        self.held: object = held
+        for step in reversed(path):
+            self.held = {"box": self.held} if step == "dict" else [self.held]
+
+    def __iter__(self) -> Iterator[int]:
+        inner: object = self.held
+        for step in self.path:
+            inner = inner["box"] if step == "dict" else inner[0]  # type: ignore[index]
+        return iter(inner)  # type: ignore[call-overload]
+
+    def __len__(self) -> int:
+        return self.length
+
+
+ENDLESS = (
+    r"ReproducibleShuffleSampler would read its pass forever: the sampler it shuffles "
+    r"\(Wrapper\) holds Wrapper\.held\S*, a RepeatSampler, whose stream is endless; a shuffle "
+    r"reads a whole pass before its first item, .* shuffle first, e\.g\. "
+    r"RepeatSampler\(ReproducibleShuffleSampler\(sampler, seed\)\)"
+)
+
+
+@given(
+    path=st.lists(st.sampled_from(["list", "dict"]), max_size=3),
+    endless=st.booleans(),
+    through_torch=st.booleans(),
+)
+def test_a_shuffle_over_a_repeat_hidden_in_a_wrapper_is_refused_as_iterating_it_would_be(
+    path: list[str], endless: bool, through_torch: bool
+) -> None:
+    held = RepeatSampler(range(5)) if endless else ReproducibleShuffleSampler(range(5), 1)
+    chain = ReproducibleShuffleSampler(Wrapper(held, path, 5), 0)
+    checked = tud.DataLoader(range(5), sampler=chain) if through_torch else chain
+    if not endless:  # a finite pass: checked and read as before
+        check_reproducible(checked)
+        assert sorted(chain) == list(range(5))
+        return
+    with pytest.raises(ReproducibilityError, match=ENDLESS):
+        check_reproducible(checked)
+    with pytest.raises(ValueError, match=r"read more than len\(sampler\)=5 items from pass 0"):
+        next(iter(chain))  # what the check spares: the same refusal, once iterating
+
+
+def test_our_data_loader_refuses_a_hidden_repeat_under_a_shuffle_when_built() -> None:
+    shuffled = ReproducibleShuffleSampler(Wrapper(RepeatSampler(range(4)), [], 4), 0)
+    with pytest.raises(ReproducibilityError, match=r"holds Wrapper\.held, a RepeatSampler"):
+        DataLoader(Noisy(4), sampler=shuffled)
+    batches = tud.BatchSampler(RepeatSampler(range(4)), 2, False)
+    batch_shuffle = ReproducibleShuffleBatchSampler(Wrapper(batches, ["list"], 2), 0)
+    with pytest.raises(ReproducibilityError, match=r"holds Wrapper\.held\[0\]\.sampler, a Rep"):
+        DataLoader(Noisy(4), batch_sampler=batch_shuffle)

@@ -158,6 +158,13 @@ def test_a_newer_format_is_reported_not_skipped_for_an_older_checkpoint(copy: Pa
         ({"batch_segments": [[0, 0, 8], [0, 8, 8]]}, r"batch_segments should each start where"),
         ({"hparams": [1]}, r"hparams should be dict or null"),
         ({"pending_gradients": 1}, r"pending_gradients should be bool"),
+        (
+            {"dataset_length": 41},
+            r"dataset_length should be 40, the last length of dataset_growth=\[\[0, 40\]\], "
+            r"but got dataset_length=41; the file was edited",
+        ),
+        ({"dataset_growth": [[8, 40]]}, r"dataset_growth should be a non-empty list of \[sample"),
+        ({"dataset_growth": [[0, "40"]]}, r"dataset_growth should be a non-empty list of \[sample"),
     ],
 )
 def test_invalid_metadata_is_an_error_that_names_the_file_and_the_field(
@@ -196,6 +203,29 @@ def test_a_folder_whose_files_are_gone_is_passed_over_with_a_warning(copy: Path)
     ):
         assert find_latest_checkpoint(str(copy)) == str(copy / "batch-000004")
     with pytest.raises(IncompleteCheckpointError, match="latest_checkpoint should be a complete"):
+        _fit(copy, str(copy / "batch-000006"))
+
+
+@given(length=st.integers(0, 10**6) | st.none())
+def test_a_dataset_length_edited_away_from_the_recorded_growth_is_refused_naming_it(
+    saved: Path, length: int | None
+) -> None:
+    target = Path(f"{saved}-length") / "batch-000006"
+    shutil.rmtree(target.parent, ignore_errors=True)
+    shutil.copytree(saved / "batch-000006", target)
+    _edit(target, dataset_length=length)
+    if length == 40:  # the length recorded by the run
+        assert read_checkpoint_metadata(str(target))["dataset_length"] == 40
+        return
+    with pytest.raises(ValueError, match=r"batch-000006/metadata.json: dataset_length should be "):
+        read_checkpoint_metadata(str(target))
+
+
+def test_an_auto_resume_refuses_a_checkpoint_whose_dataset_length_was_edited(copy: Path) -> None:
+    _edit(copy / "batch-000006", dataset_length=1000)  # was accepted: the growth decided
+    with pytest.raises(ValueError, match=r"batch-000006/metadata.json: dataset_length should be "):
+        _fit(copy, "auto")
+    with pytest.raises(ValueError, match=r"but got dataset_length=1000"):
         _fit(copy, str(copy / "batch-000006"))
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,3 +276,68 @@ def test_any_cache_setting_reads_the_stream_of_local_files_and_a_roomy_one_downl
         )  # fmt: skip
         assert plain.cache is None
         assert [[int(x) for x in batch] for batch in plain] == got[rank]
+
+
+def _regular_file(tmp_path: Path) -> str:
+    (tmp_path / "file").write_bytes(b"x")
+    return str(tmp_path / "file")
+
+
+def _fifo(tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "fifo")
+    return str(tmp_path / "fifo")
+
+
+def _symlink_to_a_file(tmp_path: Path) -> str:
+    (tmp_path / "link").symlink_to(_regular_file(tmp_path))
+    return str(tmp_path / "link")
+
+
+def _under_a_file(tmp_path: Path) -> str:
+    return os.path.join(_regular_file(tmp_path), "cache")
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (_regular_file, "a regular file"),
+        (_fifo, r"a FIFO \(named pipe\)"),
+        (_symlink_to_a_file, "a symlink to a regular file"),
+        (_under_a_file, r"a folder this process can create, but got cache_dir='[^']+' \(Not a"),
+    ],
+    ids=["file", "fifo", "symlink-to-file", "under-a-file"],
+)
+def test_a_cache_dir_that_is_no_folder_is_refused_by_name_before_any_download(
+    served: Served, tmp_path: Path, make: Any, said: str
+) -> None:
+    folder = make(tmp_path)
+    mark = served.nginx.mark()
+    with pytest.raises(
+        ValueError, match=rf"^cache_dir should be .*{said}.*pass the path of a fold"
+    ):
+        served.make(parts=4, cache_dir=folder)
+    assert served.nginx.served(mark)[0] == 0
+    assert not os.path.isdir(folder)
+
+
+def test_a_cache_dir_the_process_cannot_write_is_refused_by_name() -> None:
+    # Root writes anywhere: the check runs as "nobody" in a child, over a folder it cannot write
+    # (in /tmp itself: pytest's own folders are closed to other users).
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        folder = os.path.join(top, "locked")
+        os.mkdir(folder, 0o755)
+        code = (
+            "import os\n"
+            "from detsamplers.loader._wds._cache import ShardCache\n"
+            "os.setgid(65534); os.setuid(65534)  # after the imports: the venv is root's\n"
+            "try:\n"
+            f"    ShardCache({folder!r})\n"
+            "except ValueError as exn:\n"
+            "    print(exn)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.stdout.startswith(
+            f"cache_dir should be a folder this process can write, but got cache_dir='{folder}'"
+        ), done
+        assert not os.listdir(folder)

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import tarfile
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import webdataset as wds
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wds_helpers import COUNTS, make, png_bytes, write_shards
+from wds_helpers import COUNTS, ids, make, png_bytes, write_shards
 
 from detsamplers.__main__ import main
 from detsamplers.loader._wds import _index as _shard_index
@@ -180,6 +181,19 @@ def test_a_shard_cut_inside_a_header_is_refused_with_its_name(tmp_path: Path) ->
     path.write_bytes(path.read_bytes()[: 3 * 1536 + 100])
     with pytest.raises(ValueError, match=r"shard '.*data-000001\.tar' is truncated or corrupt"):
         make(pattern)
+
+
+def test_a_corrupt_shard_s_error_points_to_our_shard_writer_which_writes_its_index(
+    tmp_path: Path,
+) -> None:
+    pattern = write_shards(tmp_path, [4])
+    path = tmp_path / "data-000000.tar"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(
+        ValueError, match=r"with detsamplers.loader.ShardWriter, which also"
+    ) as info:
+        make(pattern)
+    assert "webdataset.ShardWriter" not in str(info.value)
 
 
 def test_a_shard_without_its_end_of_archive_block_is_refused(tmp_path: Path) -> None:
@@ -450,3 +464,61 @@ def test_a_local_read_that_returns_less_is_completed(tmp_path: Path) -> None:
     assert trickle.read_many([0, 0], [3, 1]) == [expected[3], expected[1]]
     whole.close()
     trickle.close()
+
+
+def test_pathlib_paths_are_accepted_wherever_a_local_shard_path_or_folder_is(
+    tmp_path: Path,
+) -> None:
+    pattern = write_shards(tmp_path / "shards", [4, 5, 3])
+    paths = sorted((tmp_path / "shards").glob("data-*.tar"))
+    as_text = make(pattern, shuffle_shards=True, index_dir=str(tmp_path / "i1"), repeat=False)
+    expected = [ids(b) for b in as_text]
+    for urls in (Path(pattern), paths, [str(paths[0]), *paths[1:]]):
+        source = make(urls, shuffle_shards=True, index_dir=tmp_path / "i2", repeat=False)  # type: ignore[arg-type]
+        assert [ids(b) for b in source] == expected
+        assert source.state_dict() == as_text.state_dict()
+    assert sorted(os.listdir(tmp_path / "i2")) == sorted(os.listdir(tmp_path / "i1"))
+    with pytest.raises(TypeError, match=r"index_dir should be a str, an os.PathLike or None, but"):
+        make(pattern, index_dir=b"/tmp")
+    with pytest.raises(TypeError, match=r"urls should be a string .*, an os.PathLike or a seq"):
+        make([paths[0], 3])  # type: ignore[list-item]
+
+
+def _claiming(folder: Path, kind: str, claim: int) -> Path:
+    """A 3-sample shard whose first header's size field claims ``claim`` bytes."""
+    buffer = io.BytesIO()
+    form = tarfile.GNU_FORMAT if kind == "gnu" else tarfile.PAX_FORMAT
+    with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
+        for i in range(3):
+            long = "x" * 120 if kind in ("pax", "gnu") else ""  # a pax or GNU record first
+            info = tarfile.TarInfo(f"k{i}{long}.cls")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"%d" % i))
+    data = bytearray(buffer.getvalue())
+    data[124:136] = b"%011o\0" % claim
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    path = folder / f"{kind}-{claim}.tar"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(["pax", "gnu", "plain"]), claim=st.integers(1 << 20, 8**11 - 1))
+def test_a_header_claiming_more_than_the_shard_holds_is_refused_allocating_nothing_of_it(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, claim: int
+) -> None:
+    path = _claiming(tmp_path_factory.mktemp("claims"), kind, claim)
+    said = {
+        "pax": rf"the pax header at byte 0 \(member '\./\./@PaxHeader'\) claims {claim} bytes",
+        "gnu": rf"the GNU long-name header at byte 0 \(member '\./\./@LongLink'\) claims {claim}",
+        "plain": r"member 'k0\.cls' runs past the end of the file",
+    }[kind]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^shard '{path}' is truncated or corrupt: {said}"):
+            scan_shard(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20 <= claim  # the claim was never allocated (7 GiB before the fix)

@@ -820,3 +820,10 @@ def test_a_long_stream_builds_the_tables_at_once_and_reads_the_same_samples(
             expected.append((int(shard[0]) + int(source._order.offsets[c]), int(sample[0])))
     assert source.locate(range(5120)) == expected
     assert not any(s._all_built for s in law._segments)  # the reference built a few at a time
+
+
+def test_shard_sets_given_as_pathlib_paths_mix_as_their_strings(sets: list[list[str]]) -> None:
+    as_paths: list[Any] = [[Path(u) for u in sets[0]], Path(sets[1][0]), sets[2]]
+    as_text = [sets[0], sets[1][0], sets[2]]
+    assert take(iter(mix(as_paths)), 12) == take(iter(mix(as_text)), 12)
+    assert mix(as_paths).state_dict() == mix(as_text).state_dict()

@@ -161,7 +161,9 @@ def test_the_default_cache_folder_is_announced_once_with_its_limit_and_how_to_ch
 
 def test_cache_dir_takes_a_folder_false_or_none_and_names_anything_else(stores: Stores) -> None:
     for bad in (True, 0, b"/tmp", ["/tmp"]):
-        with pytest.raises(TypeError, match=r"cache_dir should be a folder \(str\), False"):
+        with pytest.raises(
+            TypeError, match=r"cache_dir should be a folder \(a str or an os.PathLike\), False"
+        ):
             stores.make("local", cache_dir=bad)
     assert stores.make("nginx", parts=24, cache_dir=False).cache is None
 

@@ -180,7 +180,8 @@ def test_bad_cache_and_part_arguments_are_refused_with_messages_that_name_them(
     with pytest.raises(TypeError, match="parts should be an integer"):
         make(shards, parts=True)
     with pytest.raises(
-        TypeError, match=r"cache_dir should be a folder \(str\), .* got cache_dir=3"
+        TypeError,
+        match=r"cache_dir should be a folder \(a str or an os.PathLike\), False .* got cache_dir=3",
     ):
         make(shards, cache_dir=3)
     with pytest.raises(

@@ -383,3 +383,60 @@ def test_a_set_index_embeds_the_index_files_only_within_its_byte_limit() -> None
         assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
     with pytest.raises(ValueError, match="1 index files for 2 shards"):
         encode_set(entries, files[:1])
+
+
+def _twin_shards(s3: S3Server, folder: Path) -> str:
+    """Two shards of the same size on a new bucket, keys ``a0..a3`` and ``b0..b3``; the URLs."""
+    import webdataset as wds
+
+    bucket = f"twins-{next(_buckets)}"
+    s3.create_bucket(bucket)
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard, prefix in enumerate("ab"):
+        path = folder / f"t-{shard}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(4):
+                sink.write({"__key__": f"{prefix}{i}", "cls": f"{shard}{i}"})  # 2 bytes each
+        s3.put(bucket, f"s/t-{shard}.tar", path.read_bytes())
+    return f"s3://{bucket}/s/t-{{0..1}}.tar"
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["ranges", "cache"])
+def test_a_set_index_embedding_a_same_size_shards_index_is_refused_at_its_first_sample(
+    s3: S3Server, tmp_path: Path, cached: bool
+) -> None:
+    from detsamplers.loader._wds._index_file import decode_index, encode_index
+    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+
+    url = _twin_shards(s3, tmp_path / "twins")
+    bucket = url.split("/")[2]
+    argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
+    assert main([*argv, "--storage-option", "secret=testing"]) == 0
+    key, data = _set_file(s3, url)
+    entries, embedded = decode_set_indexes(data, f"s3://{bucket}/s/")
+    assert embedded is not None and entries[0][1] == entries[1][1]  # the same size
+    options: dict[str, Any] = {"batch_size": 2, "shuffle_shards": False, "repeat": False}
+    if cached:
+        options |= {"parts": 2, "cache_dir": str(tmp_path / "shard-cache")}
+    s3.reset()
+    honest = sorted(int(x) for batch in on_s3(s3, url, tmp_path, **options) for x in batch)
+    assert honest == [0, 1, 2, 3, 10, 11, 12, 13]
+    # The honest set: one request for it, one ranged or whole read per shard, none more.
+    assert sorted(s3.served.requests.items()) == [
+        ("s/detsamplers-set.index.npz", 1), ("s/t-0.tar", 1), ("s/t-1.tar", 1)
+    ]  # fmt: skip
+    # Shard 1's index as shard 0's, its version dropped (as an index written before upload).
+    keys, members, size, _ = decode_index(embedded[1], "t-1.tar")
+    forged = encode_index(keys, [list(map(list, m)) for m in members], size, None)
+    s3.put(bucket, key, encode_set(entries, [forged, embedded[1]]))
+    source = on_s3(s3, url, tmp_path, **options)
+    delivered = []
+    with pytest.raises(
+        ValueError,
+        match=rf"^shard 's3://{bucket}/s/t-0\.tar' does not hold sample 'b0' \(member 'cls', "
+        rf"2 bytes at byte \d+\) where its index says: the tar header there names 'a0\.cls', "
+        rf"not member 'cls' of sample 'b0'; the index the set index 's3://{bucket}/s/"
+        r"detsamplers-set\.index\.npz' embeds for it is another shard's",
+    ):
+        delivered.extend(source)
+    assert delivered == []  # no sample of shard 0 under shard 1's keys

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +183,8 @@ def test_bad_arguments_are_refused_with_the_fix(tmp_path: Path) -> None:
         ShardWriter(local + ".gz")
     with pytest.raises(TypeError, match="does not take opener"):
         ShardWriter(local, opener=open)
-    with pytest.raises(TypeError, match=r"pattern must be a str .* not PosixPath"):
-        ShardWriter(tmp_path / "d-%d.tar")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"pattern should be a str or os.PathLike .* type int"):
+        ShardWriter(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="post must be a callable or None, not 3"):
         ShardWriter(local, post=3)
     assert list(tmp_path.iterdir()) == []
@@ -192,6 +193,22 @@ def test_bad_arguments_are_refused_with_the_fix(tmp_path: Path) -> None:
         pytest.raises(ValueError, match="must contain a __key__"),
     ):
         sink.write({"cls": 1})  # webdataset's own error
+
+
+def test_a_pathlib_pattern_writes_the_shards_a_string_pattern_writes(tmp_path: Path) -> None:
+    for folder, pattern in (
+        ("s", str(tmp_path / "s" / "d-%d.tar")),
+        ("p", tmp_path / "p" / "d-%d.tar"),
+    ):
+        (tmp_path / folder).mkdir()
+        with ShardWriter(pattern, maxcount=2, verbose=0) as sink:
+            for i in range(3):
+                sink.write({"__key__": f"k{i}", "cls": i})
+    names = ["d-0.tar", "d-0.tar.index.npz", "d-1.tar", "d-1.tar.index.npz"]
+    assert sorted(os.listdir(tmp_path / "p")) == sorted(os.listdir(tmp_path / "s")) == names
+    for shard in ("d-0.tar", "d-1.tar"):
+        written = decode_index((tmp_path / "p" / (shard + ".index.npz")).read_bytes(), shard)
+        assert written[:2] == scan_shard(str(tmp_path / "s" / shard))
 
 
 def test_a_key_repeated_back_to_back_is_refused_as_the_scan_would(tmp_path: Path) -> None:

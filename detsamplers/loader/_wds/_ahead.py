@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ._fetch import RemoteShard
 from ._index import ShardInfo
 from ._index_file import resolved
+from ._tar_headers import BLOCK
 
 __all__ = ["AHEAD", "fetch_first_blocks"]
 
@@ -60,6 +61,7 @@ def fetch_first_blocks(jobs: Sequence[tuple[RemoteShard, ShardInfo, int]]) -> No
         members = resolved(info.members)[index]
         start = min(m[1] for m in members) if members else 0
         end = max(m[1] + m[2] for m in members) if members else 0
+        start = max(0, start - BLOCK) if members else 0  # with its header (NOTE [ set index ])
         spans.append((stream, start, min(stream.size, max(end, start + stream.block))))
     failed: dict[int, BaseException] = {}
     loops = [getattr(stream.fs, "loop", None) for stream, _, _ in spans]

@@ -40,12 +40,13 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass
+from stat import S_ISFIFO, S_ISREG
 
 from ._fetch import RemoteOptions, RemoteShard
 from ._index import ShardInfo
 from ._shard_info import user_cache_dir
 
-__all__ = ["CacheStats", "ShardCache", "default_cache_dir"]
+__all__ = ["CacheStats", "ShardCache", "check_cache_dir", "default_cache_dir"]
 
 _SUFFIX = ".tar"
 _STALE_TMP = 3600.0
@@ -59,6 +60,53 @@ def default_cache_dir() -> str:
         True
     """
     return user_cache_dir("shards")
+
+
+_FIX = "pass the path of a folder this process can write (it is created if absent)"
+
+
+def _what(path: str) -> str:
+    """What ``path`` is, in words, for a message (it exists and is no folder)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken symlink"
+    kinds = ((S_ISREG, "a regular file"), (S_ISFIFO, "a FIFO (named pipe)"))
+    kind = next((name for test, name in kinds if test(mode)), "a device or a socket")
+    return f"a symlink to {kind}" if os.path.islink(path) else kind
+
+
+def check_cache_dir(folder: str) -> None:
+    """Create the cache folder ``folder`` if absent; refuse one that is no writable folder.
+
+    Raises:
+        ValueError: ``folder`` (or a parent) is a file, a FIFO, a symlink to one, or a folder
+            this process cannot create or write (the message names ``cache_dir``).
+
+    Examples:
+        >>> import tempfile
+        >>> check_cache_dir(tempfile.mkdtemp())
+        >>> check_cache_dir(tempfile.mkstemp()[1])
+        Traceback (most recent call last):
+        ...
+        ValueError: cache_dir should be a folder, but got cache_dir='...', a regular file; ...
+    """
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(
+            f"cache_dir should be a folder, but got cache_dir={folder!r}, {_what(folder)}; {_FIX}"
+        ) from None
+    except OSError as exn:  # a parent is a file, or cannot be written
+        raise ValueError(
+            f"cache_dir should be a folder this process can create, but got "
+            f"cache_dir={folder!r} ({exn.strerror}); {_FIX}"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"cache_dir should be a folder this process can write, but got cache_dir={folder!r}, "
+            f"which it cannot; {_FIX}"
+        )
 
 
 @dataclass
@@ -106,7 +154,7 @@ class ShardCache:
         self.limit = limit
         self.options = options or RemoteOptions()
         self.stats = CacheStats()
-        os.makedirs(folder, exist_ok=True)
+        check_cache_dir(folder)
 
     def path(self, info: ShardInfo) -> str:
         """Where ``info``'s shard lies in the folder: keyed by URL, size and version."""

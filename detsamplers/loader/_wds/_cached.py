@@ -52,10 +52,10 @@ packed members), and a sample is then one ``os.pread`` from its first member to 
 of its last, each member a slice of it: the bytes a sample-by-sample read gives. A shard
 whose members are not in tar order is read sample by sample as before. The cached copy is
 the version indexed (its file name holds the URL, size and ETag; its size is checked
-once downloaded), so, as for a remote shard read by ranges, the tar headers are not read
-again (NOTE [ index verification ]); a copy shorter than its index is an error naming
-the file. The views add one small tuple per pinned shard (and per shard the first batch
-read by ranges, until the reader closes).
+once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
+with the first sample read of each shard pinned (NOTE [ set index ]); a copy shorter than
+its index is an error naming the file. The views add one small tuple per pinned shard
+(and per shard the first batch read by ranges, until the reader closes).
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ from ._fetch import RemoteShard
 from ._index import ShardInfo
 from ._index_file import resolved
 from ._members import PackedMembers
+from ._reader import check_sample
+from ._tar_headers import BLOCK
 
 __all__ = ["CachedReader"]
 
@@ -117,6 +119,8 @@ class CachedReader:
         self.done = -1  # the plan's batches read so far, minus one
         self.walked = -1
         self.views: dict[int, _View] = {}  # the pinned shards' lookups (reading thread only)
+        #: Pinned shards whose first sample read had its tar headers checked (NOTE [ set index ]).
+        self.checked: set[int] = set()
         self.closed = False
         self.lock = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -227,6 +231,7 @@ class CachedReader:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
+                    self.checked.discard(shard)
             self.lock.notify_all()
         return out
 
@@ -294,6 +299,8 @@ class CachedReader:
         if high > low:  # the members lie in tar order: the first starts, the last ends
             offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
             start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
+            if shard not in self.checked:  # its first sample read: with the tar headers
+                return self._sample(shard, index)
             data = os.pread(fd, end - start, start)
             if len(data) != end - start:
                 self._short(view.info)
@@ -312,12 +319,18 @@ class CachedReader:
         if parts:
             start = min(m[1] for m in parts)
             end = max(m[1] + m[2] for m in parts)
+            checking = shard not in self.checked  # NOTE [ set index ]: once per shard pinned
+            if checking:
+                start = max(0, start - BLOCK)
             if stream is not None:
                 data = stream.fetch(start, end)
             else:
                 data = os.pread(self._fd(shard), end - start, start)
             if len(data) != end - start:
                 self._short(info)
+            if checking:
+                check_sample(info, data, start, keys[index], parts)
+                self.checked.add(shard)
             for suffix, offset, size in parts:
                 sample[suffix] = data[offset - start : offset - start + size]
         return sample
@@ -338,4 +351,5 @@ class CachedReader:
             self.first.clear()
             self.last.clear()
             self.views.clear()
+            self.checked.clear()
             self.lock.notify_all()

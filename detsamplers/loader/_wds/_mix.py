@@ -16,6 +16,7 @@ loader, except that ``decode`` and ``map`` may differ per set (NOTE [ per-set ar
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal
@@ -163,7 +164,7 @@ class WebDatasetMix(WebDatasetSource):
 
     def __init__(
         self,
-        urls: Sequence[str | Sequence[str]],
+        urls: Sequence[str | os.PathLike[str] | Sequence[str | os.PathLike[str]]],
         weights: Sequence[float],
         *,
         seed: int,
@@ -180,14 +181,14 @@ class WebDatasetMix(WebDatasetSource):
         shuffle_block_shards: int = 0,
         skip: int = 0,
         skip_samples: int = 0,
-        index_dir: str | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
         parts: int | Sequence[int] = 0,
-        cache_dir: str | Literal[False] | None = None,
+        cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
     ) -> None:

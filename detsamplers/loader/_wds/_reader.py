@@ -17,7 +17,7 @@ from ._tar_headers import BLOCK
 from ._urls import is_remote
 from ._verify import open_regular, stamp_mismatch
 
-__all__ = ["ShardReader"]
+__all__ = ["ShardReader", "check_sample", "refuse"]
 
 #: Local shards are read unbuffered: every read is one span (a sample, or a run of them,
 #: NOTE [ runs of samples ]), so a buffer only copies, and a jump of a shuffle would refill
@@ -28,6 +28,45 @@ _READ_BUFFER = 0
 RUN_BYTES = 8 << 20
 #: Bytes of unwanted samples a run reads through rather than seeking past them.
 RUN_GAP = 64 << 10
+
+
+def refuse(info: ShardInfo, key: str, suffix: str, offset: int, size: int, why: str) -> NoReturn:
+    """Raise the error for a member whose tar header is not what the shard's index says."""
+    where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
+    owner = getattr(info.keys, "owner", None)  # an index known from a set index
+    embedded = getattr(owner, "file", "") if info.path == info.url else ""
+    if info.index_file:
+        fix = (
+            f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
+            f"index file and rebuild it with `python -m detsamplers index {info.url}`"
+        )
+    elif embedded:
+        fix = (
+            f"the index the set index {embedded!r} embeds for it is another shard's, or the "
+            "shard changed: delete the set index and rebuild it with "
+            "`python -m detsamplers index`"
+        )
+    else:
+        fix = "it changed since it was indexed: build the source again"
+    raise ValueError(
+        f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
+    )
+
+
+def check_sample(
+    info: ShardInfo, data: bytes, base: int, key: str, members: Sequence[list[Any]]
+) -> None:
+    """Check the tar headers of one sample of a remote (or cached) shard against its index.
+
+    ``data`` holds the shard's bytes from ``base``, the header before the sample's first
+    member included. Run on the first sample read of each shard opened (NOTE [ set index ]):
+    an index of another shard of the same size, embedded by mistake, names other keys.
+    """
+    suffixes, offsets, sizes = zip(*members, strict=True)
+    found = header_mismatch(data, base, [key] * len(members), suffixes, offsets, sizes)
+    if found is not None:
+        row, why = found
+        refuse(info, key, suffixes[row], offsets[row], sizes[row], why)
 
 
 class ShardReader:
@@ -66,6 +105,8 @@ class ShardReader:
         self.handle: BinaryIO | None = None
         self.stream: RemoteShard | None = None
         self.table: HeaderTable | None = None
+        #: The remote stream whose first sample's tar headers were checked (NOTE [ set index ]).
+        self.checked: RemoteShard | None = None
         #: Streams :meth:`open_batch` opened, by the batch item whose stretch they serve.
         self.opened: dict[int, RemoteShard] = {}
 
@@ -82,7 +123,13 @@ class ShardReader:
                 self.stream = RemoteShard(info.url, info.size, info.version, self.options)
             start = min(m[1] for m in members) if members else 0
             end = max(m[1] + m[2] for m in members) if members else 0
-            data = self.stream.read(start, end)
+            if self.stream is not self.checked and members:  # its first sample: the headers
+                base = max(0, start - BLOCK)  # in the stream's first block (NOTE [ set index ])
+                data = self.stream.read(base, end)
+                check_sample(info, data, base, sample["__key__"], members)
+                self.checked, data = self.stream, data[start - base :]
+            else:
+                data = self.stream.read(start, end)
             for suffix, offset, size in members:
                 sample[suffix] = data[offset - start : offset - start + size]
             return sample
@@ -363,18 +410,7 @@ class ShardReader:
         self, shard: int, key: str, suffix: str, offset: int, size: int, why: str
     ) -> NoReturn:
         """Raise the error for a member whose tar header is not what the index says."""
-        info = self.shards[shard]
-        where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
-        if info.index_file:
-            fix = (
-                f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
-                f"index file and rebuild it with `python -m detsamplers index {info.url}`"
-            )
-        else:
-            fix = "it changed since it was indexed: build the source again"
-        raise ValueError(
-            f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
-        )
+        refuse(self.shards[shard], key, suffix, offset, size, why)
 
     def _span(self, shard: int, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
@@ -423,6 +459,7 @@ class ShardReader:
 
     def close(self) -> None:
         """Close the open shard, if any."""
+        self.checked = None
         if self.handle is not None:
             self.handle.close()
             self.handle = None

@@ -8,6 +8,7 @@ names it, never a shard with fewer samples.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -34,7 +35,7 @@ _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
 def _corrupt(path: str, what: str) -> ValueError:
     return ValueError(
         f"shard {path!r} is truncated or corrupt: {what}; rewrite it (for example with "
-        "webdataset.ShardWriter) or remove it from urls"
+        "detsamplers.loader.ShardWriter, which also writes its index) or remove it from urls"
     )
 
 
@@ -89,8 +90,54 @@ def scan_shard(
     return keys, samples
 
 
+#: The kinds of header whose data tarfile reads whole (the rest it seeks past).
+_RECORDS = {b"x": "pax header", b"g": "pax global header", b"L": "GNU long-name header",
+            b"K": "GNU long-link header", b"S": "GNU sparse header"}  # fmt: skip
+
+
+class _Bounded:
+    """A shard's file for :mod:`tarfile`: no read asks for more than the file holds.
+
+    tarfile reads a pax or GNU long-name header's data in one ``read(size)`` of its
+    header's size field, and Python allocates the bytes asked for before it reads: a
+    header claiming 7 GiB in a 3 KiB shard would take 7 GiB. A read of more than a block
+    past the end of the file is refused instead, naming the shard and the header.
+    """
+
+    def __init__(self, path: str, handle: Any, size: int) -> None:
+        self.path, self.handle, self.size = path, handle, size
+
+    def read(self, count: int | None = -1) -> bytes:
+        position = self.handle.tell()
+        left = max(0, self.size - position)
+        if count is None or count < 0:
+            count = left
+        if count > left and count > _BLOCK:
+            self.handle.seek(position - _BLOCK)
+            header = self.handle.read(_BLOCK)
+            name = header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            kind = _RECORDS.get(header[156:157], "header")
+            field, claim = header[124:136], count
+            if field[:1] == b"\x80":  # GNU base-256
+                claim = int.from_bytes(field[1:], "big")
+            else:  # octal, as tarfile reads it
+                with contextlib.suppress(ValueError):
+                    claim = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+            raise _corrupt(
+                self.path,
+                f"the {kind} at byte {position - _BLOCK} (member {name!r}) claims {claim} "
+                f"bytes of data, but only {left} bytes follow it in the file",
+            )
+        data: bytes = self.handle.read(min(count, left))
+        return data
+
+    def __getattr__(self, name: str) -> Any:  # seek, tell, name, mode: the file's own
+        return getattr(self.handle, name)
+
+
 def _tarfile_members(path: str, handle: Any, size: int) -> tuple[Listing, int]:
     """The members of the tar in ``handle`` listed by :mod:`tarfile` (as :func:`_read_headers`)."""
+    handle = _Bounded(path, handle, size)  # a header's claim never allocates past the file
     try:
         tar = tarfile.open(path, "r:", fileobj=handle)  # noqa: SIM115 - closed below
     except tarfile.TarError as exn:

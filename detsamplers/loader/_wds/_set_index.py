@@ -28,8 +28,14 @@ embedded index file gets the checks of a shard's own (NOTE [ index verification 
 must agree with its entry (size, version, samples), else the set file is refused by
 name. Without embedded files (a version 1 set file, or a set over ``EMBED_LIMIT``), a
 shard's own index file is fetched when a reader first opens the shard, and refused by
-name if its size or version differs from the set file's. Shards it does not list, or
-whose version cannot be checked on read, are indexed one by one as before. With the
+name if its size or version differs from the set file's. Size, version and count do not
+tell two shards of the same size apart when the index records no version (one written
+before the upload): so the first sample a reader reads of each shard it opens (by ranges,
+or from the node's cache) is read with the 512-byte tar header before it, in the same
+request (the stream's first block starts there), and its members' headers must name the
+sample's key and suffixes (NOTE [ index verification ]); another shard's index names
+other keys, and is refused naming the shard, the sample and the set file. Shards it does
+not list, or whose version cannot be checked on read, are indexed one by one as before. With the
 counts in one file, the set file is also where the per-shard counts behind a state's
 summary are found (NOTE [ counts summary ]).
 """

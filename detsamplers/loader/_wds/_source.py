@@ -11,6 +11,7 @@ load (:mod:`._state`).
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -33,7 +34,7 @@ from ._reader import ShardReader
 from ._readers import ShardReaders
 from ._split import pass_batches, rank_batches, rank_positions
 from ._state import STATE_VERSION, check_state, summarize_counts
-from ._urls import expand_urls
+from ._urls import expand_urls, folder_arg
 
 __all__ = ["WebDatasetSource"]
 
@@ -55,10 +56,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     Shards are indexed once and the index cached (NOTE [ shard index ]).
 
     Args:
-        urls: Uncompressed ``.tar`` shards: a path or fsspec URL (``https://...``,
-            ``s3://...``), a brace pattern such as ``"data-{000000..000099}.tar"``, or a
-            sequence of these. Remote shards are read by byte ranges (NOTE [ remote
-            reads ]).
+        urls: Uncompressed ``.tar`` shards: a path (a str or ``os.PathLike``) or fsspec URL
+            (``https://...``, ``s3://...``), a brace pattern such as
+            ``"data-{000000..000099}.tar"``, or a sequence of these. Remote shards are read
+            by byte ranges (NOTE [ remote reads ]).
         seed: Keys the shard, window and block shuffles and the per-batch RNG seeding.
         batch_size: Samples per batch on each rank, a positive integer.
         world_size: Number of ranks (``torch.distributed`` world size).
@@ -150,7 +151,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
 
     def __init__(
         self,
-        urls: str | Sequence[str],
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         seed: int,
         batch_size: int,
@@ -166,14 +167,14 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         drop_last: bool = False,
         skip: int = 0,
         skip_samples: int = 0,
-        index_dir: str | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
         retries: int = 5,
         read_ahead: int = 4 << 20,
         seeding: str = "batch",
         parts: int | None = None,
-        cache_dir: str | Literal[False] | None = None,
+        cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
         cache_limit: int | None = None,
         prefetch: int = 8,
     ) -> None:
@@ -205,15 +206,17 @@ class WebDatasetSource(tud.IterableDataset[Any]):
                 f"skip_samples should be 0 with repeat=False, but got skip_samples="
                 f"{skip_samples}: a validation pass is never resumed mid-way"
             )
-        if index_dir is not None and not isinstance(index_dir, str):
-            raise TypeError(f"index_dir should be a str or None, but got index_dir={index_dir!r}")
+        index_dir = folder_arg("index_dir", index_dir)
         if parts is not None:
             parts = check_int("parts", parts, minimum=0)
-        if cache_dir is not None and cache_dir is not False and not isinstance(cache_dir, str):
-            raise TypeError(
-                f"cache_dir should be a folder (str), False (no cache) or None (the default "
-                f"folder), but got cache_dir={cache_dir!r}"
-            )
+        if cache_dir is not False:  # False: no cache (NOTE [ parts chosen at load ])
+            try:
+                cache_dir = folder_arg("cache_dir", cache_dir)
+            except TypeError:
+                raise TypeError(
+                    "cache_dir should be a folder (a str or an os.PathLike), False (no cache) "
+                    f"or None (the default folder), but got cache_dir={cache_dir!r}"
+                ) from None
         if cache_limit is not None:
             cache_limit = check_int("cache_limit", cache_limit, minimum=1)
         prefetch = check_int("prefetch", prefetch, minimum=1)

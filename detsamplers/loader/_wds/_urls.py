@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["INSTALL_WEBDATASET", "expand_urls", "is_remote", "local_path", "require_webdataset"]
+__all__ = [
+    "INSTALL_WEBDATASET",
+    "expand_urls",
+    "folder_arg",
+    "is_remote",
+    "local_path",
+    "require_webdataset",
+]
 
 #: What to run when webdataset is missing.
 INSTALL_WEBDATASET = "pip install 'detsamplers[webdataset]'"
@@ -46,17 +53,21 @@ def expand_urls(urls: Any) -> list[str]:
     """Expand brace patterns (and ``::`` lists) as webdataset does, into shard URLs.
 
     Args:
-        urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings.
+        urls: A string such as ``"data-{000..002}.tar"`` or a sequence of strings; a
+            ``pathlib.Path`` (any ``os.PathLike``) counts as its string.
 
     Raises:
         ModuleNotFoundError: webdataset is not installed (the message says how).
-        TypeError: ``urls`` is neither a string nor a sequence of strings.
+        TypeError: ``urls`` is neither a string nor a sequence of strings (or paths).
         ValueError: it is empty, names an empty shard URL (``''``, a stray ``'::'``), or
             names a piped or compressed shard.
 
     Examples:
         >>> expand_urls("https://host/data-{000..001}.tar")
         ['https://host/data-000.tar', 'https://host/data-001.tar']
+        >>> import pathlib
+        >>> expand_urls([pathlib.Path("/d/a.tar"), "/d/b.tar"])
+        ['/d/a.tar', '/d/b.tar']
         >>> expand_urls("pipe:curl -s http://host/a.tar")
         Traceback (most recent call last):
         ...
@@ -67,16 +78,18 @@ def expand_urls(urls: Any) -> list[str]:
         ValueError: urls should name shards, but got an empty shard URL ('', shard 1 of 2) in ...
     """
     require_webdataset()
+    if isinstance(urls, os.PathLike):
+        urls = _text(urls)
     if isinstance(urls, str):
         from webdataset.shardlists import expand_urls as wds_expand
 
         out = [str(u) for u in wds_expand(urls)]
-    elif isinstance(urls, Sequence) and all(isinstance(u, str) for u in urls):
-        out = list(urls)
+    elif isinstance(urls, Sequence) and all(isinstance(u, (str, os.PathLike)) for u in urls):
+        out = [_text(u) for u in urls]
     else:
         raise TypeError(
-            "urls should be a string (a path or brace pattern) or a sequence of strings, "
-            f"but got urls of type {type(urls).__name__}"
+            "urls should be a string (a path or brace pattern), an os.PathLike or a sequence "
+            f"of them, but got urls of type {type(urls).__name__}"
         )
     if not out:
         raise ValueError("urls should name at least one shard, but got an empty list")
@@ -96,6 +109,34 @@ def expand_urls(urls: Any) -> list[str]:
                 "s3fs, gs://... with gcsfs, https://...) and decompress .tar.gz shards"
             )
     return out
+
+
+def _text(path: Any) -> Any:
+    """A path-like object's string (anything else as it is: the caller refuses it)."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    return os.fsdecode(text) if isinstance(text, bytes) else text
+
+
+def folder_arg(name: str, value: Any) -> str | None:
+    """A folder parameter (``index_dir``, ``cache_dir``) as a string: a str, path or ``None``.
+
+    Raises:
+        TypeError: ``value`` is none of these (the message names ``name``).
+
+    Examples:
+        >>> import pathlib
+        >>> folder_arg("cache_dir", pathlib.Path("/tmp/c")), folder_arg("cache_dir", None)
+        ('/tmp/c', None)
+        >>> folder_arg("index_dir", 3)
+        Traceback (most recent call last):
+        ...
+        TypeError: index_dir should be a str, an os.PathLike or None, but got index_dir=3
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return str(_text(value))
+    raise TypeError(f"{name} should be a str, an os.PathLike or None, but got {name}={value!r}")
 
 
 def _shown(urls: Any) -> str:

@@ -53,7 +53,7 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
     closed, so :class:`WebDatasetSource` and :class:`WebDataLoader` open it without a scan.
 
     Args:
-        pattern: A local path pattern, e.g. ``"out/data-%06d.tar"``.
+        pattern: A local path pattern, e.g. ``"out/data-%06d.tar"`` (a str or ``os.PathLike``).
         maxcount: At most this many samples per shard.
         maxsize: Start a new shard once a shard holds this many bytes of member data.
         post: Called with each shard's path once it and its index file are written.
@@ -86,7 +86,7 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
 
     def __init__(
         self,
-        pattern: str,
+        pattern: str | os.PathLike[str],
         maxcount: int = 100000,
         maxsize: float = 3e9,
         post: Any = None,
@@ -100,9 +100,12 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
                 "a local file; write to a local pattern and copy the shards and their "
                 ".index.npz files afterwards (or use webdataset.ShardWriter without an index)"
             )
+        if isinstance(pattern, os.PathLike):
+            pattern = os.fsdecode(os.fspath(pattern))
         if not isinstance(pattern, str):
             raise TypeError(
-                f"pattern must be a str such as 'out/data-%06d.tar', not {type(pattern).__name__}"
+                "pattern should be a str or os.PathLike such as 'out/data-%06d.tar', but got "
+                f"pattern of type {type(pattern).__name__}"
             )
         compress = kw.get("compress")
         if compress not in (None, False) or pattern.endswith(("gz", "bz2", "xz")):
