@@ -1,7 +1,7 @@
 """The pytest plugin (entry point ``pytest11``): the ``resume_check`` fixture.
 
-After ``pip install detsamplers`` a test can take the fixture without importing
-anything::
+Once detsamplers is installed (docs/getting-started.md), a test can take the fixture without
+importing anything::
 
     def test_my_pipeline_resumes(resume_check):
         resume_check(make_loader, pauses=[3, 7], batches=10)

@@ -26,7 +26,7 @@ def summary_writer(path: str) -> Any:
     if importlib.util.find_spec("tensorboard") is None:
         raise ImportError(
             "get_tensorboard_writer() needs the tensorboard package, but it is not installed; "
-            "pip install 'detsamplers[tensorboard]' (or tensorboard)"
+            "pip install tensorboard (in a clone of detsamplers, the tensorboard extra)"
         )
     from torch.utils.tensorboard import SummaryWriter
 

@@ -150,8 +150,9 @@ def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
         import fsspec
     except ImportError:
         raise ImportError(
-            f"reading {url!r} needs fsspec: pip install 'detsamplers[remote]' "
-            "(plus s3fs for s3:// or gcsfs for gs://)"
+            f"reading {url!r} needs fsspec: pip install fsspec aiohttp (plus s3fs and "
+            "obstore for s3://, gcsfs for gs://; in a clone of detsamplers the remote, s3 and "
+            "gcs extras install them)"
         ) from None
     guard_fork()  # NOTE [ fsspec loop after fork ]
     kwargs = filesystem_defaults(url, options.timeout, dict(options.storage_options))
@@ -160,7 +161,8 @@ def remote_fs(url: str, options: RemoteOptions) -> tuple[Any, str]:
             import aiohttp
         except ImportError:
             raise ImportError(
-                f"reading {url!r} needs aiohttp: pip install 'detsamplers[remote]'"
+                f"reading {url!r} needs aiohttp: pip install aiohttp (in a clone of "
+                "detsamplers, the remote extra installs it)"
             ) from None
         client = dict(kwargs.get("client_kwargs") or {})
         client.setdefault(

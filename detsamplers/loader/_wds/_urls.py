@@ -5,8 +5,8 @@ A URL with a scheme of two or more letters other than ``file`` (``http://``, ``h
 anything else is a local path. ``pipe:`` commands and compressed shards are refused: the
 source reads byte ranges, which a pipe or a gzip stream cannot give.
 
-webdataset is an optional extra (``pip install 'detsamplers[webdataset]'``); brace patterns
-are expanded by its own code, so :func:`expand_urls` checks first that it is installed and
+webdataset is optional (the ``webdataset`` extra, or ``pip install webdataset``); brace
+patterns are expanded by its own code, so :func:`expand_urls` checks first that it is installed and
 says how to install it if not (:func:`require_webdataset`).
 """
 
@@ -28,7 +28,10 @@ __all__ = [
 ]
 
 #: What to run when webdataset is missing.
-INSTALL_WEBDATASET = "pip install 'detsamplers[webdataset]'"
+INSTALL_WEBDATASET = (
+    "pip install webdataset (or, in a clone of detsamplers, pip install -c constraints.txt "
+    "-e '.[webdataset]')"
+)
 
 
 def require_webdataset() -> ModuleType:
