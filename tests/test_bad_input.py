@@ -953,7 +953,7 @@ def no_webdataset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "detsamplers.loader._wds._writer", raising=False)
 
 
-INSTALL = r"webdataset shards need the webdataset package, which is not installed here .*: pip install 'detsamplers\[webdataset\]'"  # noqa: E501
+INSTALL = r"webdataset shards need the webdataset package, which is not installed here .*: pip install webdataset \(or, in a clone of detsamplers, pip install -c constraints.txt -e '\.\[webdataset\]'\)"  # noqa: E501
 
 
 @pytest.mark.usefixtures("no_webdataset")
