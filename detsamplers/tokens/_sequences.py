@@ -133,8 +133,11 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         return docs, firsts, cut - firsts, ends <= stop
 
     def __getitem__(self, index: int) -> dict[str, npt.NDArray[Any]]:
-        """Sequence ``index``: ``input_ids``, ``labels``, ``position_ids``, ``document_ids``,
-        ``cu_seqlens`` (NOTE [ sequence features ])."""
+        """Sequence ``index`` as a dict of int arrays (NOTE [ sequence features ]).
+
+        Its keys are ``input_ids``, ``labels``, ``position_ids``, ``document_ids`` and
+        ``cu_seqlens``.
+        """
         try:
             index = operator.index(index)
         except TypeError:

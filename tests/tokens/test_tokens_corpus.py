@@ -107,7 +107,9 @@ def test_a_bin_whose_size_is_not_a_multiple_of_its_dtype_is_refused_naming_it(
         TokenCorpus(path, dtype="uint16", eod_id=0)
     with pytest.raises(ValueError, match=r"dtype should be given for the raw token file"):
         TokenCorpus(path, eod_id=0)
-    with pytest.raises(ValueError, match=r"dtype should be one of uint16, uint32 .* got dtype='int8'"):
+    with pytest.raises(
+        ValueError, match=r"dtype should be one of uint16, uint32 .* got dtype='int8'"
+    ):
         TokenCorpus(path, dtype="int8", eod_id=0)
 
 
@@ -118,7 +120,9 @@ def test_token_ids_at_or_above_vocab_size_fail_the_read_naming_file_and_offset(
     np.save(path, np.array([1, 2, 0, 50, 0], dtype=np.uint16))
     corpus = TokenCorpus(path, eod_id=0, vocab_size=50)
     assert corpus.document(0).tolist() == [1, 2, 0]  # checked lazily, per read
-    with pytest.raises(ValueError, match=r"t.npy should hold token ids in \[0, vocab_size=50\), but token 3 is 50"):
+    with pytest.raises(
+        ValueError, match=r"t.npy should hold token ids in \[0, vocab_size=50\), but token 3 is 50"
+    ):
         corpus.document(1)
     with pytest.raises(ValueError, match=r"token 3 is 50"):
         TokenSequences(corpus, 4)[0]
@@ -131,20 +135,32 @@ def test_lengths_that_do_not_sum_to_the_file_or_are_empty_are_refused_naming_the
 ) -> None:
     path = tmp_path / "t.npy"
     np.save(path, np.arange(1, 6, dtype=np.uint16))
-    with pytest.raises(ValueError, match=r"lengths.npy should sum to the 5 tokens of .*t.npy, but its 2 lengths sum to 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"lengths.npy should sum to the 5 tokens of .*t.npy, but its 2 lengths sum to 4",
+    ):
         TokenCorpus(path, lengths=[_lengths(tmp_path, [1, 3])])
-    with pytest.raises(ValueError, match=r"should hold lengths of at least 1 token, but document 1 has length 0"):
+    with pytest.raises(
+        ValueError, match=r"should hold lengths of at least 1 token, but document 1 has length 0"
+    ):
         TokenCorpus(path, lengths=[_lengths(tmp_path, [5, 0])])
-    with pytest.raises(ValueError, match="lengths should name one sidecar per token file, but got 2 for 1"):
+    with pytest.raises(
+        ValueError, match="lengths should name one sidecar per token file, but got 2 for 1"
+    ):
         TokenCorpus(path, lengths=[tmp_path / "x.npy", tmp_path / "y.npy"])
-    with pytest.raises(ValueError, match="eod_id and lengths should be given one, not both or neither"):
+    with pytest.raises(
+        ValueError, match="eod_id and lengths should be given one, not both or neither"
+    ):
         TokenCorpus(path)
 
 
 def test_an_eod_id_that_never_occurs_is_refused_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "t.npy"
     np.save(path, np.array([1, 2, 3], dtype=np.uint16))
-    with pytest.raises(ValueError, match=r"eod_id=9 should end the documents of .*t.npy, but it never occurs in its 3 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"eod_id=9 should end the documents of .*t.npy, but it never occurs in its 3 tokens",
+    ):
         TokenCorpus(path, eod_id=9)
 
 
@@ -152,15 +168,27 @@ def test_seq_len_below_one_and_other_bad_arguments_are_refused_naming_them(tmp_p
     path = tmp_path / "t.npy"
     np.save(path, np.array([1, 0, 2, 0], dtype=np.uint16))
     corpus = TokenCorpus(path, eod_id=0)
-    with pytest.raises(ValueError, match="seq_len should be a positive integer value, but got seq_len=0"):
+    with pytest.raises(
+        ValueError, match="seq_len should be a positive integer value, but got seq_len=0"
+    ):
         TokenSequences(corpus, 0)
-    with pytest.raises(TypeError, match="seq_len should be a positive integer value, but got seq_len=True"):
+    with pytest.raises(
+        TypeError, match="seq_len should be a positive integer value, but got seq_len=True"
+    ):
         TokenSequences(corpus, True)
-    with pytest.raises(ValueError, match="mode should be one of 'chunk', 'concat', but got mode='pack'"):
+    with pytest.raises(
+        ValueError, match="mode should be one of 'chunk', 'concat', but got mode='pack'"
+    ):
         TokenSequences(corpus, 2, mode="pack")
-    with pytest.raises(ValueError, match="seq_len should leave at least one sequence of seq_len \\+ 1 tokens, but got seq_len=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"seq_len should leave at least one sequence of seq_len \+ 1 tokens, "
+        "but got seq_len=4",
+    ):
         TokenSequences(corpus, 4)
-    with pytest.raises(TypeError, match="corpus should be a TokenCorpus, but got corpus of type str"):
+    with pytest.raises(
+        TypeError, match="corpus should be a TokenCorpus, but got corpus of type str"
+    ):
         TokenSequences("t.npy", 2)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="paths should be a path or a non-empty list of paths"):
         TokenCorpus([], eod_id=0)
@@ -174,11 +202,16 @@ def test_seq_len_below_one_and_other_bad_arguments_are_refused_naming_them(tmp_p
 def test_npy_of_object_dtype_or_a_pickle_is_refused_without_loading_it(tmp_path: Path) -> None:
     objects = tmp_path / "objects.npy"
     np.save(objects, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
-    with pytest.raises(ValueError, match=r"objects.npy should hold one of the dtypes .* but its header says dtype object"):
+    with pytest.raises(
+        ValueError,
+        match=r"objects.npy should hold one of the dtypes .* but its header says dtype object",
+    ):
         TokenCorpus(objects, eod_id=0)
     pickled = tmp_path / "pickled.npy"
     pickled.write_bytes(pickle.dumps([1, 2, 3]))
-    with pytest.raises(ValueError, match=r"pickled.npy should be a .npy array file, but its header cannot be read"):
+    with pytest.raises(
+        ValueError, match=r"pickled.npy should be a .npy array file, but its header cannot be read"
+    ):
         TokenCorpus(pickled, eod_id=0)
     floats = tmp_path / "floats.npy"
     np.save(floats, np.zeros(3))
@@ -186,7 +219,9 @@ def test_npy_of_object_dtype_or_a_pickle_is_refused_without_loading_it(tmp_path:
         TokenCorpus(floats, eod_id=0)
     matrix = tmp_path / "matrix.npy"
     np.save(matrix, np.zeros((2, 2), dtype=np.uint16))
-    with pytest.raises(ValueError, match=r"should hold a 1-D array, but its header says shape \(2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"should hold a 1-D array, but its header says shape \(2, 2\)"
+    ):
         TokenCorpus(matrix, eod_id=0)
 
 
@@ -200,11 +235,17 @@ def test_a_header_that_lies_about_the_size_is_refused_before_any_allocation(
     # Claims 10**15 tokens (2 PB): refused by the size check, never allocated or mapped.
     lying.write_bytes(_npy_header(10**15) + data)
     size = len(lying.read_bytes())
-    with pytest.raises(ValueError, match=rf"lying.npy should be \d+ bytes as its header says \(1000000000000000 values of uint16 after a \d+-byte header\), but it is {size} bytes"):
+    with pytest.raises(
+        ValueError,
+        match=rf"lying.npy should be \d+ bytes as its header says \(1000000000000000 values "
+        rf"of uint16 after a \d+-byte header\), but it is {size} bytes",
+    ):
         TokenCorpus(lying, eod_id=0)
     short = tmp_path / "short.npy"
     short.write_bytes(_npy_header(2) + data)  # claims fewer: the trailing bytes are refused
-    with pytest.raises(ValueError, match=r"short.npy should be \d+ bytes as its header says \(2 values"):
+    with pytest.raises(
+        ValueError, match=r"short.npy should be \d+ bytes as its header says \(2 values"
+    ):
         TokenCorpus(short, eod_id=0)
 
 
@@ -225,7 +266,7 @@ def test_fifos_devices_and_folders_are_refused_without_blocking(tmp_path: Path) 
     def open_it() -> None:
         try:
             TokenCorpus(fifo, dtype="uint16", eod_id=0)
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+        except BaseException as error:  # handed to the test's thread
             outcome.append(error)
 
     thread = threading.Thread(target=open_it, daemon=True)
@@ -236,10 +277,10 @@ def test_fifos_devices_and_folders_are_refused_without_blocking(tmp_path: Path) 
     assert "should be a regular file, but it is a FIFO, device" in str(outcome[0])
     zero = tmp_path / "zero.bin"
     zero.symlink_to("/dev/zero")
-    with pytest.raises(ValueError, match="zero.bin should be a regular file, but it is a FIFO"):
+    with pytest.raises(ValueError, match=r"zero.bin should be a regular file, but it is a FIFO"):
         TokenCorpus(zero, dtype="uint16", eod_id=0)
     (tmp_path / "folder.npy").mkdir()
-    with pytest.raises(ValueError, match="folder.npy should be a regular file"):
+    with pytest.raises(ValueError, match=r"folder.npy should be a regular file"):
         TokenCorpus(tmp_path / "folder.npy", eod_id=0)
     with pytest.raises(ValueError, match=r"missing.npy cannot be read: No such file"):
         TokenCorpus(tmp_path / "missing.npy", eod_id=0)

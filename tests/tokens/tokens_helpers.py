@@ -14,9 +14,7 @@ from detsamplers.tokens import TokenCorpus, TokenSequences
 EOD = 0
 
 #: A corpus: files, each a list of document lengths.
-corpora = st.lists(
-    st.lists(st.integers(1, 12), min_size=1, max_size=12), min_size=1, max_size=3
-)
+corpora = st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=12), min_size=1, max_size=3)
 
 
 def write_unique(folder: Path, files: list[list[int]]) -> TokenCorpus:
@@ -51,5 +49,8 @@ def window(sequences: TokenSequences, index: int) -> np.ndarray:
     """The ``L + 1`` tokens of sequence ``index``, read piece by piece from the corpus."""
     _, firsts, counts, _ = sequences.pieces(index)
     return np.concatenate(
-        [sequences.corpus.read(f, f + c) for f, c in zip(firsts.tolist(), counts.tolist())]
+        [
+            sequences.corpus.read(f, f + c)
+            for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)
+        ]
     )
