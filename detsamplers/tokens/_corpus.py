@@ -135,7 +135,7 @@ class TokenCorpus:
             desc="document index",
             unit="tok",
             unit_scale=True,
-            disable=(not progress) if progress is not None else None,
+            disable=True if eod_id is None else (not progress if progress is not None else None),
             leave=False,
         )
         with bar:
@@ -161,14 +161,16 @@ class TokenCorpus:
         return int(self._doc_start[-1])
 
     def config(self) -> dict[str, Any]:
-        """What identifies the corpus: its files' names and sizes, and its boundaries."""
+        """What identifies the corpus: its files' names and sizes, and its boundaries.
+
+        ``vocab_size`` is left out: it checks the tokens and changes none.
+        """
         boundaries = f"eod_id={self.eod_id}" if self.eod_id is not None else "lengths"
         return {
             "files": [
                 [path.name, size] for path, size in zip(self.paths, self._sizes, strict=True)
             ],
             "documents": boundaries,
-            "vocab_size": self.vocab_size,
         }
 
     def _file_of_document(self, doc: int) -> int:

@@ -80,6 +80,12 @@ def test_labels_positions_and_cu_seqlens_agree_with_the_document_boundaries(
             is_last = corpus.read(last, last + 1)[0] == tokens[i] and tokens[i] == 0
             expected = -100 if is_last else tokens[i + 1]
             assert out["labels"][i] == expected
+        # Each input's document holds the corpus token it was read from.
+        _, firsts, counts, _ = sequences.pieces(k)
+        where = np.concatenate([np.arange(f, f + c) for f, c in zip(firsts, counts, strict=True)])
+        for i in range(seq_len):
+            start, stop = corpus.span(int(docs[i]))
+            assert start <= where[i] < stop
         # Positions restart where the document changes, and count up inside it.
         changes = np.flatnonzero(np.diff(docs)) + 1
         segment_starts = np.concatenate([[0], changes])
