@@ -5,7 +5,8 @@
 Writes one ``.bin`` (uint16) of ``documents`` documents with lognormal lengths (mean
 ``--mean``), each ending with EOD 0, then times: the first open (the end-of-document scan
 and the cached index written beside the file), a second open (the cache memory-mapped), the
-``concat`` order's block totals, and ``__getitem__`` of random sequences in each mode.
+``concat`` order's block totals, ``__getitem__`` of random sequences in each mode, and
+the first batch of a loader resumed after 1e10 tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from detsamplers.tokens import TokenCorpus, TokenSequences
+from detsamplers.loader import DataLoader
+from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
 
 
 def write(path: Path, documents: int, mean: float, seed: int = 0) -> int:
@@ -75,6 +77,15 @@ def main() -> None:
         each = (time.perf_counter() - started) / len(picks)
         print(f"{mode}: build {built * 1e3:.1f} ms, {len(sequences)} sequences of "
               f"{args.seq_len}, random __getitem__ {each * 1e3:.2f} ms")  # fmt: skip
+        # A resume after 1e10 tokens trained: skip_samples sequences, nothing replayed.
+        skip = 10**10 // (args.seq_len + 1)
+        loader = DataLoader(sequences, batch_size=8, shuffle=True, seed=0,
+                            collate_fn=collate_tokens)  # fmt: skip
+        started = time.perf_counter()
+        batch = next(iter(loader.get_data_loader(repeat=True, skip_samples=skip)))
+        first = time.perf_counter() - started
+        print(f"{mode}: first batch of 8 after a resume at 1e10 tokens ({skip} sequences): "
+              f"{first * 1e3:.1f} ms, {tuple(batch['input_ids'].shape)}")  # fmt: skip
 
 
 if __name__ == "__main__":
