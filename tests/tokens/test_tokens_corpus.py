@@ -190,6 +190,12 @@ def test_seq_len_below_one_and_other_bad_arguments_are_refused_naming_them(tmp_p
         TypeError, match="corpus should be a TokenCorpus, but got corpus of type str"
     ):
         TokenSequences("t.npy", 2)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match="block_documents should be a positive integer value, but got block_"
+    ):
+        TokenSequences(corpus, 2, mode="concat", block_documents=0)
+    with pytest.raises(TypeError, match="eod_id should be an integer value, but got eod_id='0'"):
+        TokenCorpus(path, eod_id="0")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="paths should be a path or a non-empty list of paths"):
         TokenCorpus([], eod_id=0)
     with pytest.raises(IndexError, match=r"index should be in \[0, 1\), but got index=1"):
