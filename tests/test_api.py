@@ -101,3 +101,14 @@ def test_the_testing_kit_lists_its_public_names_sorted_each_with_an_example() ->
     for name in kit.__all__:
         doc = inspect.getdoc(getattr(kit, name)) or ""
         assert ">>>" in doc, f"detsamplers.testing.{name} has no runnable example"
+
+
+def test_the_tokens_package_lists_its_public_names_sorted_each_with_an_example() -> None:
+    import detsamplers.tokens as tokens
+
+    assert tokens.__all__ == sorted(tokens.__all__)
+    public = {name for name in vars(tokens) if not name.startswith(("_", "@"))}
+    assert public == set(tokens.__all__)
+    for name in tokens.__all__:
+        doc = inspect.getdoc(getattr(tokens, name)) or ""
+        assert ">>>" in doc, f"detsamplers.tokens.{name} has no runnable example"

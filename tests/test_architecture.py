@@ -156,3 +156,16 @@ def test_no_library_file_is_over_600_lines() -> None:
         f"library files over {MAX_LINES} lines (split each along the law it implements, every "
         f"file opening with its NOTE: see docs/architecture.md): {found}"
     )
+
+
+def test_the_tokens_package_sits_beside_the_loader_and_imports_only_the_core() -> None:
+    graph = import_graph()
+    members = [name for name in graph if name.startswith("detsamplers.tokens")]
+    assert "detsamplers.tokens._corpus" in members
+    for name in members:
+        above = sorted(
+            target
+            for target in graph[name]
+            if target.startswith(("detsamplers.loader", "detsamplers.trial", "detsamplers.testing"))
+        )
+        assert not above, f"{name} imports {above}: tokens is a floor below the loader's users"

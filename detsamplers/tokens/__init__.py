@@ -1,0 +1,33 @@
+"""detsamplers.tokens: pretokenized corpora as sequences of ``L`` tokens that resume exactly.
+
+``TokenCorpus`` opens token files (``.npy``, raw ``.bin``) as one stream of documents
+(``_files``: NOTE [ token files ]; ``_boundaries``: NOTE [ document boundaries ];
+``_corpus``: NOTE [ token corpus ]). ``TokenSequences`` cuts it into sequences by
+``mode`` (``_sequences``: NOTE [ token sequences ]; ``_concat``:
+NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
+``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]). The dataset
+is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
+Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
+``_sequences``; ``_features`` stands alone.
+
+Examples:
+    >>> import tempfile, numpy as np
+    >>> from pathlib import Path
+    >>> from detsamplers.loader import DataLoader
+    >>> from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+    >>> path = Path(tempfile.mkdtemp()) / "train.bin"
+    >>> np.arange(1, 41, dtype=np.uint16).tofile(path)
+    >>> corpus = TokenCorpus(path, dtype="uint16", eod_id=10)
+    >>> sequences = TokenSequences(corpus, seq_len=4, mode="concat", seed=1)
+    >>> loader = DataLoader(sequences, batch_size=2, shuffle=True, seed=1,
+    ...                     collate_fn=collate_tokens)
+    >>> batch = next(iter(loader.get_data_loader(repeat=True)))
+    >>> batch["input_ids"].shape, batch["cu_seqlens"].shape
+    (torch.Size([2, 4]), torch.Size([9]))
+"""
+
+from ._corpus import TokenCorpus
+from ._features import collate_tokens
+from ._sequences import TokenSequences
+
+__all__ = ["TokenCorpus", "TokenSequences", "collate_tokens"]

@@ -1,0 +1,130 @@
+"""The ``concat`` order: documents shuffled by blocks, concatenated, located by token totals.
+
+NOTE [ block-hierarchical concat ]
+Megatron's ``GPTDataset`` shuffles the documents and then builds, up front, a sample index
+of O(documents) entries mapping each sequence to its first document and offset. Here the
+``D`` documents are cut into blocks of ``B`` consecutive documents (block ``b`` holds
+documents ``[bB, min((b + 1)B, D))``; ``nb = ceil(D / B)`` blocks), and the shuffled order
+is two keyed permutations (NOTE [ keyed permutation ], keys hashed from the seed,
+NOTE [ seed mixing ]):
+
+- the blocks in the order ``pi`` (a permutation of ``[0, nb)``);
+- inside block ``b``, its documents in the order ``sigma_b`` (a permutation of the block's
+  documents: one keyed family evaluated at "epoch" ``b``, so each block has its own).
+
+The shuffled stream is block ``pi(0)``'s documents in the order ``sigma_pi(0)``, then block
+``pi(1)``'s, and so on. Its only index is ``C``, the ``nb + 1`` cumulative token totals of
+the blocks in the order ``pi`` (a block's total is the difference of two document starts,
+so building ``C`` reads ``nb`` boundaries, not ``D``). Token ``t`` of the stream lies in
+the block at ``j = max{j : C[j] <= t}`` (a binary search), and inside it at the document
+found by a cumulative sum of that block's ``B`` permuted lengths: O(log nb + B) per
+sequence, O(D / B) memory.
+
+Every token once per epoch: ``pi`` and each ``sigma_b`` are bijections, so the stream lists
+every document exactly once, each whole and in storage order inside, and its length is the
+corpus's ``T`` tokens. Sequence ``k`` is stream tokens ``[k(L + 1), (k + 1)(L + 1))`` for
+``k < T // (L + 1)``: these windows are disjoint and cover the stream but for its last
+``T mod (L + 1)`` tokens (under one sequence), so each of the other tokens appears in
+exactly one sequence. The cut is fixed by the seed; the loader's shuffle reorders the
+sequences every epoch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import numpy.typing as npt
+
+from .._permute import FeistelPermutation
+from .._seeds import derive
+from ._corpus import TokenCorpus
+
+__all__ = ["ConcatOrder", "Pieces"]
+
+I64 = npt.NDArray[np.int64]
+#: A window as pieces of documents: (document, first corpus token, tokens, ends its document).
+Pieces = tuple[I64, I64, I64, npt.NDArray[np.bool_]]
+#: Blocks whose permuted documents and lengths are kept (a window spans a few).
+CACHED_BLOCKS = 8
+
+
+class ConcatOrder:
+    """The documents of ``corpus`` in a block-hierarchical shuffled order.
+
+    Args:
+        corpus: The documents.
+        seed: Keys both permutations.
+        block_documents: ``B``, documents per block.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 3, 3, 0], dtype=np.uint16))
+        >>> order = ConcatOrder(TokenCorpus(path, eod_id=0), seed=0, block_documents=2)
+        >>> docs, first, count, closes = order.pieces(0, 9)
+        >>> sorted(docs.tolist()), int(count.sum()), bool(closes.all())
+        ([0, 1, 2], 9, True)
+    """
+
+    def __init__(self, corpus: TokenCorpus, seed: int, block_documents: int) -> None:
+        self._corpus = corpus
+        documents = corpus.num_documents
+        self._size = block_documents
+        self._blocks = -(-documents // block_documents)
+        self._last = documents - (self._blocks - 1) * block_documents
+        blocks = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
+        self._order = blocks.at_epoch(np.arange(self._blocks, dtype=np.int64), 0)
+        self._inner = FeistelPermutation(block_documents, derive(seed, "tokens-concat-docs"))
+        self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
+        firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
+        firsts[-1] = documents
+        starts = corpus.starts(firsts)
+        totals = np.diff(starts)[self._order]
+        self._cumulative = np.concatenate([[0], np.cumsum(totals)]).astype(np.int64)
+        self._cache: OrderedDict[int, tuple[I64, I64, I64, I64]] = OrderedDict()
+
+    def _block(self, block: int) -> tuple[I64, I64, I64, I64]:
+        """Block ``block``'s documents in order, their starts, lengths and cumulative ends."""
+        found = self._cache.get(block)
+        if found is not None:
+            self._cache.move_to_end(block)
+            return found
+        first = block * self._size
+        last = block == self._blocks - 1
+        count = self._last if last else self._size
+        perm = self._inner_last if last else self._inner
+        local = perm.at_epoch(np.arange(count, dtype=np.int64), block)
+        lengths = self._corpus.lengths(first, first + count)[local]
+        docs = local + first
+        starts = self._corpus.starts(docs)
+        found = (docs, starts, lengths, np.cumsum(lengths))
+        self._cache[block] = found
+        while len(self._cache) > CACHED_BLOCKS:
+            self._cache.popitem(last=False)
+        return found
+
+    def pieces(self, start: int, stop: int) -> Pieces:
+        """The pieces of documents making stream tokens ``[start, stop)``, in order."""
+        out: list[tuple[int, int, int, bool]] = []
+        j = int(np.searchsorted(self._cumulative, start, side="right")) - 1
+        while start < stop:
+            docs, starts, lengths, ends = self._block(int(self._order[j]))
+            base = int(self._cumulative[j])
+            i = int(np.searchsorted(ends, start - base, side="right"))
+            while i < len(docs) and start < stop:
+                doc_end = base + int(ends[i])
+                offset = start - (doc_end - int(lengths[i]))
+                take = min(stop, doc_end) - start
+                out.append((int(docs[i]), int(starts[i]) + offset, take, start + take == doc_end))
+                start += take
+                i += 1
+            j += 1
+        docs_, firsts, counts, closes = zip(*out, strict=True) if out else ((), (), (), ())
+        return (
+            np.array(docs_, dtype=np.int64),
+            np.array(firsts, dtype=np.int64),
+            np.array(counts, dtype=np.int64),
+            np.array(closes, dtype=np.bool_),
+        )

@@ -1,0 +1,137 @@
+"""What a model consumes: a window of ``L + 1`` tokens as inputs, labels and boundaries.
+
+NOTE [ sequence features ]
+A sequence is a window of ``L + 1`` tokens made of pieces of documents (a piece is the
+part of one document inside the window; the first may start inside its document and
+the last may stop inside its). From it:
+
+- ``input_ids`` are tokens ``0 .. L - 1`` and ``labels`` tokens ``1 .. L`` (shifted), but
+  ``labels[i] = -100`` where token ``i`` is the last of its document: its target would be
+  the next document's first token, across a boundary.
+- ``document_ids[i]`` is the corpus number of input ``i``'s document, and
+  ``position_ids[i]`` counts from 0 at the start of each piece: attention restarts there
+  (a piece continuing a document from the previous sequence restarts at 0, as in Hugging
+  Face's ``DataCollatorWithFlattening``).
+- ``cu_seqlens`` (int32, FlashAttention's varlen convention) are the offsets of the
+  pieces' inputs, ``[0, n_1, n_1 + n_2, ..., L]``, padded to the fixed size ``L + 1`` by
+  repeating ``L`` (zero-length sequences at the end), so that sequences stack.
+
+``collate_tokens`` stacks a batch to ``(B, L)`` tensors and flattens ``cu_seqlens`` over the
+``B * L`` tokens of the batch read row after row (``B L + 1`` entries, padded the same way),
+as ``DataCollatorWithFlattening`` does for a batch flattened into one row. A
+block-diagonal causal mask is ``document_ids[:, :, None] == document_ids[:, None, :]`` and
+causal within a row (a document never appears twice in one sequence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+__all__ = ["IGNORE_INDEX", "collate_tokens", "features"]
+
+I64 = npt.NDArray[np.int64]
+#: The label of a target that is not trained on (PyTorch's cross-entropy default).
+IGNORE_INDEX = -100
+KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
+
+
+def features(
+    tokens: I64, docs: I64, counts: I64, closes: npt.NDArray[np.bool_]
+) -> dict[str, npt.NDArray[Any]]:
+    """A sequence's model inputs from its window of tokens and its pieces.
+
+    Args:
+        tokens: The window's ``L + 1`` tokens.
+        docs: Each piece's document.
+        counts: Each piece's tokens (they sum to ``L + 1``).
+        closes: Whether each piece ends its document.
+
+    Examples:
+        >>> import numpy as np
+        >>> out = features(np.array([5, 6, 0, 7, 8]), np.array([3, 4]), np.array([3, 2]),
+        ...                np.array([True, False]))
+        >>> out["labels"].tolist(), out["position_ids"].tolist(), out["cu_seqlens"].tolist()
+        ([6, 0, -100, 8], [0, 1, 2, 0], [0, 3, 4, 4, 4])
+    """
+    length = len(tokens) - 1
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    labels = tokens[1:].copy()
+    last = ends[closes] - 1
+    labels[last[last < length]] = IGNORE_INDEX
+    piece = np.repeat(np.arange(len(counts)), counts)[:length]
+    cu = np.full(length + 1, length, dtype=np.int32)
+    inner = np.minimum(ends, length)
+    inner = np.unique(inner[inner < length])
+    cu[0] = 0
+    cu[1 : 1 + len(inner)] = inner
+    return {
+        "input_ids": tokens[:length].copy(),
+        "labels": labels,
+        "position_ids": np.arange(length, dtype=np.int64) - starts[piece],
+        "document_ids": docs[piece],
+        "cu_seqlens": cu,
+    }
+
+
+def _boundaries(cu: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The offsets of a padded ``cu_seqlens`` without its padding (one final ``L``)."""
+    total = cu[-1]
+    return cu[: int(np.searchsorted(cu, total, side="left")) + 1]
+
+
+def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack sequences into a batch, with ``cu_seqlens`` over the flattened batch.
+
+    Pass it as ``collate_fn``; the default collate works too, stacking each sequence's
+    own ``cu_seqlens`` into ``(B, L + 1)`` (NOTE [ sequence features ]).
+
+    Args:
+        samples: Sequences from :class:`~detsamplers.tokens.TokenSequences`.
+
+    Returns:
+        ``input_ids``, ``labels``, ``position_ids``, ``document_ids``: int64 ``(B, L)``;
+        ``cu_seqlens``: int32 ``(B L + 1,)``, the pieces' offsets in the batch read row
+        after row, padded by repeating ``B L``.
+
+    Raises:
+        ValueError: ``samples`` is empty or its sequences differ in length.
+
+    Examples:
+        >>> import numpy as np
+        >>> from detsamplers.tokens import collate_tokens
+        >>> one = {"input_ids": np.array([1, 2]), "labels": np.array([2, -100]),
+        ...        "position_ids": np.array([0, 1]), "document_ids": np.array([0, 0]),
+        ...        "cu_seqlens": np.array([0, 2, 2], dtype=np.int32)}
+        >>> batch = collate_tokens([one, one])
+        >>> batch["input_ids"].shape, batch["cu_seqlens"].tolist()
+        (torch.Size([2, 2]), [0, 2, 4, 4, 4])
+    """
+    if not samples:
+        raise ValueError("samples should hold at least one sequence, but got an empty batch")
+    lengths = {len(sample["input_ids"]) for sample in samples}
+    if len(lengths) != 1:
+        raise ValueError(
+            f"samples should be sequences of one length, but got lengths {sorted(lengths)}; "
+            "batch sequences of one TokenSequences"
+        )
+    length = lengths.pop()
+    out = {
+        key: torch.as_tensor(np.stack([np.asarray(s[key]) for s in samples]), dtype=torch.int64)
+        for key in KEYS[:4]
+    }
+    total = length * len(samples)
+    cu = np.full(total + 1, total, dtype=np.int32)
+    offsets = np.unique(
+        np.concatenate(
+            [_boundaries(np.asarray(s["cu_seqlens"])) + i * length for i, s in enumerate(samples)]
+        )
+    )
+    cu[: len(offsets)] = offsets
+    out["cu_seqlens"] = torch.from_numpy(cu)
+    return out

@@ -1,0 +1,176 @@
+"""Token files opened as data: ``.npy`` and raw ``.bin``, memory-mapped after their checks.
+
+NOTE [ token files ]
+A token file is read back, never trusted (docs/security.md): it is opened only if it is
+a regular file (a FIFO would block ``open`` and ``/dev/zero`` would never end), through
+``O_NONBLOCK`` and re-checked with ``fstat`` on the descriptor, so that a file swapped for
+a FIFO between the two checks cannot hang the open either. Its size then bounds
+everything: a ``.bin`` holds ``size / itemsize`` tokens of the dtype given (a remainder is
+an error), and a ``.npy`` header is parsed by numpy's header reader (a literal, never
+code; ``allow_pickle`` never enters) and must describe a 1-D array of an allowed integer
+dtype whose bytes end exactly at the end of the file; a header that claims more or fewer
+bytes than the file holds is an error naming both. Only then is the file memory-mapped:
+nothing is allocated from a size the file claims, and the pages are read on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BIN_DTYPES", "NPY_DTYPES", "check_path", "open_bin", "open_npy", "open_tokens"]
+
+#: The dtypes of a raw ``.bin`` token file (nanoGPT writes uint16, OLMo uint16 or uint32).
+BIN_DTYPES = ("uint16", "uint32")
+#: The dtypes a ``.npy`` token file may hold.
+NPY_DTYPES = ("uint16", "uint32", "int32", "int64")
+#: A ``.npy`` header is a short dict literal: anything longer is refused unread.
+MAX_HEADER = 10_000
+
+
+def check_path(value: Any, name: str) -> Path:
+    """``value`` as a :class:`~pathlib.Path`, or a ``TypeError`` naming ``name``."""
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return Path(value)
+    raise TypeError(
+        f"{name} should be a path (str or pathlib.Path), but got {name}={value!r} "
+        f"of type {type(value).__name__}"
+    )
+
+
+def _open_regular(path: Path) -> Any:
+    """A binary file object for ``path`` if it is a regular file, never blocking."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise ValueError(f"token file {path} cannot be read: {error.strerror}") from error
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(
+            f"token file {path} should be a regular file, but it is a FIFO, device, socket "
+            "or directory, which could block or never end; pass the path of a .npy or .bin file"
+        )
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
+        os.close(fd)
+        raise ValueError(f"token file {path} should be a regular file, but it changed to another")
+    return os.fdopen(fd, "rb")
+
+
+def _memmap(handle: Any, path: Path, dtype: np.dtype[Any], offset: int, count: int) -> Any:
+    if count == 0:
+        raise ValueError(f"token file {path} holds no tokens; remove it from the corpus")
+    return np.memmap(handle, dtype=dtype, mode="r", offset=offset, shape=(count,))
+
+
+def open_bin(path: Path, dtype: str) -> npt.NDArray[Any]:
+    """Memory-map a raw ``.bin`` of ``dtype`` tokens (NOTE [ token files ]).
+
+    Raises:
+        ValueError: the file is not regular, is empty, or its size is not a multiple of
+            the dtype's size.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.bin"
+        >>> np.array([5, 6, 7], dtype=np.uint16).tofile(path)
+        >>> open_bin(path, "uint16").tolist()
+        [5, 6, 7]
+    """
+    kind = np.dtype(dtype)
+    with _open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size % kind.itemsize:
+            raise ValueError(
+                f"token file {path} should hold whole {dtype} tokens ({kind.itemsize} bytes "
+                f"each), but its size is {size} bytes, {size % kind.itemsize} past the last "
+                "whole token; check dtype= (uint16 or uint32) or whether the file was cut short"
+            )
+        return _memmap(handle, path, kind, 0, size // kind.itemsize)  # type: ignore[no-any-return]
+
+
+def open_npy(
+    path: Path, allowed: tuple[str, ...] = NPY_DTYPES, what: str = "token file"
+) -> npt.NDArray[Any]:
+    """Memory-map a 1-D ``.npy`` of an ``allowed`` dtype, its header checked against the file.
+
+    Raises:
+        ValueError: the file is not regular, not a ``.npy``, its dtype is not allowed
+            (object arrays included), it is not 1-D, or its header's size differs from the
+            file's.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([1, 2], dtype=np.uint32))
+        >>> open_npy(path).tolist()
+        [1, 2]
+    """
+    with _open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        try:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _, kind = np.lib.format.read_array_header_1_0(
+                    handle, max_header_size=MAX_HEADER
+                )
+            elif version in ((2, 0), (3, 0)):
+                shape, _, kind = np.lib.format.read_array_header_2_0(
+                    handle, max_header_size=MAX_HEADER
+                )
+            else:
+                raise ValueError(f"unknown format version {version}")
+        except (ValueError, OSError, SyntaxError, TypeError) as error:
+            raise ValueError(
+                f"{what} {path} should be a .npy array file, but its header cannot be read "
+                f"({error}); write it with numpy.save"
+            ) from error
+        if kind.hasobject or kind.name not in allowed:
+            raise ValueError(
+                f"{what} {path} should hold one of the dtypes {', '.join(allowed)}, but its "
+                f"header says dtype {kind}; object arrays are never loaded (no pickles)"
+            )
+        if len(shape) != 1:
+            raise ValueError(
+                f"{what} {path} should hold a 1-D array, but its header says shape {shape}; "
+                "flatten it before saving"
+            )
+        offset = handle.tell()
+        count = int(shape[0])
+        if offset + count * kind.itemsize != size:
+            raise ValueError(
+                f"{what} {path} should be {offset + count * kind.itemsize} bytes as its header "
+                f"says ({count} values of {kind} after a {offset}-byte header), but it is "
+                f"{size} bytes; the file is truncated or its header lies"
+            )
+        return _memmap(handle, path, kind, offset, count)  # type: ignore[no-any-return]
+
+
+def open_tokens(path: Path, dtype: str | None) -> npt.NDArray[Any]:
+    """Memory-map a token file by its suffix: ``.npy`` (its own dtype) or ``.bin`` (``dtype``).
+
+    Raises:
+        ValueError: the suffix is neither, a ``.bin`` comes without ``dtype``, or the file
+            fails its checks (NOTE [ token files ]).
+    """
+    if path.suffix == ".npy":
+        return open_npy(path)
+    if path.suffix == ".bin":
+        if dtype is None:
+            raise ValueError(
+                f"dtype should be given for the raw token file {path}, but got dtype=None; "
+                "pass dtype='uint16' (nanoGPT, OLMo) or dtype='uint32'"
+            )
+        return open_bin(path, dtype)
+    raise ValueError(
+        f"token file {path} should end in .npy or .bin, but it ends in {path.suffix!r}; "
+        "Megatron's .bin/.idx pairs and other formats are not read yet"
+    )

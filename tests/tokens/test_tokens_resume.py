@@ -1,0 +1,87 @@
+"""Token sequences through detsamplers' DataLoader: one stream for any world size, workers,
+batch size and resume point (the loader's own chain does it; here it is proved)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokens_helpers import write_eod
+
+from detsamplers.loader import DataLoader
+from detsamplers.testing import Config, check_resume, configs, pause_points
+from detsamplers.tokens import TokenSequences, collate_tokens
+
+FILES = [[5, 9, 3, 14, 2, 7, 11], [6, 1, 8, 20, 4], [10, 3, 3, 9]]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+def factory_for(folder: Path, mode: str, seed: int, collate: Any = None) -> Any:
+    sequences = TokenSequences(write_eod(folder, FILES), 6, mode=mode, seed=seed, block_documents=3)
+
+    def factory(rank: int, world_size: int, num_workers: int, batch_size: int = 2) -> DataLoader:
+        return DataLoader(sequences, batch_size=batch_size, shuffle=True, seed=seed,
+                          num_workers=num_workers, collate_fn=collate)  # fmt: skip
+
+    return factory
+
+
+@settings(max_examples=12)
+@given(
+    mode=st.sampled_from(["chunk", "concat"]),
+    seed=st.integers(0, 2**31),
+    pauses=pause_points(batches=9),
+    resume=configs(num_workers=st.integers(0, 2), batch_sizes=st.sampled_from([None, 1, 3])),
+)
+def test_sequences_resume_exactly_on_any_world_size_workers_batch_size_and_pause(
+    folder: Path, mode: str, seed: int, pauses: list[int], resume: Config
+) -> None:
+    factory = factory_for(folder / mode, mode, seed)
+    report = check_resume(factory, pauses, batches=9, resume=[resume])
+    assert report.pauses == pauses
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_sequence_is_trained_once_per_epoch_on_any_world_size(
+    folder: Path, world_size: int, num_workers: int
+) -> None:
+    sequences = TokenSequences(write_eod(folder / "w", FILES), 6, mode="concat", seed=3)
+    loader = DataLoader(sequences, batch_size=1, shuffle=True, seed=3, num_workers=num_workers,
+                        collate_fn=collate_tokens)  # fmt: skip
+    n = len(sequences)
+    global_order: list[list[int]] = []
+    streams = [
+        iter(loader.get_data_loader(repeat=True, num_replicas=world_size, rank=r))
+        for r in range(world_size)
+    ]
+    for _ in range(-(-2 * n // world_size)):  # two epochs, rank after rank (global order)
+        for stream in streams:
+            global_order.append(next(stream)["input_ids"][0].tolist())
+    expected = [sequences[k]["input_ids"].tolist() for k in range(n)]
+    for epoch in range(2):
+        seen = global_order[epoch * n : (epoch + 1) * n]
+        assert sorted(seen) == sorted(expected)  # each sequence once in each epoch
+    assert global_order[:n] != global_order[n : 2 * n]  # reshuffled per epoch
+    single = iter(loader.get_data_loader(repeat=True))
+    assert [next(single)["input_ids"][0].tolist() for _ in range(2 * n)][: len(global_order)] == (
+        global_order[: 2 * n]
+    )
+
+
+def test_flattened_batches_resume_exactly_with_workers(folder: Path) -> None:
+    factory = factory_for(folder / "flat", "concat", 11, collate_tokens)
+    check_resume(factory, [2, 5], batches=7, run=Config(num_workers=2),
+                 resume=[Config(num_workers=0), Config(num_workers=1)])  # fmt: skip
+    batch = next(iter(factory(0, 1, 0).get_data_loader(repeat=True)))
+    assert batch["cu_seqlens"].dtype == torch.int32 and batch["cu_seqlens"].shape == (13,)
+    assert int(batch["cu_seqlens"][-1]) == 12 and np.all(np.diff(batch["cu_seqlens"].numpy()) >= 0)

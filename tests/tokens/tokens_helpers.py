@@ -1,0 +1,56 @@
+"""Shared helpers of the token-stream tests: random corpora written as real files."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+from hypothesis import strategies as st
+
+from detsamplers.tokens import TokenCorpus, TokenSequences
+
+#: The end-of-document id of the corpora written here (other tokens are >= 1).
+EOD = 0
+
+#: A corpus: files, each a list of document lengths.
+corpora = st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=12), min_size=1, max_size=3)
+
+
+def write_unique(folder: Path, files: list[list[int]]) -> TokenCorpus:
+    """Files of documents whose every token is distinct (1, 2, 3, ...), with lengths sidecars."""
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = itertools.count(1)
+    paths, sidecars = [], []
+    for i, lengths in enumerate(files):
+        tokens = np.array([next(counter) for _ in range(sum(lengths))], dtype=np.uint32)
+        path, sidecar = folder / f"part{i}.npy", folder / f"part{i}.lengths.npy"
+        np.save(path, tokens)
+        np.save(sidecar, np.array(lengths, dtype=np.int64))
+        paths.append(path)
+        sidecars.append(sidecar)
+    return TokenCorpus(paths, lengths=sidecars)
+
+
+def write_eod(folder: Path, files: list[list[int]], seed: int = 0) -> TokenCorpus:
+    """``.bin`` files (uint16) of random documents, each ending with ``EOD``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, lengths in enumerate(files):
+        docs = [np.append(rng.integers(1, 50, size=n - 1), EOD) for n in lengths]
+        path = folder / f"part{i}.bin"
+        np.concatenate(docs).astype(np.uint16).tofile(path)
+        paths.append(path)
+    return TokenCorpus(paths, dtype="uint16", eod_id=EOD, progress=False)
+
+
+def window(sequences: TokenSequences, index: int) -> np.ndarray:
+    """The ``L + 1`` tokens of sequence ``index``, read piece by piece from the corpus."""
+    _, firsts, counts, _ = sequences.pieces(index)
+    return np.concatenate(
+        [
+            sequences.corpus.read(f, f + c)
+            for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)
+        ]
+    )
