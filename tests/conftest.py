@@ -35,6 +35,10 @@ _CACHE_HOME = tempfile.mkdtemp(prefix="detsamplers-tests-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
+# The test tiers: the slow markers, set from the fixtures a test uses, and the guard that fails
+# a test without one that starts a process or a server (tests/tiers.py).
+pytest_plugins = ["tests.tiers"]
+
 settings.register_profile(
     "default",
     deadline=None,
