@@ -148,7 +148,7 @@ def test_make_test_fast_deselects_every_slow_marker_and_make_test_deselects_none
     fast = re.search(r"^test-fast:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
     full = re.search(r"^test:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
     assert fast is not None and full is not None
-    assert fast.group(1).endswith(f'-m pytest -q -m "{tiers.FAST}"')
+    assert fast.group(1) == f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "{tiers.FAST}"'
     assert full.group(1) == "$(PY) -m pytest"
     assert tiers.FAST == "not (distributed or frameworks or servers or subprocess or workers)"
 
@@ -158,3 +158,11 @@ def test_every_slow_marker_is_registered_with_a_description() -> None:
     registered = dict(re.findall(r'^    "(\w+): (.+)",$', pyproject, flags=re.MULTILINE))
     assert set(tiers.SLOW) <= registered.keys()
     assert all(len(registered[name]) > 20 for name in tiers.SLOW)
+
+
+def test_the_fast_profile_runs_every_property_on_a_sixth_of_the_examples() -> None:
+    from hypothesis import settings
+
+    fast, default = settings.get_profile("fast"), settings.get_profile("default")
+    assert (fast.max_examples, default.max_examples) == (10, 60)
+    assert fast.deadline is None and fast.suppress_health_check == default.suppress_health_check
