@@ -166,3 +166,29 @@ def test_the_fast_profile_runs_every_property_on_a_sixth_of_the_examples() -> No
     fast, default = settings.get_profile("fast"), settings.get_profile("default")
     assert (fast.max_examples, default.max_examples) == (10, 60)
     assert fast.deadline is None and fast.suppress_health_check == default.suppress_health_check
+
+
+def test_a_case_with_workers_above_zero_is_marked_and_its_zero_case_stays_fast(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makepyfile(
+        """
+        import pytest
+        from detsamplers.testing import Config
+
+        @pytest.mark.parametrize("num_workers", [0, 2])
+        def test_loader(num_workers): pass
+
+        @pytest.mark.parametrize("workers", [0, True, 1])
+        def test_handed(workers): pass
+
+        @pytest.mark.parametrize("run", [Config(), Config(num_workers=2)], ids=["main", "two"])
+        def test_kit(run): pass
+        """
+    )
+    args = (*PLUGINS, "--strict-markers", "--collect-only", "-q", "-m", "workers")
+    result = pytester.runpytest_inprocess(*args)
+    result.stdout.fnmatch_lines(
+        ["*::test_loader[2]", "*::test_handed[1]", "*::test_kit[two]", "3/7 tests collected*"]
+    )

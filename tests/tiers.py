@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from detsamplers.testing import Config
+
 # The slow markers (``pyproject.toml`` registers each with its description).
 SLOW = ("distributed", "frameworks", "servers", "subprocess", "workers")
 
@@ -43,8 +45,9 @@ FIXTURE_MARKERS = {
 }
 
 
-# A parametrized test whose case has one of these parameters above 0 iterates a DataLoader with
-# worker processes: that case gets ``workers`` (its ``0`` case stays in the fast tier).
+# A parametrized test whose case has one of these parameters above 0, or a parameter whose
+# ``num_workers`` is (a ``detsamplers.testing.Config``), iterates a DataLoader with worker
+# processes: that case gets ``workers`` (its ``0`` case stays in the fast tier).
 WORKER_PARAMETERS = ("num_workers", "workers")
 
 
@@ -119,7 +122,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture in sorted(used & FIXTURE_MARKERS.keys()):
             item.add_marker(FIXTURE_MARKERS[fixture])
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if any(_positive(params.get(name)) for name in WORKER_PARAMETERS):
+        values = [params.get(name) for name in WORKER_PARAMETERS]
+        values += [value.num_workers for value in params.values() if isinstance(value, Config)]
+        if any(_positive(value) for value in values):
             item.add_marker("workers")
 
 

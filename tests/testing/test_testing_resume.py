@@ -72,7 +72,6 @@ FAULTS = [
 ]
 
 
-@pytest.mark.workers
 @pytest.mark.parametrize(
     ("factory", "run", "message"), FAULTS, ids=lambda v: getattr(v, "__name__", "")
 )
