@@ -4,9 +4,10 @@
 (torchrun, a script, the CLI, a DataLoader worker), no server listening (aiohttp, nginx, moto
 S3, the GCS emulator), no framework. ``make test`` (what CI runs) runs them all.
 
-A test gets its marker in one of two ways: automatically, from a fixture it uses
-(:data:`FIXTURE_MARKERS`, applied by ``tests/conftest.py`` at collection), or written on it
-(``@pytest.mark.workers``, a module's ``pytestmark``). The guard (:func:`install`) makes the
+A test gets its marker in one of two ways: automatically at collection (this module is a plugin
+that ``tests/conftest.py`` loads), from a fixture it uses (:data:`FIXTURE_MARKERS`) or a
+parameter (:data:`WORKER_PARAMETERS`), or written on it (``@pytest.mark.workers``, a module's
+``pytestmark``, a docs example's ``<!-- tier: workers -->``). The guard (:func:`install`) makes the
 difference: while a test without a slow marker runs (its setup, call and teardown), starting a
 process or listening on a socket raises :class:`UnmarkedSpawnError` and fails the test, even if the
 code under test swallows the error. So the fast tier cannot start a process silently, and a
