@@ -80,6 +80,13 @@ test: check
 	$(PY) -m pytest
 	$(MAKE) bench-quick
 
+# The fast tier, before each commit: every test without a slow marker (tests/tiers.py), none
+# of which starts a process or a server (the guard fails one that does), and every hypothesis
+# property on 10 examples instead of 60 (tests/conftest.py). About 3 minutes.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not (distributed or frameworks or servers or subprocess or workers)"
+
 # The benchmark scripts in quick mode, so that they never rot; speed is reported, not asserted.
 bench-quick: $(STAMP)
 	$(PY) benchmarks/samplers_table.py --quick

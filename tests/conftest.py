@@ -35,6 +35,10 @@ _CACHE_HOME = tempfile.mkdtemp(prefix="detsamplers-tests-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
+# The test tiers: the slow markers, set from the fixtures a test uses, and the guard that fails
+# a test without one that starts a process or a server (tests/tiers.py).
+pytest_plugins = ["tests.tiers"]
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -43,6 +47,9 @@ settings.register_profile(
     print_blob=True,
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
+# `make test-fast`: every law still runs, on 10 examples (a test's own
+# @settings(max_examples=...) holds in every profile).
+settings.register_profile("fast", parent=settings.get_profile("default"), max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 

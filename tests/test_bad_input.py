@@ -451,6 +451,7 @@ def test_a_user_error_mid_epoch_propagates_and_the_last_state_resumes_exactly(wh
     assert [b.tolist() for b in take(again, 6)] == expected[len(seen) : len(seen) + 6]
 
 
+@pytest.mark.workers
 def test_a_worker_init_fn_error_propagates() -> None:
     def init(worker: int) -> None:
         raise RuntimeError(f"worker {worker} cannot open its database")
@@ -906,6 +907,7 @@ def chains_built_with(number: Callable[[int], Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.workers
 def test_numpy_integers_are_accepted_wherever_an_int_is_meant_and_give_the_same_stream() -> None:
     ints, numpy = chains_built_with(int), chains_built_with(np.int64)
     for name, chain in numpy.items():
@@ -975,6 +977,7 @@ def test_without_the_webdataset_extra_each_entry_point_says_how_to_install_it(
     assert not (tmp_path / "a.tar.index.npz").exists()
 
 
+@pytest.mark.subprocess
 def test_the_index_command_without_webdataset_exits_1_with_the_install_line(
     tmp_path: Path,
 ) -> None:
@@ -1018,6 +1021,7 @@ def kernel_status_of(package: Path) -> str:
     return status
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kernel", ["absent", "broken"])
 def test_kernel_status_says_plainly_what_an_install_without_the_kernel_costs(
     tmp_path: Path, kernel: str
@@ -1045,6 +1049,7 @@ def test_kernel_status_says_plainly_what_an_install_without_the_kernel_costs(
     assert re.match(first + ".*" + cost, status), status
 
 
+@pytest.mark.servers
 def test_a_server_that_ignores_range_requests_is_reported_when_the_source_is_built(
     tmp_path: Path,
 ) -> None:

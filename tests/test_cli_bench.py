@@ -76,6 +76,7 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.workers
 def test_a_users_dataset_is_measured_beside_torchs_loader_with_workers(
     module: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,6 +120,7 @@ def test_shards_are_measured_beside_plain_webdataset_with_bytes_read(
     assert resumed["bytes_read"] < replayed["bytes_read"]  # a seek reads its batch, not 270
 
 
+@pytest.mark.subprocess
 def test_the_terminal_table_and_the_command_line(module: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "detsamplers", "bench", "--len", "500", "--batches", "10"],

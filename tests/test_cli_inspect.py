@@ -183,6 +183,7 @@ def test_a_hostile_or_broken_file_is_refused_by_name_without_running_code(
     assert (code, "a folder without metadata.json" in err) == (1, True)
 
 
+@pytest.mark.subprocess
 def test_the_command_line_runs_as_a_module(checkpoints: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "detsamplers", "inspect", str(checkpoints)],

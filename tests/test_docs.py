@@ -12,22 +12,34 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-BLOCK = re.compile(r"(<!-- skip-test[^>]*-->\s*\n)?```python\n(.*?)```", re.DOTALL)
+# A comment before a block may skip it (``<!-- skip-test: why -->``) or put it in a slow tier
+# (``<!-- tier: workers -->``: the block starts DataLoader workers; see tests/tiers.py).
+BLOCK = re.compile(r"(<!-- (skip-test|tier: (\w+))[^>]*-->\s*\n)?```python\n(.*?)```", re.DOTALL)
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "```python" in path.read_text())
 
 
-def blocks(page: Path) -> list[tuple[int, str]]:
-    """The runnable blocks of ``page``: (the line the block starts on, its code)."""
+def blocks(page: Path) -> list[tuple[int, str, str | None]]:
+    """The runnable blocks of ``page``: (the line the block starts on, its code, its tier)."""
     text = page.read_text()
     out = []
     for match in BLOCK.finditer(text):
-        skipped, code = match.groups()
-        if not skipped:
-            out.append((text.count("\n", 0, match.start(2)) + 1, code))
+        _, comment, tier, code = match.groups()
+        if comment != "skip-test":
+            out.append((text.count("\n", 0, match.start(4)) + 1, code, tier))
     return out
 
 
-BLOCKS = [(page, line, code) for page in PAGES for line, code in blocks(page)]
+BLOCKS = [
+    pytest.param(
+        page,
+        line,
+        code,
+        id=f"{page.name}:{line}",
+        marks=[getattr(pytest.mark, tier)] if tier else [],
+    )
+    for page in PAGES
+    for line, code, tier in blocks(page)
+]
 
 
 def test_the_docs_have_runnable_examples() -> None:
@@ -36,9 +48,7 @@ def test_the_docs_have_runnable_examples() -> None:
         assert blocks(page), f"{page.name} has only skipped examples"
 
 
-@pytest.mark.parametrize(
-    "page,line,code", BLOCKS, ids=[f"{page.name}:{line}" for page, line, _ in BLOCKS]
-)
+@pytest.mark.parametrize("page,line,code", BLOCKS)
 def test_each_example_in_the_docs_runs_on_its_own(
     page: Path, line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

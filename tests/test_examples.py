@@ -46,6 +46,7 @@ def test_the_demo_without_its_trial_says_where_to_get_it_and_exits_1(
     assert not (tmp_path / "work").exists()  # nothing ran
 
 
+@pytest.mark.subprocess
 def test_a_wheel_carries_the_demo_trial_and_an_install_of_it_finds_it(tmp_path: Path) -> None:
     # Build a wheel from the project's own files, unpack it as site-packages, and ask the
     # unpacked package, in a fresh interpreter away from the checkout, where its demo is.

@@ -250,6 +250,7 @@ def test_the_kernel_refuses_buffers_of_the_wrong_size(change: dict[str, Any], me
         kernel.locate_stride(whole[:3], key, window, arrangements, k, 0, 1, 3, good, short)
 
 
+@pytest.mark.subprocess
 def test_turning_the_kernel_off_gives_the_same_stream() -> None:
     # A whole batch sampler in a fresh interpreter with DETSAMPLERS_NO_KERNEL=1: the stream,
     # blocks of 16,384 positions included, is the one this process computes.

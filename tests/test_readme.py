@@ -10,6 +10,7 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+@pytest.mark.workers
 def test_each_readme_example_runs_on_its_own_and_the_first_resumes_at_the_skipped_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

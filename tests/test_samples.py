@@ -180,6 +180,7 @@ def test_the_loader_concatenates_segments_to_the_uninterrupted_sample_stream(
     assert [int(row[0]) for row in rows] == sample_stream(n, 11, len(rows))
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_per_record_seeding_keeps_each_records_draws_across_batch_sizes_and_workers() -> None:
     # 2 ranks x 3 (2 workers each), then 1 rank x 5 (no workers), then 3 ranks x 1 (1 worker).

@@ -70,6 +70,7 @@ def _steps_completed(tmp_path: Path, uuid: str) -> int:
     return int(metadata["steps_completed"])
 
 
+@pytest.mark.subprocess
 def test_a_resumed_determined_trial_sees_exactly_the_batches_the_uninterrupted_run_saw_next(
     tmp_path: Path,
 ) -> None:

@@ -39,6 +39,7 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
     assert all(hasattr(detsamplers.loader, name) for name in names)
 
 
+@pytest.mark.subprocess
 def test_the_loader_imports_without_webdataset_and_only_shard_writer_needs_it() -> None:
     # webdataset is an optional extra; a None entry in sys.modules makes importing it fail.
     script = (
@@ -104,6 +105,7 @@ def test_a_user_batch_sampler_is_slotted_in_below_the_repeat_and_shard() -> None
     assert got == [[2, 3], [0, 1], [4]]
 
 
+@pytest.mark.workers
 def test_the_users_worker_init_fn_still_runs_in_each_worker() -> None:
     loader = DataLoader(Noisy(4), batch_size=2, num_workers=2, worker_init_fn=set_worker_flag)
     assert [row[4] for batch in take(loader, 2) for row in batch] == [7.0] * 4

@@ -96,6 +96,7 @@ def load(train: Any, state: dict[str, Any], route: str) -> None:
         train.batch_sampler.load_state_dict(state)
 
 
+@pytest.mark.workers
 def test_the_issue_repro_saves_the_batches_trained_not_the_ones_prefetched() -> None:
     loader = DataLoader(range(200), batch_size=4, shuffle=True, seed=7, num_workers=2)
     batches = loader.get_data_loader(repeat=True)
@@ -132,6 +133,7 @@ def _resumed_stream(
     return head + [batch.tolist() for batch in islice(again, 6)]
 
 
+@pytest.mark.workers
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worker_runs, worker_runs, st.integers(0, 25), st.sampled_from(["loader", "sampler"]))
 def test_a_pause_and_resume_with_any_workers_continues_the_straight_stream(
@@ -173,6 +175,7 @@ def _failing_run(
     return head, state
 
 
+@pytest.mark.workers
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(0, 3),
@@ -205,6 +208,7 @@ def test_the_in_process_failure_law_holds_for_every_batch() -> None:
         assert state["position"] == fail_at and head == straight(fail_at)
 
 
+@pytest.mark.workers
 def test_two_iters_over_an_endless_stream_continue_after_the_last_batch_handed_out() -> None:
     for workers, persistent in ((0, False), (2, False), (2, True)):
         train = build(Noisy(RECORDS), workers, 3, persistent).get_data_loader(repeat=True)
@@ -214,6 +218,7 @@ def test_two_iters_over_an_endless_stream_continue_after_the_last_batch_handed_o
         assert train.state_dict()["position"] == 7
 
 
+@pytest.mark.workers
 def test_a_break_mid_pass_then_iter_starts_the_next_pass_as_torch_does() -> None:
     for workers in (0, 2):
         passes = build(Noisy(10), workers, 2, persistent=workers > 0).get_data_loader()
@@ -223,6 +228,7 @@ def test_a_break_mid_pass_then_iter_starts_the_next_pass_as_torch_does() -> None
         assert state["position"] == 9  # three passes of three batches, all handed out
 
 
+@pytest.mark.workers
 def test_a_state_saved_mid_pass_resumes_that_pass_on_the_next_iter() -> None:
     for workers in (0, 2):
         passes = build(Noisy(10), workers, 2).get_data_loader()
@@ -235,6 +241,7 @@ def test_a_state_saved_mid_pass_resumes_that_pass_on_the_next_iter() -> None:
         assert state["position"] == 1 and [b.tolist() for b in again] == rest and first
 
 
+@pytest.mark.workers
 def test_a_loaded_state_applies_to_the_next_iter_with_persistent_workers() -> None:
     train = build(Noisy(RECORDS), 2, 2, persistent=True).get_data_loader(repeat=True)
     head = [b.tolist() for b in islice(train, 5)]
@@ -244,6 +251,7 @@ def test_a_loaded_state_applies_to_the_next_iter_with_persistent_workers() -> No
     assert head + [b.tolist() for b in islice(train, 4)] == straight(9)
 
 
+@pytest.mark.workers
 def test_the_state_is_the_same_small_json_dict_as_the_batch_samplers() -> None:
     train = build(Noisy(RECORDS), 2, 4).get_data_loader(repeat=True)
     list(islice(train, 3))
@@ -258,6 +266,7 @@ class OutOfOrder(LeanDataLoader):
         super().__init__(*args, in_order=False, **kwargs)
 
 
+@pytest.mark.workers
 def test_out_of_order_delivery_refuses_to_save_a_state_that_would_not_be_exact() -> None:
     train = build(Noisy(RECORDS), 2, 2).get_data_loader(repeat=True, loader_class=OutOfOrder)
     list(islice(train, 2))
@@ -272,6 +281,7 @@ def test_a_loader_over_another_batch_sampler_has_no_state() -> None:
         LeanDataLoader(range(4), batch_size=2).state_dict()
 
 
+@pytest.mark.workers
 def test_the_stateful_dataloader_class_stays_exact_with_workers() -> None:
     train = build(Noisy(RECORDS), 2, 3).get_data_loader(
         repeat=True, loader_class=StatefulDataLoader
@@ -303,6 +313,7 @@ def test_loader_dataset_and_worker_info_dataset_are_the_users_object(
         assert all(handle is None and not same for _, handle, same in items)
 
 
+@pytest.mark.workers
 def test_a_loader_rebuilt_from_its_arguments_keeps_the_seeded_fetch() -> None:
     for workers in (0, 2):
         train = build(Noisy(RECORDS), workers, 2).get_data_loader(repeat=True)
@@ -315,6 +326,7 @@ def test_a_loader_rebuilt_from_its_arguments_keeps_the_seeded_fetch() -> None:
         assert [b.tolist() for b in islice(rebuilt, 3)] == straight(3)
 
 
+@pytest.mark.workers
 def test_record_seeding_is_unchanged_through_the_fetcher() -> None:
     def run(workers: int, batch: int) -> dict[int, list[float]]:
         loader = DataLoader(
@@ -326,6 +338,7 @@ def test_record_seeding_is_unchanged_through_the_fetcher() -> None:
     assert run(0, 4) == run(2, 3) == run(0, 6)
 
 
+@pytest.mark.workers
 def test_spawned_workers_fetch_seeded_batches_and_count_them() -> None:
     loader = DataLoader(
         Noisy(RECORDS),

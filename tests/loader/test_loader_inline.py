@@ -53,12 +53,14 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool, torch.bfloat16])
 def test_batches_from_workers_equal_the_main_processs(dtype: torch.dtype) -> None:
     expected = batches(0, Records(10, dtype=dtype), 6)
     assert same(batches(2, Records(10, dtype=dtype), 6), expected)
 
 
+@pytest.mark.workers
 def test_small_batches_arrive_by_value_and_large_ones_through_shared_memory() -> None:
     small = batches(1, Records(8), 2)[0][1]
     assert not small["x"].is_shared() and not small["i"].is_shared()
@@ -69,6 +71,7 @@ def test_small_batches_arrive_by_value_and_large_ones_through_shared_memory() ->
     assert odd["x"].is_shared() and odd["x"].dtype == torch.bfloat16
 
 
+@pytest.mark.workers
 def test_draws_made_in_workers_survive_the_trip() -> None:
     assert take(DataLoader(Noisy(9), batch_size=2, num_workers=2).get_data_loader(True), 5) == (
         take(DataLoader(Noisy(9), batch_size=2).get_data_loader(True), 5)
@@ -98,6 +101,7 @@ def test_what_cannot_travel_by_value_is_refused_and_the_collate_returns_it_uncha
     assert isinstance(InlineCollate(tud.default_collate)([1, 2]), InlineBatch)
 
 
+@pytest.mark.workers
 def test_the_users_collate_still_runs_once_per_batch() -> None:
     def collate(batch: list[int]) -> dict[str, Any]:
         return {"ids": torch.tensor(batch), "n": len(batch)}
@@ -107,6 +111,7 @@ def test_the_users_collate_still_runs_once_per_batch() -> None:
     assert out == [([0, 1, 2], 3), ([3, 4, 5], 3)]
 
 
+@pytest.mark.workers
 def test_spawned_workers_get_the_wrapped_collate_and_send_batches_back_by_value() -> None:
     loader = DataLoader(Noisy(6), batch_size=2, num_workers=1, multiprocessing_context="spawn")
     got = [batch for _, batch in zip(range(3), loader.get_data_loader(repeat=True), strict=False)]

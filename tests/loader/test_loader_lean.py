@@ -39,6 +39,7 @@ def test_the_batches_are_those_of_torchs_own_class(num_workers: int, repeat: boo
     assert len(ours) == len(theirs)
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("persistent", [False, True])
 def test_passes_end_and_start_again_as_with_torch(persistent: bool) -> None:
     options: dict[str, Any] = {"batch_size": 4, "num_workers": 1, "persistent_workers": persistent}

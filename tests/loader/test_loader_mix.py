@@ -56,6 +56,7 @@ def take_indices(sampler: Any, count: int) -> list[int]:
     return list(islice(iter(sampler), count))
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_batches_and_draws_do_not_depend_on_num_workers() -> None:
     runs = [take(make(num_workers=w).get_data_loader(repeat=True, skip=3), 8) for w in (0, 1, 2)]

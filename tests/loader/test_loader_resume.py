@@ -31,6 +31,7 @@ def test_resuming_at_every_skip_repeats_the_uninterrupted_batches_and_draws(worl
             assert resumed == reference[skip : skip + 2]
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("world", [1, 2])
 def test_resuming_with_two_workers_at_every_skip_repeats_the_uninterrupted_run(world: int) -> None:
     reference_loader = make()
@@ -43,6 +44,7 @@ def test_resuming_with_two_workers_at_every_skip_repeats_the_uninterrupted_run(w
             assert resumed == reference[skip : skip + 3]
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")
 def test_batches_and_draws_do_not_depend_on_num_workers() -> None:
     training = [take(make(num_workers=w).get_data_loader(repeat=True), 9) for w in (0, 1, 2, 3)]

@@ -76,6 +76,7 @@ def test_bad_pipeline(resume_check):
 """
 
 
+@pytest.mark.subprocess
 def test_the_fixtures_come_from_the_installed_entry_point(pytester: pytest.Pytester) -> None:
     # One subprocess for both fixtures: each run of pytest imports torch afresh.
     pytester.makepyfile(test_user=USER_TESTS, test_trial=TRIAL_TESTS)
@@ -92,6 +93,7 @@ def test_the_fixtures_come_from_the_installed_entry_point(pytester: pytest.Pytes
     )
 
 
+@pytest.mark.subprocess
 def test_the_plugin_can_be_turned_off_like_any_other(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user="def test_it(resume_check):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:detsamplers", timeout=180)

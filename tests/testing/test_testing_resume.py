@@ -85,6 +85,7 @@ def test_every_planted_fault_is_caught_with_its_cause(
 ELASTIC = [*WORKERS, Config(world_size=2, num_workers=2)]
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize(
     ("factory", "resume"),
     [
@@ -107,6 +108,7 @@ def test_the_fixed_twins_pass_with_workers_and_other_world_sizes(
     assert report.route == "loader.state_dict()"
 
 
+@pytest.mark.workers
 def test_per_batch_draws_under_another_world_size_point_to_per_record_seeding() -> None:
     with pytest.raises(
         AssertionError,
@@ -123,6 +125,7 @@ def test_per_batch_draws_under_another_world_size_point_to_per_record_seeding() 
     )
 
 
+@pytest.mark.workers
 def test_a_torch_loader_over_the_chain_goes_through_its_batch_sampler_paused_without_workers() -> (
     None
 ):
@@ -136,6 +139,7 @@ def test_a_torch_loader_over_the_chain_goes_through_its_batch_sampler_paused_wit
     assert report.route == "loader.batch_sampler.state_dict()"
 
 
+@pytest.mark.workers
 def test_a_stateful_dataloader_pauses_with_workers_through_its_own_state() -> None:
     def factory(rank: int, world_size: int, num_workers: int) -> Any:
         loader = DataLoader(

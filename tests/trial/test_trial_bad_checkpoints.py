@@ -339,6 +339,7 @@ def _drop_root_overrides() -> None:  # pragma: no cover - runs in the child befo
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+@pytest.mark.subprocess
 def test_a_read_only_checkpoint_dir_is_found_before_training_starts(tmp_path: Path) -> None:
     folder = tmp_path / "read-only"
     folder.mkdir()

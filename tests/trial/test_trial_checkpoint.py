@@ -67,6 +67,7 @@ def test_an_exception_during_a_checkpoint_write_leaves_the_previous_one_loadable
     assert identical(weights(straight), weights(resumed))
 
 
+@pytest.mark.subprocess
 def test_a_process_killed_while_writing_a_checkpoint_leaves_the_previous_one(
     tmp_path: Path,
 ) -> None:

@@ -56,6 +56,7 @@ def _gone(groups: list[int], seconds: float) -> bool:
     return False
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_shielded_worker_lives_through_a_stop_signal_until_its_fit_fails(method: str) -> None:
     flag = failure_flag()
@@ -76,6 +77,7 @@ def test_a_shielded_worker_lives_through_a_stop_signal_until_its_fit_fails(metho
         iterator._shutdown_workers()  # type: ignore[attr-defined]
 
 
+@pytest.mark.subprocess
 def test_one_process_whose_train_batch_raises_with_a_worker_exits_non_zero(tmp_path: Path) -> None:
     # The repro: num_workers=1, train_batch raises at batch 2; it used to hang.
     args = [f"--checkpoint-dir={tmp_path}", "--max-batches=10", "--num-workers=1"]
@@ -180,6 +182,7 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
     assert survivors and _gone(survivors, 30), "the surviving rank or its worker outlived it"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_its_loader(
     method: str,
@@ -199,6 +202,7 @@ def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_it
     assert verdict == "stopped", f"the loader's stop waited {seconds} s on the dead worker's lock"
 
 
+@pytest.mark.distributed
 def test_a_hung_run_is_ended_with_the_stacks_of_its_ranks_and_their_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,6 +229,7 @@ def _running(module: str) -> list[int]:
     return out
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(25)
 def test_a_run_whose_wait_is_interrupted_is_ended_and_the_interruption_carries_its_stacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -151,6 +151,7 @@ class GroupSignalled(DemoTrial):
         return super().train_batch(data, epoch_idx, batch_idx)
 
 
+@pytest.mark.workers
 def test_sigterm_to_the_whole_process_group_spares_the_loader_workers(tmp_path: Path) -> None:
     straight = fit(str(tmp_path / "straight"), num_workers=1)
     paused = fit(str(tmp_path / "paused"), trial_class=GroupSignalled, num_workers=1)
@@ -159,6 +160,7 @@ def test_sigterm_to_the_whole_process_group_spares_the_loader_workers(tmp_path: 
     assert identical(weights(straight), weights(resumed))
 
 
+@pytest.mark.workers
 def test_unshielded_loader_workers_die_of_a_group_sigterm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,6 +367,7 @@ def test_stop_signals_outside_the_main_thread_leave_the_handlers_alone() -> None
     assert seen == [signal.SIG_DFL, None]
 
 
+@pytest.mark.subprocess
 def test_a_fit_that_fails_after_a_signal_lets_the_signal_end_the_process(tmp_path: Path) -> None:
     script = f"""
 import os, signal, sys

@@ -32,6 +32,7 @@ def test_a_paused_and_resumed_run_ends_with_bit_identical_weights(
     assert resumed.context.get_initial_batch() == 5
 
 
+@pytest.mark.workers
 def test_the_weights_differ_when_the_rng_is_not_restored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

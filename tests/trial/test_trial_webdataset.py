@@ -144,6 +144,7 @@ def test_a_run_paused_and_resumed_sees_the_batches_and_ends_with_the_weights_of_
     assert identical(weights(second), weights(reference))
 
 
+@pytest.mark.workers
 def test_a_run_resumed_with_workers_sees_the_batches_of_a_straight_run(
     shards: str, straight: tuple[ShardTrial, Path], tmp_path: Path
 ) -> None:

@@ -143,6 +143,7 @@ def test_resuming_at_every_position_gives_the_uninterrupted_batches(
         assert got == reference[start : start + 2]
 
 
+@pytest.mark.workers
 @few_workers
 def test_real_dataloader_workers_yield_what_the_simulation_predicts(shards: str) -> None:
     for rank in range(2):

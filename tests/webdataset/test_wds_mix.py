@@ -177,6 +177,7 @@ def test_the_batches_do_not_depend_on_num_workers(sets: list[list[str]], world_s
         assert global_stream(ranks(), workers, 12) == reference
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_a_loader_with_workers_resumes_the_mixture_exactly(sets: list[list[str]]) -> None:
     loader = WebDataLoader(mix(sets, batch_size=4), num_workers=2)
@@ -630,6 +631,7 @@ def test_an_unpickled_mixture_gives_the_same_batches_at_any_position(
         assert copy.batch_at(batch).tolist() == source.batch_at(batch).tolist()
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_a_spawned_worker_reads_what_the_main_process_reads(sets: list[list[str]]) -> None:
     def source() -> WebDatasetMix:

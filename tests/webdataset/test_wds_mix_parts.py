@@ -198,6 +198,7 @@ def test_a_curriculum_with_parts_switches_without_losing_or_repeating_a_sample(
         assert got == [int((k[:position] == c).sum()) for c in range(3)]
 
 
+@pytest.mark.workers
 @few_workers
 def test_a_loader_with_workers_resumes_a_mixture_with_parts_exactly(
     sets: list[list[str]],

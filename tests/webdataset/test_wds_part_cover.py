@@ -340,6 +340,7 @@ def test_a_mixture_rank_reads_the_same_shards_of_each_set_in_every_epoch(
         assert len(thirds[0]) < 9  # fewer than all 9 shards: its parts only
 
 
+@pytest.mark.workers
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_dataloader_workers_read_in_the_law_a_default_source_took_from_a_state(
     shards: str,

@@ -139,6 +139,7 @@ def test_a_resume_on_another_world_size_and_workers_continues_the_global_stream(
     assert head + tail == alone
 
 
+@pytest.mark.workers
 @few_workers
 def test_real_dataloader_workers_yield_what_the_simulation_predicts(shards: str) -> None:
     options: dict[str, Any] = {"world_size": 2, "rank": 1, "parts": 4, "shuffle_block_shards": 2}

@@ -102,6 +102,7 @@ def test_resuming_with_another_world_size_and_worker_count_loses_and_repeats_not
     assert head + tail == uninterrupted
 
 
+@pytest.mark.workers
 @few_workers
 def test_a_loader_with_workers_saves_the_position_of_the_batches_it_handed_out(
     shards: str,

@@ -144,6 +144,7 @@ def test_a_gcs_worker_whose_read_raises_is_gone_within_the_bound(
     assert_gone_after_error(loader, "gs://stopping/s", tmp_path)
 
 
+@pytest.mark.servers
 def test_an_http_worker_whose_read_raises_is_gone_within_the_bound(
     shards: str, tmp_path: Path
 ) -> None:

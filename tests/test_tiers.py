@@ -1,0 +1,194 @@
+"""The test tiers: the fast tier starts no process and no server, and cannot do so silently."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests import tiers
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+# The tiers' plugin, without pytest-benchmark (which asks git for the commit as it loads).
+PLUGINS = ("-p", "tests.tiers", "-p", "no:benchmark")
+MARKERS = "\n".join(f"    {name}: a slow tier" for name in tiers.SLOW)
+
+
+def _popen() -> None:
+    subprocess.Popen([sys.executable, "-c", "pass"])
+
+
+def _process() -> None:
+    multiprocessing.get_context("spawn").Process(target=print).start()
+
+
+def _listen() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+
+
+@pytest.mark.parametrize(
+    ("start", "what"),
+    [
+        (_popen, r"started a process \(subprocess\.Popen\)"),
+        (_process, r"started a process \(multiprocessing\)"),
+        (_listen, r"listened on a socket \(a server\)"),
+    ],
+    ids=["popen", "multiprocessing", "listen"],
+)
+def test_a_test_without_a_slow_marker_is_refused_a_process_or_a_server_before_it_starts(
+    start: Callable[[], None], what: str
+) -> None:
+    with tiers.watching("tests/test_x.py::test_y", {"parametrize"}) as found:
+        message = rf"^tests/test_x\.py::test_y {what} but has none of the markers \['distributed', "
+        with pytest.raises(tiers.UnmarkedSpawnError, match=message):
+            start()
+    assert len(found) == 1 and "mark it (see tests/tiers.py)" in found[0]
+
+
+@pytest.mark.parametrize("marker", tiers.SLOW)
+def test_a_test_with_any_slow_marker_goes_through_the_guard_untouched(marker: str) -> None:
+    calls: list[tuple[object, ...]] = []
+    guarded = tiers._guarded("ran", lambda *args: calls.append(args))
+    with tiers.watching("t", {marker}) as found:
+        guarded(1, 2)
+    with tiers.watching("t", set()), pytest.raises(tiers.UnmarkedSpawnError, match=r"^t ran but"):
+        guarded(3)
+    assert calls == [(1, 2)] and found == []
+
+
+def test_every_way_to_start_a_process_or_a_server_is_guarded() -> None:
+    import multiprocessing.process
+    import os
+
+    for owner, name in [
+        (subprocess.Popen, "__init__"),
+        (multiprocessing.process.BaseProcess, "start"),
+        (socket.socket, "listen"),
+        (os, "fork"),
+        (os, "posix_spawn"),
+        (os, "posix_spawnp"),
+    ]:
+        assert hasattr(getattr(owner, name), "__wrapped__"), (owner, name)
+
+
+def test_a_test_that_catches_the_guards_error_and_goes_on_still_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makepyfile(
+        """
+        import subprocess, sys
+
+        def test_swallows():
+            try:
+                subprocess.run([sys.executable, "-c", "pass"])
+            except Exception:
+                pass
+
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess(*PLUGINS, "--strict-markers")
+    result.assert_outcomes(passed=1, failed=1)
+    swallowed = "*test_swallows started a process (subprocess.Popen) but has none of the markers*"
+    result.stdout.fnmatch_lines([swallowed])
+
+
+def test_a_test_using_a_server_fixture_even_through_another_is_marked_and_left_out_of_the_fast_tier(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def s3_session():
+            return "a server"
+
+        @pytest.fixture
+        def bucket(s3_session):
+            return s3_session
+
+        @pytest.fixture
+        def demo():
+            return "torchrun"
+        """
+    )
+    pytester.makepyfile(
+        """
+        def test_direct(s3_session): pass
+        def test_through(bucket): pass
+        def test_demo(demo): pass
+        def test_plain(): pass
+        """
+    )
+    args = (*PLUGINS, "--strict-markers", "--collect-only", "-q", "-m")
+    fast = pytester.runpytest_inprocess(*args, tiers.FAST)
+    fast.stdout.fnmatch_lines(["*::test_plain", "1/4 tests collected (3 deselected)*"])
+    servers = pytester.runpytest_inprocess(*args, "servers")
+    servers.stdout.fnmatch_lines(["*::test_direct", "*::test_through", "2/4 tests collected*"])
+    distributed = pytester.runpytest_inprocess(*args, "distributed")
+    distributed.stdout.fnmatch_lines(["*::test_demo", "1/4 tests collected*"])
+
+
+def test_make_test_fast_deselects_every_slow_marker_and_make_test_deselects_none() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    fast = re.search(r"^test-fast:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
+    full = re.search(r"^test:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
+    assert fast is not None and full is not None
+    assert fast.group(1) == f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "{tiers.FAST}"'
+    assert full.group(1) == "$(PY) -m pytest"
+    assert tiers.FAST == "not (distributed or frameworks or servers or subprocess or workers)"
+
+
+def test_every_slow_marker_is_registered_with_a_description() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    registered = dict(re.findall(r'^    "(\w+): (.+)",$', pyproject, flags=re.MULTILINE))
+    assert set(tiers.SLOW) <= registered.keys()
+    assert all(len(registered[name]) > 20 for name in tiers.SLOW)
+
+
+def test_the_fast_profile_runs_every_property_on_a_sixth_of_the_examples() -> None:
+    from hypothesis import settings
+
+    fast, default = settings.get_profile("fast"), settings.get_profile("default")
+    assert (fast.max_examples, default.max_examples) == (10, 60)
+    assert fast.deadline is None and fast.suppress_health_check == default.suppress_health_check
+
+
+def test_a_case_with_workers_above_zero_is_marked_and_its_zero_case_stays_fast(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makepyfile(
+        """
+        import pytest
+        from detsamplers.testing import Config
+
+        @pytest.mark.parametrize("num_workers", [0, 2])
+        def test_loader(num_workers): pass
+
+        @pytest.mark.parametrize("workers", [0, True, 1])
+        def test_handed(workers): pass
+
+        @pytest.mark.parametrize("run", [Config(), Config(num_workers=2)], ids=["main", "two"])
+        def test_kit(run): pass
+        """
+    )
+    args = (*PLUGINS, "--strict-markers", "--collect-only", "-q", "-m", "workers")
+    result = pytester.runpytest_inprocess(*args)
+    result.stdout.fnmatch_lines(
+        ["*::test_loader?2?", "*::test_handed?1?", "*::test_kit?two?", "3/7 tests collected*"]
+    )
