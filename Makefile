@@ -85,7 +85,7 @@ test: check
 # property on 10 examples instead of 60 (tests/conftest.py). About 3 minutes.
 .PHONY: test-fast
 test-fast: $(STAMP)
-	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not (distributed or frameworks or servers or subprocess or workers)"
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not (distributed or frameworks or install or servers or subprocess or workers)"
 
 # The benchmark scripts in quick mode, so that they never rot; speed is reported, not asserted.
 bench-quick: $(STAMP)

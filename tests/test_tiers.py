@@ -150,7 +150,9 @@ def test_make_test_fast_deselects_every_slow_marker_and_make_test_deselects_none
     assert fast is not None and full is not None
     assert fast.group(1) == f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "{tiers.FAST}"'
     assert full.group(1) == "$(PY) -m pytest"
-    assert tiers.FAST == "not (distributed or frameworks or servers or subprocess or workers)"
+    assert tiers.FAST == (
+        "not (distributed or frameworks or install or servers or subprocess or workers)"
+    )
 
 
 def test_every_slow_marker_is_registered_with_a_description() -> None:

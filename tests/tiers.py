@@ -30,7 +30,7 @@ import pytest
 from detsamplers.testing import Config
 
 # The slow markers (``pyproject.toml`` registers each with its description).
-SLOW = ("distributed", "frameworks", "servers", "subprocess", "workers")
+SLOW = ("distributed", "frameworks", "install", "servers", "subprocess", "workers")
 
 # The marker "not (...)" of the fast tier, as ``make test-fast`` passes it to ``-m``.
 FAST = "not (" + " or ".join(SLOW) + ")"
