@@ -41,7 +41,7 @@ MOSAIC_STAMP = os.path.join(HERE, "..", ".venv-mosaic", ".installed")
 
 def ours(shards: int, per_shard: int, seed: int, parts: int, k: int, law: str = "run") -> I64:
     """Epoch 1 of our order (``law``: ``part_shards``, NOTE [ fixed part cover ])."""
-    from detsamplers.loader._wds._order import ShardOrder
+    from detsamplers.loader._wds.order._shard_order import ShardOrder
 
     order = ShardOrder([per_shard] * shards, seed, True, 0, k, parts=parts, part_shards=law)
     total = shards * per_shard

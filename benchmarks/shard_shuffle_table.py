@@ -82,13 +82,13 @@ from torch.utils.data import default_collate
 from webdataset_http_table import served
 from webdataset_table import BATCH, ours, rate, to_pair, write
 
-from detsamplers.loader._wds._fetch import RemoteOptions
-from detsamplers.loader._wds._index import index_shards
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._reader import ShardReader
-from detsamplers.loader._wds._readers import ShardReaders
-from detsamplers.loader._wds._remote_index import write_index
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index._index_shards import index_shards
+from detsamplers.loader._wds.index._remote_index import write_index
+from detsamplers.loader._wds.order._shard_order import ShardOrder
+from detsamplers.loader._wds.read._block_reader import ShardReaders
+from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions
+from detsamplers.loader._wds.remote._urls import expand_urls
 
 I64 = npt.NDArray[np.int64]
 Order = Callable[[int, int], I64]  # (n, seed) -> the epoch's sample ids, as shuffle_quality

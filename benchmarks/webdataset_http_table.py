@@ -40,10 +40,10 @@ from typing import Any
 from _common import load_average
 from webdataset_table import BATCH, ours, plain, rate, write
 
-from detsamplers.loader._wds._fetch import RemoteOptions
-from detsamplers.loader._wds._remote_index import write_indexes
-from detsamplers.loader._wds._set_index import SET_INDEX_NAME, forget_absence
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index._remote_index import write_indexes
+from detsamplers.loader._wds.index._set_index_file import SET_INDEX_NAME, forget_absence
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions
+from detsamplers.loader._wds.remote._urls import expand_urls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

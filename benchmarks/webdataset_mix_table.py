@@ -51,7 +51,7 @@ from harness.samples import PNG
 
 from detsamplers._mix import _Segment
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
-from detsamplers.loader._wds._reader import ShardReader
+from detsamplers.loader._wds.read._shard_reader import ShardReader
 
 BATCH = 64
 WEIGHTS = [0.7, 0.3]

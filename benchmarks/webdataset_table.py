@@ -109,7 +109,8 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
 
     Each shard is read into memory first, so that only parsing is timed, not the disk.
     """
-    from detsamplers.loader._wds import _scan, _tar_headers
+    from detsamplers.loader._wds.index import _scan_shard
+    from detsamplers.loader._wds.shard import _tar_walk
 
     shards = []
     for name in sorted(os.listdir(folder)):
@@ -117,14 +118,14 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
             with open(os.path.join(folder, name), "rb") as handle:
                 shards.append(handle.read())
     start = time.process_time()
-    listings = [_tar_headers.walk_headers(data, len(data)) for data in shards]
+    listings = [_tar_walk.walk_headers(data, len(data)) for data in shards]
     walked = time.process_time() - start
     if any(listing is None for listing in listings):
         raise RuntimeError("the numpy header walk declined a shard webdataset wrote")
     start = time.process_time()
     for data, listing in zip(shards, listings, strict=True):
         assert listing is not None
-        _scan._group("bench", listing[0], len(data))
+        _scan_shard._group("bench", listing[0], len(data))
     grouped = time.process_time() - start
     return total / walked, total / (walked + grouped)
 
@@ -132,20 +133,20 @@ def header_walk(folder: str, total: int) -> tuple[float, float]:
 @contextlib.contextmanager
 def header_check(enabled: bool) -> Iterator[None]:
     """The shard reader as it is (``True``), or without its tar header check (``False``)."""
-    from detsamplers.loader._wds import _reader
+    from detsamplers.loader._wds.read import _shard_reader
 
-    namespace = vars(_reader)
+    namespace = vars(_shard_reader)
     saved = {name: namespace[name] for name in ("BLOCK", "header_mismatch")}
-    checked = _reader.ShardReader._verify_many, _reader.ShardReader._verify_range
+    checked = _shard_reader.ShardReader._verify_many, _shard_reader.ShardReader._verify_range
     if not enabled:  # read from the data on, compare nothing: the reader before the check
         namespace.update(BLOCK=0, header_mismatch=lambda *args: None)
-        _reader.ShardReader._verify_many = lambda *args: None  # type: ignore[method-assign]
-        _reader.ShardReader._verify_range = lambda *args: None  # type: ignore[method-assign]
+        _shard_reader.ShardReader._verify_many = lambda *args: None  # type: ignore[method-assign]
+        _shard_reader.ShardReader._verify_range = lambda *args: None  # type: ignore[method-assign]
     try:
         yield
     finally:
         namespace.update(saved)
-        _reader.ShardReader._verify_many, _reader.ShardReader._verify_range = checked  # type: ignore[method-assign]
+        _shard_reader.ShardReader._verify_many, _shard_reader.ShardReader._verify_range = checked  # type: ignore[method-assign]
 
 
 #: What issue 21 allows the header check to cost on the source's epoch (CPU time).
@@ -161,9 +162,9 @@ def header_check_cost(urls: str, rounds: int, repeats: int) -> float:
     row issue 21's target is about, gets three times as many rounds. Returns its cost: the
     median of the per-round ratios, minus one.
     """
-    from detsamplers.loader._wds._index import index_shards
-    from detsamplers.loader._wds._reader import ShardReader
-    from detsamplers.loader._wds._urls import expand_urls
+    from detsamplers.loader._wds.index._index_shards import index_shards
+    from detsamplers.loader._wds.read._shard_reader import ShardReader
+    from detsamplers.loader._wds.remote._urls import expand_urls
 
     shards = index_shards(expand_urls(urls))
     places = [(s, i) for s, info in enumerate(shards) for i in range(len(info))]
@@ -225,9 +226,9 @@ def header_check_cost(urls: str, rounds: int, repeats: int) -> float:
 
 def writers(shards: int, per_shard: int, runs: int) -> None:
     """Write with webdataset's ShardWriter and ours in alternating rounds; open each result."""
-    from detsamplers.loader._wds import _index
+    from detsamplers.loader._wds.index import _index_shards
 
-    scan = _index.scan_shard
+    scan = _index_shards.scan_shard
     scans = [0]
 
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -235,7 +236,7 @@ def writers(shards: int, per_shard: int, runs: int) -> None:
         return scan(*args, **kwargs)
 
     times: dict[str, list[tuple[float, float, int]]] = {"webdataset": [], "ours": []}
-    _index.scan_shard = counted
+    _index_shards.scan_shard = counted
     try:
         for round_ in range(max(runs, 2)):
             names = ["webdataset", "ours"] if round_ % 2 == 0 else ["ours", "webdataset"]
@@ -251,7 +252,7 @@ def writers(shards: int, per_shard: int, runs: int) -> None:
                     opened = time.perf_counter() - start
                     times[name].append((written, opened, scans[0]))
     finally:
-        _index.scan_shard = scan
+        _index_shards.scan_shard = scan
     total = shards * per_shard
     print(f"writing {total:,} samples, then the first open of a source (load {load_average()}):")
     print(f"{'writer':>26}  {'write (s)':>9}  {'samples/s':>9}  {'first open':>10}  shards scanned")

@@ -136,9 +136,9 @@ def _index(
     retries: int,
     storage_options: dict[str, Any],
 ) -> int:
-    from .loader._wds._fetch import make_options
-    from .loader._wds._remote_index import write_indexes
-    from .loader._wds._urls import expand_urls
+    from .loader._wds.index._remote_index import write_indexes
+    from .loader._wds.remote._remote_reads import make_options
+    from .loader._wds.remote._urls import expand_urls
 
     try:
         options = make_options(timeout, retries, 4 << 20, storage_options)

@@ -187,8 +187,8 @@ def _checks() -> dict[str, Callable[[Any], Any]]:
     """Each state kind's own check (NOTE [ inspect reads data ])."""
     from ._state import check_shape
     from .loader._batches import check_loader_keys
-    from .loader._wds._mix_state import check_mix_shape
-    from .loader._wds._state import check_source_shape
+    from .loader._wds._source_state import check_source_shape
+    from .loader._wds.mix._mixture_state import check_mix_shape
 
     def loader(state: Any) -> Any:
         check_loader_keys(state)

@@ -1,5 +1,5 @@
 /* The tar header check on read, compiled (NOTE [ index verification ] in
- * detsamplers/loader/_wds/_verify.py): part of the detsamplers._kernel extension (_kernel.c
+ * detsamplers/loader/_wds/shard/_file_checks.py): part of the detsamplers._kernel extension (_kernel.c
  * lists its functions). header_table packs a shard's table once per decoded index;
  * check_headers checks the members of a run of samples in one loop over the bytes just read.
  * Each quick test only refuses more than tarfile would: Python decides a refused member again,

@@ -169,3 +169,66 @@ def test_the_tokens_package_sits_beside_the_loader_and_imports_only_the_core() -
             if target.startswith(("detsamplers.loader", "detsamplers.trial", "detsamplers.testing"))
         )
         assert not above, f"{name} imports {above}: tokens is a floor below the loader's users"
+
+
+# --- layers of loader/_wds (written by wds_split.py; re-run it to update) ---
+
+#: The sub-packages of ``loader/_wds`` by layer, top first (``""``: the front door, ``_wds``
+#: itself). A module imports only from its own layer or those below; two packages of one layer
+#: import nothing of each other. ``_wds/__init__.py`` re-exports from every layer.
+WDS_LAYERS: list[list[str]] = [["mix"], [""], ["read"], ["order", "index"], ["remote"], ["shard"]]
+
+
+def wds_package(module: str, root: str) -> str | None:
+    """The sub-package of ``root`` that ``module`` is in (``""``: a module of ``root`` itself)."""
+    if not module.startswith(root + "."):
+        return None
+    first = module[len(root) + 1 :].split(".")[0]
+    return "" if first.startswith("_") else first
+
+
+def upward_imports(graph: dict[str, set[str]], root: str, layers: list[list[str]]) -> list[str]:
+    """Each import in ``graph`` of a module under ``root`` that goes up or across its layers."""
+    rank = {package: n for n, group in enumerate(layers) for package in group}
+
+    out = []
+    for module, targets in sorted(graph.items()):
+        source = wds_package(module, root)
+        if source is None or module == root:
+            continue
+        for target in sorted(targets):
+            to = wds_package(target, root)
+            if to is None or to == source:
+                continue
+            if source not in rank or to not in rank:
+                out.append(f"{module} -> {target} (a package of no layer)")
+            elif rank[to] <= rank[source]:
+                out.append(f"{module} -> {target}")
+    return out
+
+
+def test_the_layer_check_finds_an_import_up_or_across_the_layers() -> None:
+    layers = [["top"], ["a", "b"], ["low"]]
+    graph = {
+        "r.top._x": {"r.a._y", "r.low._z", "other"},
+        "r.a._y": {"r.a._w", "r.low._z"},
+        "r.low._z": {"r.top._x"},
+        "r.a._w": {"r.b._v"},
+        "r.new._u": set(),
+        "r._door": {"r.new._u"},
+    }
+    found = upward_imports(graph, "r", [*layers, [""]])
+    assert found == [
+        "r._door -> r.new._u (a package of no layer)",
+        "r.a._w -> r.b._v",
+        "r.low._z -> r.top._x",
+    ]
+
+
+def test_the_webdataset_subpackages_import_down_the_layers_only() -> None:
+    root = "detsamplers.loader._wds"
+    graph = import_graph()
+    packages = {wds_package(name, root) for name in graph if name.startswith(root + ".")}
+    assert packages == {p for group in WDS_LAYERS for p in group}, packages
+    found = upward_imports(graph, root, WDS_LAYERS)
+    assert not found, "imports up or across the layers of loader/_wds: " + "; ".join(found)

@@ -952,7 +952,7 @@ def no_webdataset(monkeypatch: pytest.MonkeyPatch) -> None:
     """Import webdataset as an install without the extra would: it is not there."""
     for name in ("webdataset", "webdataset.shardlists", "webdataset.autodecode"):
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "detsamplers.loader._wds._writer", raising=False)
+    monkeypatch.delitem(sys.modules, "detsamplers.loader._wds.index._shard_writer", raising=False)
 
 
 INSTALL = r"webdataset shards need the webdataset package, which is not installed here .*: pip install webdataset \(or, in a clone of detsamplers, pip install -c constraints.txt -e '\.\[webdataset\]'\)"  # noqa: E501

@@ -26,9 +26,9 @@ from harness.samples import PNG
 
 import detsamplers as ds
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import RemoteOptions
-from detsamplers.loader._wds._remote_index import write_index
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index._remote_index import write_index
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions
+from detsamplers.loader._wds.remote._urls import expand_urls
 from peers import Peer, ShardFormat
 
 

@@ -23,7 +23,7 @@ from ._reproducible import check_reproducible
 from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
 
 if TYPE_CHECKING:
-    from ._wds._writer import ShardWriter
+    from ._wds.index._shard_writer import ShardWriter
 
 __all__ = [
     "DataLoader",
@@ -39,10 +39,10 @@ def __getattr__(name: str) -> Any:
     # ShardWriter subclasses webdataset's, and webdataset is an optional extra: it is
     # imported on first use, so that the rest of detsamplers.loader works without it.
     if name == "ShardWriter":
-        from ._wds._urls import require_webdataset
+        from ._wds.remote._urls import require_webdataset
 
         require_webdataset()  # says how to install it
-        from ._wds._writer import ShardWriter
+        from ._wds.index._shard_writer import ShardWriter
 
         return ShardWriter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,7 +85,7 @@ from .._grow import GrowingShuffleSampler
 from .._mix import MixSampler
 from ..loader import DataLoader, WebDataLoader, WebDatasetSource
 from ..loader._dataloader import DEFAULT_SEED
-from ..loader._wds._part_choice import adopt_parts
+from ..loader._wds._source_parts import adopt_parts
 from ._context import TrialContext
 
 __all__ = [

@@ -16,12 +16,12 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, global_stream, make, noisy_label
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader
-from detsamplers.loader._wds._blocks import BlockShuffle
-from detsamplers.loader._wds._index import index_shards
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._reader import ShardReader
-from detsamplers.loader._wds._readers import ShardReaders
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index._index_shards import index_shards
+from detsamplers.loader._wds.order._block_shuffle import BlockShuffle
+from detsamplers.loader._wds.order._shard_order import ShardOrder
+from detsamplers.loader._wds.read._block_reader import ShardReaders
+from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.remote._urls import expand_urls
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

@@ -23,8 +23,8 @@ from nginx_server import Nginx
 from wds_helpers import run_two_agents, simulate, write_small_samples
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._cache import ShardCache
-from detsamplers.loader._wds._index import ShardInfo
+from detsamplers.loader._wds.read._node_cache import ShardCache
+from detsamplers.loader._wds.shard._shard_info import ShardInfo
 
 SHARDS = 16
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -329,7 +329,7 @@ def test_a_cache_dir_the_process_cannot_write_is_refused_by_name() -> None:
         os.mkdir(folder, 0o755)
         code = (
             "import os\n"
-            "from detsamplers.loader._wds._cache import ShardCache\n"
+            "from detsamplers.loader._wds.read._node_cache import ShardCache\n"
             "os.setgid(65534); os.setuid(65534)  # after the imports: the venv is root's\n"
             "try:\n"
             f"    ShardCache({folder!r})\n"

@@ -25,10 +25,10 @@ from wds_helpers import write_small_samples
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDatasetSource
-from detsamplers.loader._wds._cached import CachedReader
-from detsamplers.loader._wds._located import located_batches
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._split import rank_positions
+from detsamplers.loader._wds.order._located_batches import located_batches
+from detsamplers.loader._wds.order._rank_batches import rank_positions
+from detsamplers.loader._wds.order._shard_order import ShardOrder
+from detsamplers.loader._wds.read._cache_reader import CachedReader
 
 SHARDS = 8
 SHUFFLES: list[dict[str, Any]] = [

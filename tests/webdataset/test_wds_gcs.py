@@ -19,7 +19,7 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, make, simulate
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import RemoteOptions, ShardChangedError, remote_fs
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions, ShardChangedError, remote_fs
 
 _buckets = itertools.count()
 
@@ -135,7 +135,7 @@ def test_a_shard_rewritten_on_gcs_mid_run_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if read == "cat_file":  # a gcsfs without the internals our own request uses
-        from detsamplers.loader._wds import _object_store
+        from detsamplers.loader._wds.remote import _object_store
 
         monkeypatch.setattr(_object_store, "_gcs_internals", lambda fs: False)
     url = upload(gcs, shards)

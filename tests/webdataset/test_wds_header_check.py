@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 from wds_helpers import png_bytes
 
 from detsamplers._native import kernel
-from detsamplers.loader._wds import _header_check, _reader
-from detsamplers.loader._wds._header_check import HeaderTable
-from detsamplers.loader._wds._index import index_shards, scan_shard
-from detsamplers.loader._wds._index_file import resolved
-from detsamplers.loader._wds._reader import ShardReader
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index._index_shards import index_shards, scan_shard
+from detsamplers.loader._wds.index._shard_index_file import resolved
+from detsamplers.loader._wds.read import _shard_reader
+from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.remote._urls import expand_urls
+from detsamplers.loader._wds.shard import _tar_check
+from detsamplers.loader._wds.shard._tar_check import HeaderTable
 
 needs_kernel = pytest.mark.skipif(
     kernel is None, reason="no compiled kernel (DETSAMPLERS_NO_KERNEL, or no C compiler)"
@@ -109,8 +110,8 @@ def test_reads_with_and_without_the_kernel_give_the_same_samples_or_the_same_err
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     compiled = outcome(str(path), reads)
     with pytest.MonkeyPatch.context() as patch:  # each example restores the kernel
-        patch.setattr(_header_check, "kernel", None)
-        patch.setattr(_reader, "kernel", None)
+        patch.setattr(_tar_check, "kernel", None)
+        patch.setattr(_shard_reader, "kernel", None)
         assert outcome(str(path), reads) == compiled
     if not flips:
         assert not any(isinstance(got, str) for got in compiled)

@@ -11,8 +11,8 @@ from http_server import ShardServer
 from wds_helpers import COUNTS, PATTERN, TOTAL, ids, make
 
 from detsamplers.__main__ import main
-from detsamplers.loader._wds._fetch import _FIRST_BLOCK
-from detsamplers.loader._wds._set_index import SET_INDEX_NAME
+from detsamplers.loader._wds.index._set_index_file import SET_INDEX_NAME
+from detsamplers.loader._wds.remote._remote_reads import _FIRST_BLOCK
 
 FOLDER = "resumed"
 NAMES = [f"data-{i:06d}.tar" for i in range(len(COUNTS))]

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from wds_helpers import COUNTS, ids, make, png_bytes, write_shards
 
 from detsamplers.__main__ import main
-from detsamplers.loader._wds import _index as _shard_index
-from detsamplers.loader._wds import _reader as _shard_reader
-from detsamplers.loader._wds import _scan as _shard_scan
-from detsamplers.loader._wds._index import index_shards, scan_shard
-from detsamplers.loader._wds._reader import ShardReader
-from detsamplers.loader._wds._readers import ShardReaders
-from detsamplers.loader._wds._urls import expand_urls
+from detsamplers.loader._wds.index import _index_shards as _shard_index
+from detsamplers.loader._wds.index import _scan_shard as _shard_scan
+from detsamplers.loader._wds.index._index_shards import index_shards, scan_shard
+from detsamplers.loader._wds.read import _shard_reader
+from detsamplers.loader._wds.read._block_reader import ShardReaders
+from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.remote._urls import expand_urls
 
 SHARD_BYTES: dict[str, bytes] = {}
 

@@ -19,7 +19,7 @@ from detsamplers import MixSampler, ReproducibilityError
 from detsamplers._seeds import derive
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
 from detsamplers.loader._wds._decode import make_decoder
-from detsamplers.loader._wds._state import summarize_counts
+from detsamplers.loader._wds._source_state import summarize_counts
 
 #: Three shard sets: their shards' sample counts. Set c's samples are labelled c * 1000 + i,
 #: i counting the set's samples in URL order.

@@ -17,9 +17,9 @@ from wds_helpers import global_stream, label, simulate
 from detsamplers import MixSampler, ReproducibilityError
 from detsamplers._seeds import derive
 from detsamplers.loader import WebDataLoader, WebDatasetMix
-from detsamplers.loader._wds._mix_lanes import LaneOrder
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._split import rank_positions
+from detsamplers.loader._wds.mix._mixture_lanes import LaneOrder
+from detsamplers.loader._wds.order._rank_batches import rank_positions
+from detsamplers.loader._wds.order._shard_order import ShardOrder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mix_state_v2.json"
 #: Three shard sets (samples per shard); set c's samples are labelled c * 1000 + i.

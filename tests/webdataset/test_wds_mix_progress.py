@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from test_wds_mix_parts import SETS, mix, write_set
 
 from detsamplers import MixSampler
-from detsamplers.loader._wds._mix_lanes import LaneOrder
-from detsamplers.loader._wds._order import ShardOrder
+from detsamplers.loader._wds.mix._mixture_lanes import LaneOrder
+from detsamplers.loader._wds.order._shard_order import ShardOrder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mix_parts_states.json"
 

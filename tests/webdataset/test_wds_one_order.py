@@ -21,7 +21,7 @@ from s3_server import S3Server
 from wds_helpers import global_stream, label, write_small_samples
 
 from detsamplers.loader import WebDatasetSource
-from detsamplers.loader._wds import _part_choice
+from detsamplers.loader._wds import _source_parts
 
 PATTERN = "d-{00..15}.tar"
 BATCH = 8
@@ -140,7 +140,7 @@ def test_the_default_cache_folder_is_announced_once_with_its_limit_and_how_to_ch
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(_part_choice, "_announced", set())
+    monkeypatch.setattr(_source_parts, "_announced", set())
     caplog.set_level(logging.WARNING, logger="detsamplers.loader")
     stores.make("nginx")  # the plain order: no cache, nothing said
     stores.make("local", parts=24)  # local shards are read in place

@@ -25,10 +25,10 @@ from wds_helpers import label, make, simulate, write_shards, write_small_samples
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetMix, WebDatasetSource
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._part_choice import ADOPT_LIMIT, DEFAULT_CACHE_LIMIT, set_parts
-from detsamplers.loader._wds._part_cover import PartCover
-from detsamplers.loader._wds._split import rank_positions
+from detsamplers.loader._wds._source_parts import ADOPT_LIMIT, DEFAULT_CACHE_LIMIT, set_parts
+from detsamplers.loader._wds.order._fixed_part_cover import PartCover
+from detsamplers.loader._wds.order._rank_batches import rank_positions
+from detsamplers.loader._wds.order._shard_order import ShardOrder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "main_parts_states.json"
 

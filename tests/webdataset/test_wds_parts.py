@@ -13,9 +13,9 @@ from wds_helpers import TOTAL, global_stream, make, noisy_label, shard_of, simul
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader
-from detsamplers.loader._wds._order import ShardOrder
-from detsamplers.loader._wds._parts import PartDeal
-from detsamplers.loader._wds._split import rank_positions
+from detsamplers.loader._wds.order._local_parts import PartDeal
+from detsamplers.loader._wds.order._rank_batches import rank_positions
+from detsamplers.loader._wds.order._shard_order import ShardOrder
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 shuffles = st.sampled_from([{}, {"shuffle_block_shards": 2}, {"shuffle_window": 3}])

@@ -14,7 +14,7 @@ from gcs_server import GCSServer
 from http_server import ShardServer
 from s3_server import S3Server
 
-from detsamplers.loader._wds._fetch import RemoteOptions, RemoteShard, stat_remote
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions, RemoteShard, stat_remote
 
 NAME = "s/data-000001.tar"  # 20 samples
 

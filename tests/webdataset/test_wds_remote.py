@@ -18,8 +18,8 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, global_stream, make, simulate
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import _FIRST_BLOCK, ShardChangedError
-from detsamplers.loader._wds._index_file import decode_index, encode_index
+from detsamplers.loader._wds.index._shard_index_file import decode_index, encode_index
+from detsamplers.loader._wds.remote._remote_reads import _FIRST_BLOCK, ShardChangedError
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 fixtures = settings(

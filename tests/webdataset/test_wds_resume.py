@@ -17,7 +17,7 @@ from wds_helpers import TOTAL, global_stream, make, noisy_label, simulate, write
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds import _reader as _shard_reader
+from detsamplers.loader._wds.read import _shard_reader
 
 few_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

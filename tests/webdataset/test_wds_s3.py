@@ -19,8 +19,8 @@ from wds_helpers import COUNTS, PATTERN, TOTAL, make, simulate
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._fetch import RemoteOptions, ShardChangedError, remote_fs
-from detsamplers.loader._wds._obstore_s3 import store_for
+from detsamplers.loader._wds.remote._obstore_s3 import store_for
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions, ShardChangedError, remote_fs
 
 _buckets = itertools.count()
 
@@ -194,7 +194,7 @@ def _version_1_set(entries: list[tuple[str, int, str | None, int]]) -> bytes:
 def test_an_older_set_index_without_embedded_index_files_still_loads(
     s3: S3Server, shards: str, tmp_path: Path
 ) -> None:
-    from detsamplers.loader._wds._set_index import decode_set_indexes
+    from detsamplers.loader._wds.index._set_index_file import decode_set_indexes
 
     url = upload(s3, shards)
     argv = ["index", url, "--endpoint-url", s3.endpoint, "--storage-option", "key=testing"]
@@ -216,8 +216,8 @@ def test_an_older_set_index_without_embedded_index_files_still_loads(
 def test_a_set_index_whose_embedded_index_file_lies_is_refused_naming_it(
     s3: S3Server, shards: str, tmp_path: Path
 ) -> None:
-    from detsamplers.loader._wds._index_file import encode_index
-    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+    from detsamplers.loader._wds.index._set_index_file import decode_set_indexes, encode_set
+    from detsamplers.loader._wds.index._shard_index_file import encode_index
 
     url = upload(s3, shards)
     bucket = url.split("/")[2]
@@ -328,7 +328,7 @@ def test_a_compressed_set_index_is_refused_before_anything_is_inflated() -> None
     import io
     import zipfile
 
-    from detsamplers.loader._wds._set_index import decode_set, encode_set
+    from detsamplers.loader._wds.index._set_index_file import decode_set, encode_set
 
     buffer = io.BytesIO()
     plain = zipfile.ZipFile(io.BytesIO(encode_set([("a.tar", 10, '"e"', 1)])))
@@ -370,16 +370,16 @@ def test_a_folder_without_a_set_index_is_asked_once_until_this_process_writes_on
 
 
 def test_a_set_index_embeds_the_index_files_only_within_its_byte_limit() -> None:
-    from detsamplers.loader._wds import _set_index
-    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+    from detsamplers.loader._wds.index import _set_index_file
+    from detsamplers.loader._wds.index._set_index_file import decode_set_indexes, encode_set
 
     entries = [("a.tar", 3072, '"e"', 2), ("b.tar", 1024, None, 1)]
     files = [b"x" * 600, b"y" * 400]
     assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_set_index, "EMBED_LIMIT", 999)
+        mp.setattr(_set_index_file, "EMBED_LIMIT", 999)
         assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, None)
-        mp.setattr(_set_index, "EMBED_LIMIT", 1000)
+        mp.setattr(_set_index_file, "EMBED_LIMIT", 1000)
         assert decode_set_indexes(encode_set(entries, files), "s3://b/") == (entries, files)
     with pytest.raises(ValueError, match="1 index files for 2 shards"):
         encode_set(entries, files[:1])
@@ -405,8 +405,8 @@ def _twin_shards(s3: S3Server, folder: Path) -> str:
 def test_a_set_index_embedding_a_same_size_shards_index_is_refused_at_its_first_sample(
     s3: S3Server, tmp_path: Path, cached: bool
 ) -> None:
-    from detsamplers.loader._wds._index_file import decode_index, encode_index
-    from detsamplers.loader._wds._set_index import decode_set_indexes, encode_set
+    from detsamplers.loader._wds.index._set_index_file import decode_set_indexes, encode_set
+    from detsamplers.loader._wds.index._shard_index_file import decode_index, encode_index
 
     url = _twin_shards(s3, tmp_path / "twins")
     bucket = url.split("/")[2]

@@ -19,7 +19,7 @@ from wds_helpers import label, simulate, write_small_samples
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds._cached import CachedReader
+from detsamplers.loader._wds.read._cache_reader import CachedReader
 
 SHARDS = 16
 PARTS = 48

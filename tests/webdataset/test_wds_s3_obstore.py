@@ -17,8 +17,8 @@ from wds_helpers import label, write_small_samples
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDatasetSource
-from detsamplers.loader._wds._fetch import RemoteOptions, remote_fs
-from detsamplers.loader._wds._obstore_s3 import store_for
+from detsamplers.loader._wds.remote._obstore_s3 import store_for
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions, remote_fs
 
 pytest.importorskip("obstore")
 

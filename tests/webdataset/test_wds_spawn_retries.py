@@ -23,7 +23,7 @@ from wds_helpers import COUNTS, PATTERN, make
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDataLoader
-from detsamplers.loader._wds import _set_index
+from detsamplers.loader._wds.index import _set_index_file
 
 INDEX_FILES = [f"s/data-{i:06d}.tar.index.npz" for i in range(len(COUNTS))]
 
@@ -31,7 +31,7 @@ INDEX_FILES = [f"s/data-{i:06d}.tar.index.npz" for i in range(len(COUNTS))]
 def index_without_embedding(url: str, argv: list[str]) -> None:
     """``python -m detsamplers index`` of ``url`` writing a set index that embeds nothing."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_set_index, "EMBED_LIMIT", 0)
+        mp.setattr(_set_index_file, "EMBED_LIMIT", 0)
         assert main(["index", url, *argv]) == 0
 
 

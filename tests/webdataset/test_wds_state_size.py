@@ -13,7 +13,7 @@ from wds_helpers import make
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDatasetSource
-from detsamplers.loader._wds._state import check_state, summarize_counts
+from detsamplers.loader._wds._source_state import check_state, summarize_counts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "source_state_v1.json"
 

@@ -24,13 +24,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wds_helpers import make, png_bytes, write_shards
 
-from detsamplers.loader._wds._fetch import RemoteOptions, RemoteShard, ShardChangedError
-from detsamplers.loader._wds._index import index_shards, scan_shard
-from detsamplers.loader._wds._index_file import decode_checked, encode_index
-from detsamplers.loader._wds._reader import ShardReader
-from detsamplers.loader._wds._tar_headers import BLOCK
-from detsamplers.loader._wds._urls import expand_urls
-from detsamplers.loader._wds._verify import MemberError, npy_loads
+from detsamplers.loader._wds.index._index_shards import index_shards, scan_shard
+from detsamplers.loader._wds.index._shard_index_file import decode_checked, encode_index
+from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.remote._remote_reads import (
+    RemoteOptions,
+    RemoteShard,
+    ShardChangedError,
+)
+from detsamplers.loader._wds.remote._urls import expand_urls
+from detsamplers.loader._wds.shard._file_checks import MemberError, npy_loads
+from detsamplers.loader._wds.shard._tar_walk import BLOCK
 
 REBUILD = r"rebuild it with `python -m detsamplers index"
 FIFO_TIMEOUT = 60  # seconds: a regression that blocks on a FIFO fails instead of hanging
@@ -479,8 +483,8 @@ def test_the_compiled_header_check_decides_as_the_numpy_one(
     chosen: list[int],
 ) -> None:
     from detsamplers._native import kernel
-    from detsamplers.loader._wds import _header_check
-    from detsamplers.loader._wds._header_check import HeaderTable
+    from detsamplers.loader._wds.shard import _tar_check
+    from detsamplers.loader._wds.shard._tar_check import HeaderTable
 
     if kernel is None:
         pytest.skip("the compiled kernel is not built (DETSAMPLERS_NO_KERNEL, or no C compiler)")
@@ -497,7 +501,7 @@ def test_the_compiled_header_check_decides_as_the_numpy_one(
     compiled = table.mismatch(bytes(data), 0, members)
     ranged = table.range_mismatch(bytes(data), 0, int(members[0]), int(members[-1]) + 1)
     with pytest.MonkeyPatch.context() as patch:  # each example restores the kernel
-        patch.setattr(_header_check, "kernel", None)
+        patch.setattr(_tar_check, "kernel", None)
         assert table.mismatch(bytes(data), 0, members) == compiled
         everything = np.arange(int(members[0]), int(members[-1]) + 1, dtype=np.int64)
         assert table.mismatch(bytes(data), 0, everything) == ranged

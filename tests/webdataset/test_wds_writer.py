@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from wds_helpers import make, png_bytes
 
 from detsamplers.loader import ShardWriter
-from detsamplers.loader._wds import _index as _shard_index
-from detsamplers.loader._wds import _scan as _shard_scan
-from detsamplers.loader._wds._index import scan_shard
-from detsamplers.loader._wds._index_file import decode_index, read_header
+from detsamplers.loader._wds.index import _index_shards as _shard_index
+from detsamplers.loader._wds.index import _scan_shard as _shard_scan
+from detsamplers.loader._wds.index._index_shards import scan_shard
+from detsamplers.loader._wds.index._shard_index_file import decode_index, read_header
 
 
 def samples(count: int) -> list[dict[str, Any]]:

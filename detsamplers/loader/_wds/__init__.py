@@ -1,27 +1,27 @@
-"""webdataset shards as an exactly resumable stream: one module per concern.
+"""webdataset shards as an exactly resumable stream, in sub-packages by concern.
 
-``_urls`` expands shard URLs and tells local from remote ones; ``_fetch`` reads byte
-ranges of remote shards with timeouts and retries (NOTE [ remote reads ]) and ``_ranges``
-checks that their servers honour Range requests (NOTE [ range support ]); ``_index``
-lists each shard's samples and caches the list (NOTE [ shard index ]), ``_remote_index``
-does so for remote shards and ``_index_file`` is the format of their index files (NOTE
-[ index file format ]); ``_order`` maps global positions to samples (NOTE [ shard stream
-order ]), ``_split`` deals them to ranks and workers (NOTE [ shard stream split ]);
-``_reader`` reads samples from local and remote shards side by side; ``_decode`` builds the
-decode stage, ``_state`` checks a saved state; ``_source`` is :class:`WebDatasetSource`
-and ``_loader`` is :class:`WebDataLoader`; ``_mix_order`` maps positions of a mixture of
-shard sets to samples (NOTE [ shard stream mixture ]), ``_mix_lanes`` does so by lanes with
-rank-local parts (NOTE [ mixture lanes ]), ``_mix_args``, ``_mix_reader`` and ``_mix_state``
-check a mixture's own arguments, read its sets and check its state, and ``_mix`` is
-:class:`WebDatasetMix`; ``_writer`` is :class:`ShardWriter`, which writes shards with their
-index files (NOTE [ writing shards with their index ]). The public names are re-exported
-from :mod:`detsamplers.loader`.
+The front door is this folder: :class:`WebDatasetSource` and :class:`WebDataLoader`, with the
+decode stage, the resume state and the parts law of a source. Beneath it, each sub-package
+maps its own modules and NOTEs in its ``__init__`` docstring; a module imports only from its
+own layer or the ones below (``tests/test_architecture.py`` checks it), the mixture above
+all (``WebDatasetMix`` is a ``WebDatasetSource``):
+
+1. ``mix/`` (the mixture);
+2. the source, its loader, decoding, state and parts law (this folder);
+3. ``read/`` (the readers and the node cache);
+4. ``order/`` (the order) and ``index/`` (the indexes);
+5. ``remote/`` (remote I/O);
+6. ``shard/`` (one shard's record, members, tar headers and file checks).
+
+The sub-packages' names are plain: the package they live in, ``_wds``, is already private,
+and every module in them keeps its leading underscore. The public names are re-exported from
+:mod:`detsamplers.loader`.
 """
 
-from ._loader import WebDataLoader
-from ._mix import WebDatasetMix
-from ._source import WebDatasetSource
+from ._web_data_loader import WebDataLoader
+from ._webdataset_source import WebDatasetSource
+from .mix._webdataset_mix import WebDatasetMix
 
-# ShardWriter (``_writer``) imports webdataset, an optional extra: detsamplers.loader
+# ShardWriter (``_shard_writer``) imports webdataset, an optional extra: detsamplers.loader
 # imports it on first use.
 __all__ = ["WebDataLoader", "WebDatasetMix", "WebDatasetSource"]

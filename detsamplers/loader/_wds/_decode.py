@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ._verify import MemberError, npy_loads
+from .shard._file_checks import MemberError, npy_loads
 
 __all__ = ["PlannedDecoder", "make_decoder"]
 

@@ -1,0 +1,19 @@
+"""``read/``: the readers and the node cache.
+
+The readers of local and remote shards, the first blocks of a batch fetched at once, and the
+node-local cache of whole remote shards.
+
+Its modules may import one another and, of ``_wds``, only ``order/``, ``index/``, ``remote/``
+and ``shard/``. One module a concern:
+
+- ``_block_reader``: ``ShardReaders``: several shards open at once, for reads that jump among a
+  block's shards;
+- ``_cache_reader``: ``CachedReader``: read samples from the node's shard cache, prefetching the
+  shards to come (NOTE [ shard prefetch ]; NOTE [ cached reads ]);
+- ``_first_blocks``: a batch's first blocks of its remote shards, fetched at once (NOTE [ first
+  blocks of a batch ]);
+- ``_node_cache``: ``ShardCache``: a node-local folder of whole remote shards, shared by every
+  process of a node (NOTE [ shard cache ]);
+- ``_shard_reader``: ``ShardReader``: read indexed samples from local or remote shards, one open
+  shard at a time.
+"""

@@ -1,0 +1,355 @@
+"""``CachedReader``: read samples from the node's shard cache, prefetching the shards to come.
+
+NOTE [ shard prefetch ]
+A process reading remote shards through the cache (NOTE [ shard cache ]) knows which
+shards its next batches need: the order is a pure function of the position (NOTE [ shard
+stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...`` (NOTE
+[ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
+shards of those batches, in order; the thread pins them (downloading the absent ones, up
+to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
+the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. The first batch's
+shards go to a pool of their own (``_DOWNLOADS`` more threads): the first batch fetches
+them too, so those tasks mostly wait on its locks, and the shards of later batches do not
+queue behind them but start while the first batch's downloads run, so that a shard first
+needed a few dozen batches in is on disk before then. (With them held back until the
+first batch's shards were pinned, 4 ranks over moto waited 1-3 times an epoch at its
+end; starting 1 of them early still waited about as often, and starting up to
+``_DOWNLOADS`` did not make the first batch after a resume measurably slower:
+docs/webdataset.md.) A batch reads a
+pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
+reached yet is pinned by the reading thread itself (a prefetch too short): that is a
+*wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``
+(seconds) for every batch after a reader's first. A shard is unpinned once the plan no
+longer needs it after the batch just read.
+
+The first batch a reader reads (a start, a resume) fetches the shards it needs that are
+neither pinned nor in the folder all at once (up to ``_RANGED_THREADS`` requests in
+flight), so that it waits about as long as the slowest of them, not their sum:
+
+- a shard no larger than ``read_ahead`` is downloaded whole into the cache: that is one
+  request, as a range of it would be, and the batches after the first need it too;
+- a larger one, when there are more such shards than ``prefetch``, is not waited for
+  whole: the batch's samples in it are read by ranged requests of their own bytes (at the
+  version indexed, NOTE [ remote reads ]) while the thread downloads it whole for the
+  batches after it. With parts, a batch draws from ``min(B, C / W)`` parts, so without
+  this the first batch would wait for that many large shards (with ``parts=720`` on one
+  rank, every shard); it costs at most one batch's bytes more per reader start;
+- within ``prefetch`` shards, the large ones are downloaded whole too.
+
+Memory per process: one download range (``read_ahead`` bytes) per download in flight (at
+most ``2 * _DOWNLOADS`` in the thread, ``_RANGED_THREADS`` for a first batch), the samples of
+the batch being read, and a file descriptor plus a few dict entries per pinned shard.
+The pinned shards are the batch's working set (its shards: ``C / W`` parts' worth at most,
+or the block of a block shuffle) plus ``prefetch``; nothing is kept per shard of the
+dataset or per part. Disk: the node's pinned shards, within ``cache_limit`` otherwise.
+
+NOTE [ cached reads ]
+Through a warm cache reading is CPU alone (a few microseconds a sample), so a batch after
+the first does per sample only what the sample needs: the batch takes its shards' pinned
+descriptors under the lock once; a pinned shard's index is resolved once (``_View``:
+its keys and, when its members lie in tar order, checked once per decoded index, the
+packed members), and a sample is then one ``os.pread`` from its first member to the end
+of its last, each member a slice of it: the bytes a sample-by-sample read gives. A shard
+whose members are not in tar order is read sample by sample as before. The cached copy is
+the version indexed (its file name holds the URL, size and ETag; its size is checked
+once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
+with the first sample read of each shard pinned (NOTE [ set index ]); a copy shorter than
+its index is an error naming the file. The views add one small tuple per pinned shard
+(and per shard the first batch read by ranges, until the reader closes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, NoReturn
+
+from ..index._shard_index_file import resolved
+from ..remote._remote_reads import RemoteShard
+from ..shard._packed_members import PackedMembers
+from ..shard._shard_info import ShardInfo
+from ..shard._tar_walk import BLOCK
+from ._node_cache import ShardCache
+from ._shard_reader import check_sample
+
+__all__ = ["CachedReader"]
+
+#: The prefetch thread walks at most this many batches past the one being read.
+_BATCHES_AHEAD = 256
+#: Requests in flight at once for a reader's first batch.
+_RANGED_THREADS = 16
+#: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
+#: first (and as many for the first batch's shards).
+_DOWNLOADS = 4
+
+
+class _View(NamedTuple):
+    """A pinned shard's index, resolved once: ``packed`` when its members lie in tar order."""
+
+    info: ShardInfo
+    keys: Sequence[str]
+    members: Sequence[list[Any]]
+    packed: PackedMembers | None
+
+
+class CachedReader:
+    """Read samples by (shard, index) from whole shards in a :class:`ShardCache`.
+
+    Samples are the dicts the remote reader gives (``__key__``, ``__url__`` with the
+    shard's URL, one ``bytes`` entry per suffix), byte for byte.
+
+    Args:
+        shards: The indexed shards (remote ones).
+        cache: The node's cache.
+        prefetch: Shards the prefetch thread may pin beyond the batch being read.
+    """
+
+    def __init__(self, shards: Sequence[ShardInfo], cache: ShardCache, prefetch: int) -> None:
+        self.shards = shards
+        self.cache = cache
+        self.prefetch = prefetch
+        self.pins: dict[int, int] = {}
+        self.fetching: set[int] = set()  # shards the prefetch is pinning (downloading)
+        self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
+        self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
+        self.done = -1  # the plan's batches read so far, minus one
+        self.walked = -1
+        self.views: dict[int, _View] = {}  # the pinned shards' lookups (reading thread only)
+        #: Pinned shards whose first sample read had its tar headers checked (NOTE [ set index ]).
+        self.checked: set[int] = set()
+        self.closed = False
+        self.lock = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def follow(self, plan: Iterator[Sequence[int]]) -> None:
+        """Prefetch the shards of the batches to come: ``plan`` yields each one's shards."""
+        self.thread = threading.Thread(
+            target=self._run, args=(plan,), daemon=True, name="shard-prefetch"
+        )
+        self.thread.start()
+
+    def _ahead(self) -> int:
+        held = itertools.chain(self.pins, self.fetching)
+        return sum(1 for shard in held if self.first.get(shard, -1) > self.done + 1)
+
+    def _run(self, plan: Iterator[Sequence[int]]) -> None:
+        downloads = min(_DOWNLOADS, self.prefetch)
+        # The first batch's shards have a pool of their own: the first batch fetches them
+        # too (its downloads and these wait on one lock per shard), so they must not hold
+        # up the shards of the batches after it (NOTE [ shard prefetch ]).
+        firsts = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="first-shards")
+        pool = ThreadPoolExecutor(max_workers=downloads, thread_name_prefix="shard-download")
+        zero: set[int] = set()
+        try:
+            for batch, shards in enumerate(plan):
+                with self.lock:
+                    while not self.closed and (
+                        batch - self.done > _BATCHES_AHEAD
+                        or self._ahead() >= self.prefetch
+                        or sum(1 for s in self.fetching if s not in zero) >= downloads
+                    ):
+                        self.lock.wait()
+                    if self.closed:
+                        return
+                    self.walked = batch
+                    for shard in dict.fromkeys(shards):
+                        self.last[shard] = batch
+                        if shard not in self.pins and shard not in self.fetching:
+                            self.first[shard] = batch
+                            self.fetching.add(shard)
+                            if batch == 0:
+                                zero.add(shard)
+                            (firsts if batch == 0 else pool).submit(self._download, shard)
+        except Exception:  # the reading thread pins the shard itself, and raises
+            pass
+        finally:
+            for each in (firsts, pool):
+                each.shutdown(wait=False, cancel_futures=self.closed)
+
+    def _download(self, shard: int) -> None:
+        """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
+        try:
+            fd = self.cache.pin(self.shards[shard])
+        except Exception:  # the reading thread pins the shard itself, and raises
+            with self.lock:
+                self.fetching.discard(shard)
+                self.lock.notify_all()
+            return
+        self._hold(shard, fd)
+
+    def _hold(self, shard: int, fd: int) -> None:
+        with self.lock:
+            self.fetching.discard(shard)
+            if self.closed or shard in self.pins:
+                self.cache.unpin(fd)
+            else:
+                self.pins[shard] = fd
+            self.lock.notify_all()
+
+    def _fd(self, shard: int) -> int:
+        with self.lock:
+            fd = self.pins.get(shard)
+        if fd is None:
+            info = self.shards[shard]
+            waits = self.done >= 0 and not os.path.exists(self.cache.path(info))
+            started = time.perf_counter()
+            self._hold(shard, self.cache.pin(info))
+            if waits:  # a batch after the first waits on a download (NOTE [ shard prefetch ])
+                self.cache.stats.waits += 1
+                self.cache.stats.waited += time.perf_counter() - started
+            with self.lock:
+                fd = self.pins[shard]
+        return fd
+
+    def read(self, shard: int, index: int) -> dict[str, Any]:
+        """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
+        return self.read_many([shard], [index])[0]
+
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples ``(shards[i], indexes[i])``, in that order: one batch of the plan."""
+        first = self._first_batch(shards, indexes) if self.done == -1 else {}
+        with self.lock:  # the batch's pinned shards, in one round trip (NOTE [ cached reads ])
+            pins = self.pins
+            fds = {shard: pins[shard] for shard in set(shards) if shard in pins}
+        out: list[dict[str, Any]] = []
+        for i, (shard, index) in enumerate(zip(shards, indexes, strict=True)):
+            if i in first:
+                out.append(first[i])
+                continue
+            fd = fds.get(shard)
+            if fd is None:  # not pinned yet: pin it now (a wait, unless it is in the folder)
+                fd = fds[shard] = self._fd(shard)
+            out.append(self._read(shard, index, fd))
+        with self.lock:
+            self.done += 1
+            for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
+                if self.thread is None or self.walked > self.done or shard not in self.last:
+                    self.cache.unpin(self.pins.pop(shard))
+                    self.first.pop(shard, None)
+                    self.views.pop(shard, None)
+                    self.checked.discard(shard)
+            self.lock.notify_all()
+        return out
+
+    def _first_batch(self, shards: Sequence[int], indexes: Sequence[int]) -> dict[int, Any]:
+        """The first batch's shards not cached yet, fetched concurrently (see the NOTE).
+
+        Returns the samples read by ranges; the shards downloaded whole are pinned.
+        """
+        with self.lock:
+            pinned = set(self.pins)
+        cold = [
+            i
+            for i, shard in enumerate(shards)
+            if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
+        ]
+        cold_shards = list(dict.fromkeys(shards[i] for i in cold))
+        if not cold_shards:
+            return {}
+        few = len(cold_shards) <= self.prefetch
+        step = self.cache.options.read_ahead
+        whole = {s for s in cold_shards if few or self.shards[s].size <= step}
+        ranged = [i for i in cold if shards[i] not in whole]
+        streams = {
+            shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
+            for shard in {shards[i] for i in ranged}
+            for info in [self.shards[shard]]
+        }
+
+        def download(shard: int) -> None:
+            self._hold(shard, self.cache.pin(self.shards[shard]))
+
+        def fetch(i: int) -> dict[str, Any]:
+            return self._sample(shards[i], indexes[i], streams[shards[i]])
+
+        threads = min(_RANGED_THREADS, len(whole) + len(ranged))
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="first-batch") as pool:
+            downloads = [pool.submit(download, shard) for shard in cold_shards if shard in whole]
+            got = dict(zip(ranged, pool.map(fetch, ranged), strict=True))
+            for done in downloads:
+                done.result()
+        return got
+
+    def _view(self, shard: int) -> _View:
+        """What reading ``shard``'s samples needs, looked up once while it is pinned."""
+        view = self.views.get(shard)
+        if view is None:
+            info = self.shards[shard]
+            keys, members = resolved(info.keys), resolved(info.members)
+            packed = members if isinstance(members, PackedMembers) and members.ordered else None
+            view = self.views[shard] = _View(info, keys, members, packed)
+        return view
+
+    def _read(self, shard: int, index: int, fd: int) -> dict[str, Any]:
+        """The sample ``index`` of the pinned ``shard`` (open as ``fd``): one ``pread``."""
+        view = self.views.get(shard) or self._view(shard)
+        packed = view.packed
+        if packed is None:
+            return self._sample(shard, index)
+        keys = view.keys
+        if not 0 <= index < len(keys):
+            raise IndexError(f"sample {index} of {len(keys)} in shard {view.info.url!r}")
+        sample: dict[str, Any] = {"__key__": keys[index], "__url__": view.info.url}
+        starts = packed.starts
+        low, high = starts[index], starts[index + 1]
+        if high > low:  # the members lie in tar order: the first starts, the last ends
+            offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
+            start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
+            if shard not in self.checked:  # its first sample read: with the tar headers
+                return self._sample(shard, index)
+            data = os.pread(fd, end - start, start)
+            if len(data) != end - start:
+                self._short(view.info)
+            for j in range(low, high):
+                at = offsets[j] - start
+                sample[suffixes[j]] = data[at : at + sizes[j]]
+        return sample
+
+    def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
+        view = self._view(shard)
+        info, keys, members = view.info, view.keys, view.members
+        if not 0 <= index < len(keys):
+            raise IndexError(f"sample {index} of {len(keys)} in shard {info.url!r}")
+        sample: dict[str, Any] = {"__key__": keys[index], "__url__": info.url}
+        parts = members[index]
+        if parts:
+            start = min(m[1] for m in parts)
+            end = max(m[1] + m[2] for m in parts)
+            checking = shard not in self.checked  # NOTE [ set index ]: once per shard pinned
+            if checking:
+                start = max(0, start - BLOCK)
+            if stream is not None:
+                data = stream.fetch(start, end)
+            else:
+                data = os.pread(self._fd(shard), end - start, start)
+            if len(data) != end - start:
+                self._short(info)
+            if checking:
+                check_sample(info, data, start, keys[index], parts)
+                self.checked.add(shard)
+            for suffix, offset, size in parts:
+                sample[suffix] = data[offset - start : offset - start + size]
+        return sample
+
+    def _short(self, info: ShardInfo) -> NoReturn:
+        raise ValueError(
+            f"shard {info.url!r}: its cached copy is shorter than the index says; "
+            f"delete {self.cache.path(info)!r} to download it again"
+        )
+
+    def close(self) -> None:
+        """Stop prefetching and release every pin."""
+        with self.lock:
+            self.closed = True
+            for fd in self.pins.values():
+                self.cache.unpin(fd)
+            self.pins.clear()
+            self.first.clear()
+            self.last.clear()
+            self.views.clear()
+            self.checked.clear()
+            self.lock.notify_all()

@@ -1,0 +1,270 @@
+"""``ShardCache``: a node-local folder of whole remote shards, shared by every process of a node.
+
+NOTE [ shard cache ]
+With ``cache_dir``, a remote shard is downloaded whole, once per node, into
+``<cache_dir>/<key>.tar``, where ``key`` hashes the URL, the size and the ETag (or version)
+recorded when the shard was indexed: a shard rewritten since has another key, so a stale
+copy is never read (and ages out). Every rank and DataLoader worker of the node reads the
+same folder:
+
+- **Download once.** A process that needs a shard the folder lacks takes an exclusive
+  ``fcntl.flock`` on ``<key>.lock``; if the shard is still absent once it holds the lock
+  it downloads it (range requests of ``read_ahead`` bytes, retried as in NOTE [ remote
+  reads ], the ETag sent as ``If-Match`` over HTTP) into a temporary file of the folder,
+  checks its size, and renames it into place (atomic), then releases the lock. Every
+  other process asking meanwhile waits on the lock and then finds the file: a shard's
+  bytes cross the network once per node, and a shard is never read half written.
+- **Pins.** A process reading a shard, or holding it for a read to come (the prefetch,
+  NOTE [ shard prefetch ]), keeps it open with a shared ``flock``: the shard is *pinned*.
+  Each use also sets its modification time (the recency order).
+- **Size limit.** Before a download would take the folder's shards past ``cache_limit``
+  bytes, the least recently used shards are deleted, skipping every pinned one (an
+  exclusive ``flock`` that cannot be taken at once): a shard a process of the node is
+  reading or will read next is never dropped. If the pinned shards alone exceed the limit,
+  the folder grows past it rather than wait (size the limit above the working set,
+  docs/webdataset.md gives the figure).
+- **Nothing left behind.** A temporary file of a process that died is deleted by the next
+  eviction that finds it older than an hour; a shard deleted while a process still had it
+  open stays readable to that process (POSIX), and one deleted between the existence check
+  and the pin is found by its link count and downloaded again.
+
+A second epoch over a dataset that fits the limit downloads nothing. The locks are POSIX
+``flock``s: the folder must be on a local file system (not NFS), one per node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from stat import S_ISFIFO, S_ISREG
+
+from ..remote._remote_reads import RemoteOptions, RemoteShard
+from ..shard._shard_info import ShardInfo, user_cache_dir
+
+__all__ = ["CacheStats", "ShardCache", "check_cache_dir", "default_cache_dir"]
+
+_SUFFIX = ".tar"
+_STALE_TMP = 3600.0
+
+
+def default_cache_dir() -> str:
+    """The default folder of the shard cache: ``$XDG_CACHE_HOME/detsamplers/shards``.
+
+    Examples:
+        >>> default_cache_dir().endswith(os.path.join("detsamplers", "shards"))
+        True
+    """
+    return user_cache_dir("shards")
+
+
+_FIX = "pass the path of a folder this process can write (it is created if absent)"
+
+
+def _what(path: str) -> str:
+    """What ``path`` is, in words, for a message (it exists and is no folder)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken symlink"
+    kinds = ((S_ISREG, "a regular file"), (S_ISFIFO, "a FIFO (named pipe)"))
+    kind = next((name for test, name in kinds if test(mode)), "a device or a socket")
+    return f"a symlink to {kind}" if os.path.islink(path) else kind
+
+
+def check_cache_dir(folder: str) -> None:
+    """Create the cache folder ``folder`` if absent; refuse one that is no writable folder.
+
+    Raises:
+        ValueError: ``folder`` (or a parent) is a file, a FIFO, a symlink to one, or a folder
+            this process cannot create or write (the message names ``cache_dir``).
+
+    Examples:
+        >>> import tempfile
+        >>> check_cache_dir(tempfile.mkdtemp())
+        >>> check_cache_dir(tempfile.mkstemp()[1])
+        Traceback (most recent call last):
+        ...
+        ValueError: cache_dir should be a folder, but got cache_dir='...', a regular file; ...
+    """
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(
+            f"cache_dir should be a folder, but got cache_dir={folder!r}, {_what(folder)}; {_FIX}"
+        ) from None
+    except OSError as exn:  # a parent is a file, or cannot be written
+        raise ValueError(
+            f"cache_dir should be a folder this process can create, but got "
+            f"cache_dir={folder!r} ({exn.strerror}); {_FIX}"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"cache_dir should be a folder this process can write, but got cache_dir={folder!r}, "
+            f"which it cannot; {_FIX}"
+        )
+
+
+@dataclass
+class CacheStats:
+    """What one process did with the cache (for tests and figures).
+
+    Attributes:
+        downloaded: Shards this process downloaded.
+        bytes: Bytes it downloaded (retried bytes not counted twice).
+        hits: Pins that found the shard in the folder.
+        evicted: Shards it deleted to stay under the limit.
+        waits: Times a batch after a reader's first one needed a shard that was not in the
+            folder yet, so that reading waited on its download (NOTE [ shard prefetch ]).
+        waited: Seconds reading spent in those waits.
+    """
+
+    downloaded: int = 0
+    bytes: int = 0
+    hits: int = 0
+    evicted: int = 0
+    waits: int = 0
+    waited: float = 0.0
+
+
+class ShardCache:
+    """Whole remote shards in a folder shared by the processes of a node (NOTE [ shard cache ]).
+
+    Args:
+        folder: The cache folder (created if absent), on a local file system.
+        limit: Bytes the folder's shards may take (``None``: no limit).
+        options: How shards are downloaded (timeouts, retries, range size).
+
+    Examples:
+        >>> import tempfile
+        >>> cache = ShardCache(tempfile.mkdtemp(), limit=1 << 20)
+        >>> info = ShardInfo("https://h/a.tar", "https://h/a.tar", (), [], size=10, version='"e"')
+        >>> os.path.basename(cache.path(info))[-4:]
+        '.tar'
+    """
+
+    def __init__(
+        self, folder: str, limit: int | None = None, options: RemoteOptions | None = None
+    ) -> None:
+        self.folder = folder
+        self.limit = limit
+        self.options = options or RemoteOptions()
+        self.stats = CacheStats()
+        check_cache_dir(folder)
+
+    def path(self, info: ShardInfo) -> str:
+        """Where ``info``'s shard lies in the folder: keyed by URL, size and version."""
+        text = f"{info.url}\0{info.size}\0{info.version or ''}"
+        key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        return os.path.join(self.folder, key + _SUFFIX)
+
+    def pin(self, info: ShardInfo) -> int:
+        """Open ``info``'s shard with a shared lock, downloading it first if absent.
+
+        Returns a file descriptor to ``os.pread`` from; :meth:`unpin` releases it.
+        """
+        path = self.path(info)
+        hit = True
+        while True:
+            fd = self._open(path)
+            if fd is None:
+                self._download(info, path)
+                hit = False
+                continue
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if os.fstat(fd).st_nlink == 0:  # evicted between the open and the lock
+                os.close(fd)
+                continue
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            self.stats.hits += hit
+            return fd
+
+    @staticmethod
+    def unpin(fd: int) -> None:
+        """Release a shard :meth:`pin` opened."""
+        os.close(fd)  # closing drops the shared lock
+
+    def _open(self, path: str) -> int | None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        return fd
+
+    def _download(self, info: ShardInfo, path: str) -> None:
+        """Download the shard to ``path`` unless another process does it first."""
+        with open(path[: -len(_SUFFIX)] + ".lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            if os.path.exists(path):
+                return
+            self._evict(info.size)
+            temporary = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+            try:
+                self._write(info, temporary)
+                os.replace(temporary, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+
+    def _write(self, info: ShardInfo, temporary: str) -> None:
+        stream = RemoteShard(info.url, info.size, info.version, self.options)
+        step = max(self.options.read_ahead, 1 << 20)
+        with open(temporary, "wb") as out:
+            for start in range(0, info.size, step):
+                data = stream.fetch(start, min(info.size, start + step))
+                out.write(data)
+                self.stats.bytes += len(data)
+        if os.path.getsize(temporary) != info.size:
+            raise ValueError(
+                f"shard {info.url!r} downloaded to {os.path.getsize(temporary)} bytes, "
+                f"{info.size} when indexed; it changed since: rebuild the source"
+            )
+        self.stats.downloaded += 1
+
+    def _evict(self, incoming: int) -> None:
+        """Delete unpinned shards, least recently used first, to make room for ``incoming``."""
+        if self.limit is None:
+            return
+        now = time.time()
+        entries: list[tuple[float, int, str]] = []
+        for entry in os.scandir(self.folder):
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            if entry.name.endswith(".tmp") and now - stat.st_mtime > _STALE_TMP:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            elif entry.name.endswith(_SUFFIX):
+                entries.append((stat.st_mtime, stat.st_size, entry.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total + incoming <= self.limit:
+                return
+            if self._delete_unpinned(path):
+                total -= size
+                self.stats.evicted += 1
+
+    @staticmethod
+    def _delete_unpinned(path: str) -> bool:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # pinned by a reader
+            os.close(fd)
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(fd)
+        return True

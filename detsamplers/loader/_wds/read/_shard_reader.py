@@ -1,0 +1,469 @@
+"""``ShardReader``: read indexed samples from local or remote shards, one open shard at a time."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, BinaryIO, NoReturn
+
+from ...._native import kernel
+from ..index._shard_index_file import resolved
+from ..remote._remote_reads import RemoteOptions, RemoteShard, ShardChangedError
+from ..remote._urls import is_remote
+from ..shard._file_checks import open_regular, stamp_mismatch
+from ..shard._packed_members import PackedMembers
+from ..shard._shard_info import ShardInfo
+from ..shard._tar_check import HeaderTable, header_mismatch
+from ..shard._tar_walk import BLOCK
+from ._first_blocks import AHEAD, fetch_first_blocks
+
+__all__ = ["ShardReader", "check_sample", "refuse"]
+
+#: Local shards are read unbuffered: every read is one span (a sample, or a run of them,
+#: NOTE [ runs of samples ]), so a buffer only copies, and a jump of a shuffle would refill
+#: it (64 KiB for a sample of a few kB). Measured with shard_shuffle_table.py parts b and c:
+#: a random read within a shard 7.8-8.0 -> 4.1-4.2 us, the window shuffle 1.23x faster.
+_READ_BUFFER = 0
+#: A run of samples read in one go spans at most this many bytes (NOTE [ runs of samples ]).
+RUN_BYTES = 8 << 20
+#: Bytes of unwanted samples a run reads through rather than seeking past them.
+RUN_GAP = 64 << 10
+
+
+def refuse(info: ShardInfo, key: str, suffix: str, offset: int, size: int, why: str) -> NoReturn:
+    """Raise the error for a member whose tar header is not what the shard's index says."""
+    where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
+    owner = getattr(info.keys, "owner", None)  # an index known from a set index
+    embedded = getattr(owner, "file", "") if info.path == info.url else ""
+    if info.index_file:
+        fix = (
+            f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
+            f"index file and rebuild it with `python -m detsamplers index {info.url}`"
+        )
+    elif embedded:
+        fix = (
+            f"the index the set index {embedded!r} embeds for it is another shard's, or the "
+            "shard changed: delete the set index and rebuild it with "
+            "`python -m detsamplers index`"
+        )
+    else:
+        fix = "it changed since it was indexed: build the source again"
+    raise ValueError(
+        f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
+    )
+
+
+def check_sample(
+    info: ShardInfo, data: bytes, base: int, key: str, members: Sequence[list[Any]]
+) -> None:
+    """Check the tar headers of one sample of a remote (or cached) shard against its index.
+
+    ``data`` holds the shard's bytes from ``base``, the header before the sample's first
+    member included. Run on the first sample read of each shard opened (NOTE [ set index ]):
+    an index of another shard of the same size, embedded by mistake, names other keys.
+    """
+    suffixes, offsets, sizes = zip(*members, strict=True)
+    found = header_mismatch(data, base, [key] * len(members), suffixes, offsets, sizes)
+    if found is not None:
+        row, why = found
+        refuse(info, key, suffixes[row], offsets[row], sizes[row], why)
+
+
+class ShardReader:
+    """Read samples by (shard, index), keeping the current shard open.
+
+    One reader per process or worker. A sample is the dict webdataset yields: ``__key__``,
+    ``__url__``, one raw ``bytes`` entry per suffix, and for a local shard
+    ``__local_path__`` (webdataset gives remote samples none). A local shard is a file
+    read at the offsets of the index (NOTE [ shard index ]): :meth:`read` reads one
+    sample's byte range, :meth:`read_many` a batch's neighbouring samples at once (NOTE
+    [ runs of samples ]). A remote shard is read in blocks of ``read_ahead`` bytes that start at the
+    first sample read (NOTE [ remote reads ]): a sample is one slice of a kept block.
+
+    Examples:
+        >>> import os, tempfile, webdataset as wds
+        >>> from detsamplers.loader._wds.index._index_shards import index_shards
+        >>> from detsamplers.loader._wds.remote._urls import expand_urls
+        >>> folder = tempfile.mkdtemp()
+        >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+        ...     w.write({"__key__": "k0", "cls": b"7"})
+        >>> reader = ShardReader(index_shards(expand_urls(os.path.join(folder, "s-0.tar"))))
+        >>> sample = reader.read(0, 0); reader.close()
+        >>> sample["__key__"], sample["cls"]
+        ('k0', b'7')
+    """
+
+    def __init__(self, shards: Sequence[ShardInfo], options: RemoteOptions | None = None) -> None:
+        self.shards = shards
+        self.options = options or RemoteOptions()
+        self.remote = [is_remote(s.url) for s in shards]
+        self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
+        self.current = -1
+        self.keys: Sequence[str] = ()
+        self.members: Sequence[list[Any]] = ()
+        self.packed: PackedMembers | None = None
+        self.handle: BinaryIO | None = None
+        self.stream: RemoteShard | None = None
+        self.table: HeaderTable | None = None
+        #: The remote stream whose first sample's tar headers were checked (NOTE [ set index ]).
+        self.checked: RemoteShard | None = None
+        #: Streams :meth:`open_batch` opened, by the batch item whose stretch they serve.
+        self.opened: dict[int, RemoteShard] = {}
+
+    def read(self, shard: int, index: int) -> dict[str, Any]:
+        """The sample ``index`` of shard ``shard`` (numbered as in the URL list)."""
+        info = self.shards[shard]
+        self._select(shard)
+        sample: dict[str, Any] = {"__key__": self.keys[index], "__url__": info.url}
+        if self.packed is not None and not self.remote[shard]:
+            return self._read_packed(sample, self.packed, index, shard)
+        members = self.members[index]
+        if self.remote[shard]:  # checked by its ETag and size instead (NOTE [ index verification ])
+            if self.stream is None:
+                self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+            start = min(m[1] for m in members) if members else 0
+            end = max(m[1] + m[2] for m in members) if members else 0
+            if self.stream is not self.checked and members:  # its first sample: the headers
+                base = max(0, start - BLOCK)  # in the stream's first block (NOTE [ set index ])
+                data = self.stream.read(base, end)
+                check_sample(info, data, base, sample["__key__"], members)
+                self.checked, data = self.stream, data[start - base :]
+            else:
+                data = self.stream.read(start, end)
+            for suffix, offset, size in members:
+                sample[suffix] = data[offset - start : offset - start + size]
+            return sample
+        if members:  # one read per sample: its members are consecutive in the tar
+            # From the block before the first member: its header (NOTE [ index verification ]).
+            start = max(0, min(m[1] for m in members) - BLOCK)
+            end = max(m[1] + m[2] for m in members)
+            data = self._span(shard, start, end)
+            suffixes, offsets, sizes = zip(*members, strict=True)
+            keys = [sample["__key__"]] * len(members)
+            self._verify(shard, data, start, keys, suffixes, offsets, sizes)
+            for suffix, offset, size in members:
+                sample[suffix] = data[offset - start : offset - start + size]
+        sample["__local_path__"] = self.local[shard]
+        return sample
+
+    def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples ``(shards[i], indexes[i])``, in that order, as :meth:`read` gives them.
+
+        NOTE [ runs of samples ]
+        A batch mostly asks for neighbouring samples of one shard (consecutive ones with
+        one rank and no window shuffle, every ``W``-th with ``W`` ranks, a window's worth
+        shuffled). For a local shard the requests are sorted by offset and cut into runs:
+        a run reads one byte range, at most ``RUN_BYTES`` long, holding samples no more
+        than ``RUN_GAP`` bytes apart, and each member is a slice of it. Remote shards and
+        shards with members out of tar order are read sample by sample.
+
+        Examples:
+            >>> import os, tempfile, webdataset as wds
+            >>> from detsamplers.loader._wds.index._index_shards import index_shards
+            >>> from detsamplers.loader._wds.remote._urls import expand_urls
+            >>> folder = tempfile.mkdtemp()
+            >>> with wds.ShardWriter(os.path.join(folder, "s-%d.tar"), verbose=0) as w:
+            ...     for i in range(4):
+            ...         w.write({"__key__": f"k{i}", "cls": str(i).encode()})
+            >>> reader = ShardReader(index_shards(expand_urls(os.path.join(folder, "s-0.tar"))))
+            >>> [s["cls"] for s in reader.read_many([0, 0, 0], [3, 1, 2])]
+            [b'3', b'1', b'2']
+            >>> reader.close()
+        """
+        jobs = self.open_batch(shards, indexes)  # NOTE [ first blocks of a batch ]
+        if len(jobs) > 1:
+            fetch_first_blocks(jobs)
+        return self.read_opened(shards, indexes)
+
+    def read_opened(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
+        """:meth:`read_many` after :meth:`open_batch`: the batch's samples, in order."""
+        out: list[dict[str, Any]] = [{}] * len(indexes)
+        ahead, self.opened = self.opened, {}
+        first = 0
+        try:
+            while first < len(shards):  # each stretch of one shard
+                shard = shards[first]
+                stop = first + 1
+                while stop < len(shards) and shards[stop] == shard:
+                    stop += 1
+                self._select(shard)
+                if first in ahead:
+                    self.stream = ahead.pop(first)
+                packed = self.packed
+                if packed is not None and packed.ordered and not self.remote[shard]:
+                    self._read_runs(shard, packed, indexes, first, stop, out)
+                else:
+                    for i in range(first, stop):
+                        out[i] = self.read(shard, indexes[i])
+                first = stop
+        finally:
+            for stream in ahead.values():
+                stream.close()
+        return out
+
+    def open_batch(
+        self, shards: Sequence[int], indexes: Sequence[int], limit: int = AHEAD
+    ) -> list[tuple[RemoteShard, ShardInfo, int]]:
+        """Open the remote shards this batch opens (up to ``limit``), none read yet.
+
+        Returns the jobs for :func:`fetch_first_blocks` (NOTE [ first blocks of a batch ]);
+        :meth:`read_opened` then reads the batch with these streams, fetched or not. A
+        shard still open that the batch continues is not opened again.
+        """
+        for stream in self.opened.values():  # a batch before that failed before its read
+            stream.close()
+        jobs: dict[int, tuple[RemoteShard, ShardInfo, int]] = {}
+        first = 0
+        while first < len(shards) and len(jobs) < limit:
+            shard = shards[first]
+            if self.remote[shard] and (first > 0 or shard != self.current):
+                info = self.shards[shard]
+                stream = RemoteShard(info.url, info.size, info.version, self.options)
+                jobs[first] = (stream, info, indexes[first])
+            while first < len(shards) and shards[first] == shard:
+                first += 1
+        self.opened = {i: job[0] for i, job in jobs.items()}
+        return list(jobs.values())
+
+    def open_remote(self, shard: int, index: int) -> tuple[RemoteShard, ShardInfo, int] | None:
+        """Open remote ``shard`` with a stream not read yet, unless it is open already.
+
+        The stream, the shard and ``index`` (the first sample to read), for
+        :func:`fetch_first_blocks`; ``None`` for a local or already open shard.
+        """
+        if shard == self.current or not self.remote[shard]:
+            return None
+        self._select(shard)
+        info = self.shards[shard]
+        self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+        return self.stream, info, index
+
+    def _select(self, shard: int) -> None:
+        """Make ``shard`` the open one."""
+        if shard != self.current:
+            self.close()
+            self.current = shard
+            info = self.shards[shard]
+            self.keys, self.members = resolved(info.keys), resolved(info.members)
+            self.packed = self.members if isinstance(self.members, PackedMembers) else None
+            self.table = None
+
+    def _read_runs(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        first: int,
+        stop: int,
+        out: list[dict[str, Any]],
+    ) -> None:
+        """Fill ``out[first:stop]`` from runs of one local shard (NOTE [ runs of samples ])."""
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        suffixes = packed.suffixes
+        keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
+        count = len(keys)
+        for i in range(first, stop):
+            if not 0 <= indexes[i] < count:
+                raise IndexError(f"sample {indexes[i]} of {count} in shard {url!r}")
+        neighbours = max(indexes[first:stop]) - min(indexes[first:stop]) == stop - first - 1
+        if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
+            return
+        order = sorted(range(first, stop), key=indexes.__getitem__)
+        position, total = 0, len(order)
+        while position < total:
+            # One run: samples whose members lie close together (members are in tar order).
+            begin = end = -1
+            last = position
+            while last < total:
+                index = indexes[order[last]]
+                low, high = starts[index], starts[index + 1]
+                if high > low:
+                    head, tail = offsets[low], offsets[high - 1] + sizes[high - 1]
+                    if begin < 0:
+                        begin, end = head, tail
+                    elif head - end > RUN_GAP or tail - begin > RUN_BYTES:
+                        break
+                    elif tail > end:
+                        end = tail
+                last += 1
+            base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+            data = self._span(shard, base, end) if begin >= 0 else b""
+            run = [indexes[i] for i in order[position:last]]
+            self._verify_samples(shard, data, base, run)
+            for i in order[position:last]:
+                index = indexes[i]
+                sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+                for j in range(starts[index], starts[index + 1]):
+                    at = offsets[j] - base
+                    sample[suffixes[j]] = data[at : at + sizes[j]]
+                sample["__local_path__"] = local
+                out[i] = sample
+            position = last
+
+    def _consecutive(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        first: int,
+        stop: int,
+        out: list[dict[str, Any]],
+    ) -> bool:
+        """:meth:`_read_runs` when ``indexes[first:stop]`` are distinct neighbours: one read.
+
+        ``False`` (nothing done) when they span more than ``RUN_BYTES`` or repeat.
+        """
+        low = min(indexes[first:stop])
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        head, tail = starts[low], starts[low + stop - first]
+        if head == tail or len(set(indexes[first:stop])) != stop - first:
+            return False
+        begin, end = offsets[head], offsets[tail - 1] + sizes[tail - 1]
+        if end - begin > RUN_BYTES:
+            return False
+        base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
+        data = self._span(shard, base, end)
+        self._verify_range(shard, data, base, head, tail)  # while the bytes are in the cache
+        blobs = [
+            data[at - base : at - base + size]
+            for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
+        ]
+        suffixes, keys = packed.suffixes, self.keys
+        url, local = self.shards[shard].url, self.local[shard]
+        for i in range(first, stop):
+            index = indexes[i]
+            sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+            for j in range(starts[index], starts[index + 1]):
+                sample[suffixes[j]] = blobs[j - head]
+            sample["__local_path__"] = local
+            out[i] = sample
+        return True
+
+    def _open(self, shard: int) -> BinaryIO:
+        """The open local shard, opened (and checked to be the one indexed) on first use."""
+        if self.handle is None:
+            info = self.shards[shard]
+            handle = open_regular(info.path, "shard", info.path, buffering=_READ_BUFFER)
+            try:
+                changed = stamp_mismatch(info.path, info.stamp, handle)
+            except BaseException:
+                handle.close()
+                raise
+            if changed is not None:
+                handle.close()
+                raise ShardChangedError(changed)
+            self.handle = handle
+        return self.handle
+
+    def _table(self) -> HeaderTable:
+        """The open shard's :class:`HeaderTable`, built once per decoded index and kept there."""
+        table = self.table
+        if table is None:
+            packed = self.packed
+            assert packed is not None
+            table = packed.table
+            if not isinstance(table, HeaderTable) or table.keys is not self.keys:
+                table = packed.table = HeaderTable(self.keys, packed)
+            self.table = table
+        return table
+
+    def _verify_samples(self, shard: int, data: bytes, base: int, samples: Sequence[int]) -> None:
+        """:meth:`_verify_many` of the members of ``samples`` of the open shard."""
+        self._verify_many(shard, data, base, self._table().members_of(samples))
+
+    def _verify_many(self, shard: int, data: bytes, base: int, members: Any) -> None:
+        """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
+        table = self._table()
+        found = table.mismatch(data, base, members)
+        if found is not None:
+            j, why = found
+            key, suffix = table.key_of(j), table.suffixes[j]
+            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
+
+    def _verify_range(self, shard: int, data: bytes, base: int, first: int, stop: int) -> None:
+        """:meth:`_verify_many` of the members ``first, ..., stop - 1`` of the open shard."""
+        table = self._table()
+        found = table.range_mismatch(data, base, first, stop)
+        if found is not None:
+            j, why = found
+            key, suffix = table.key_of(j), table.suffixes[j]
+            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
+
+    def _verify(
+        self,
+        shard: int,
+        data: bytes,
+        base: int,
+        keys: Sequence[str],
+        suffixes: Sequence[str],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+    ) -> None:
+        """Check the tar header of each member read (NOTE [ index verification ])."""
+        found = header_mismatch(data, base, keys, suffixes, offsets, sizes)
+        if found is None:
+            return
+        row, why = found
+        self._refuse(shard, keys[row], suffixes[row], offsets[row], sizes[row], why)
+
+    def _refuse(
+        self, shard: int, key: str, suffix: str, offset: int, size: int, why: str
+    ) -> NoReturn:
+        """Raise the error for a member whose tar header is not what the index says."""
+        refuse(self.shards[shard], key, suffix, offset, size, why)
+
+    def _span(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
+        handle = self._open(shard)
+        handle.seek(start)
+        data = handle.read(end - start)
+        while 0 < len(data) < end - start:  # an unbuffered read may return less
+            more = handle.read(end - start - len(data))
+            if not more:
+                break
+            data += more
+        if len(data) != end - start:
+            raise ValueError(
+                f"shard {self.shards[shard].path!r} is shorter than when it was indexed; it "
+                "changed while in use: rebuild the source (its index is refreshed automatically)"
+            )
+        return data
+
+    def _read_packed(
+        self, sample: dict[str, Any], packed: PackedMembers, index: int, shard: int
+    ) -> dict[str, Any]:
+        """:meth:`read` of a local sample from a decoded index file's flat lists."""
+        first, stop = packed.starts[index], packed.starts[index + 1]
+        if stop > first:
+            offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
+            start = max(0, min(offsets[first:stop]) - BLOCK)  # with the first member's header
+            end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
+            data = self._span(shard, start, end)
+            if kernel is not None:  # one compiled call over the shard's table, built once
+                self._verify_range(shard, data, start, first, stop)
+            else:
+                self._verify(
+                    shard,
+                    data,
+                    start,
+                    [sample["__key__"]] * (stop - first),
+                    suffixes[first:stop],
+                    offsets[first:stop],
+                    sizes[first:stop],
+                )
+            for j in range(first, stop):
+                at = offsets[j] - start
+                sample[suffixes[j]] = data[at : at + sizes[j]]
+        sample["__local_path__"] = self.local[shard]
+        return sample
+
+    def close(self) -> None:
+        """Close the open shard, if any."""
+        self.checked = None
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        self.current = -1
