@@ -282,6 +282,7 @@ def _cli(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocess
 def test_a_fifo_is_refused_at_once_instead_of_waiting_for_a_writer(tmp_path: Path) -> None:
     for name in ("state.json", "state.pth"):
         fifo = tmp_path / name
@@ -292,6 +293,7 @@ def test_a_fifo_is_refused_at_once_instead_of_waiting_for_a_writer(tmp_path: Pat
         assert "a FIFO" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_a_closed_output_pipe_ends_quietly_with_status_141(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.write_text(json.dumps(_loader_state()))

@@ -126,6 +126,7 @@ def make_dry_run(target: str) -> str:
     return result.stdout
 
 
+@pytest.mark.subprocess
 def test_make_demo_installs_the_package_alone_and_make_test_installs_the_tests_extras() -> None:
     installs = [line for line in make_dry_run("demo").splitlines() if "pip install" in line]
     assert installs == [".venv/bin/python -m pip install --quiet -c constraints.txt -e ."]

@@ -127,6 +127,7 @@ def test_a_prepared_loaders_state_counts_the_batches_handed_out_and_resumes_on_a
     assert got == expected
 
 
+@pytest.mark.workers
 def test_a_new_iteration_of_the_prepared_stream_continues_after_the_batches_handed_out() -> None:
     loader = DataLoader(range(30), batch_size=2, shuffle=True, seed=3, num_workers=2)
     own = _lists(loader.get_data_loader(True, 0, 2, 1), 8)

@@ -169,6 +169,7 @@ def _report_of(name: str, call: str, message: str, error: str) -> list[str]:
     ]
 
 
+@pytest.mark.subprocess
 def test_a_failing_check_reports_the_users_test_then_the_kits_message_and_none_of_its_source(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,6 +35,7 @@ def factory_for(folder: Path, mode: str, seed: int, collate: Any = None) -> Any:
     return factory
 
 
+@pytest.mark.workers
 @settings(max_examples=12)
 @given(
     mode=st.sampled_from(["chunk", "concat"]),
@@ -78,6 +79,7 @@ def test_every_sequence_is_trained_once_per_epoch_on_any_world_size(
     )
 
 
+@pytest.mark.workers
 def test_flattened_batches_resume_exactly_with_workers(folder: Path) -> None:
     factory = factory_for(folder / "flat", "concat", 11, collate_tokens)
     check_resume(factory, [2, 5], batches=7, run=Config(num_workers=2),

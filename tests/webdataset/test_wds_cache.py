@@ -320,6 +320,7 @@ def test_a_cache_dir_that_is_no_folder_is_refused_by_name_before_any_download(
     assert not os.path.isdir(folder)
 
 
+@pytest.mark.subprocess
 def test_a_cache_dir_the_process_cannot_write_is_refused_by_name() -> None:
     # Root writes anywhere: the check runs as "nobody" in a child, over a folder it cannot write
     # (in /tmp itself: pytest's own folders are closed to other users).
