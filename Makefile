@@ -95,6 +95,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py --quick
 	$(PY) benchmarks/webdataset_http_table.py --quick
 	$(PY) benchmarks/locality_table.py --quick
+	$(PY) benchmarks/local_parts_table.py --quick
 	$(PY) benchmarks/part_shuffle_quality.py --quick
 	$(PY) benchmarks/webdataset_mix_table.py --quick
 	$(PY) benchmarks/webdataset_mix_locality.py --quick
@@ -119,6 +120,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/webdataset_table.py
 	$(PY) benchmarks/webdataset_http_table.py
 	$(PY) benchmarks/locality_table.py
+	$(PY) benchmarks/local_parts_table.py
 	$(PY) benchmarks/part_shuffle_quality.py
 	$(PY) benchmarks/webdataset_mix_table.py
 	$(PY) benchmarks/webdataset_mix_locality.py
