@@ -4,7 +4,7 @@ Run ``python benchmarks/s3_peers_table.py`` (8,192 samples of 2-8 KB in 32 shard
 64) or ``--quick`` (512 samples in 8 shards, W = 1, our shuffled row only; ``make
 bench-quick``, about a minute). The same samples
 (random bytes under ``bin``, the label under ``cls``) are written three ways: webdataset
-tar shards (``webdataset.TarWriter``, then indexed on S3 as docs/webdataset.md tells a
+tar shards (``webdataset.TarWriter``, then indexed on S3 as docs/webdataset-remote.md tells a
 user to, ``python -m detsamplers index URLS --endpoint-url ...``: each shard's index file
 and the folder's set index, which embeds them), Mosaic's MDS (``MDSWriter``,
 shards of the same sample count) and litdata's chunks (``litdata.optimize``, the same

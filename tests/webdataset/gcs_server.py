@@ -31,7 +31,7 @@ default; a test switches them off to see a server that ignores the parameter).
 gcsfs 2025.x and later probe each bucket's layout over gRPC (its
 ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` classes), which an emulator of the JSON API cannot
 answer: each call would wait for that probe's own retries (60 s). Importing this module
-switches the probe off for the test session, as docs/webdataset.md tells a user to.
+switches the probe off for the test session, as docs/webdataset-remote.md tells a user to.
 """
 
 from __future__ import annotations

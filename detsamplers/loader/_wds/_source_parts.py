@@ -9,7 +9,7 @@ another order once remote. A state saved then brings that law back when loaded, 
 Parts are a choice made once for a run, by ``parts=C``, because they change the order: a
 rank of ``W`` dividing ``C`` then reads only its parts' shards (NOTE [ rank-local parts ]),
 which over remote shards and several nodes is what keeps each node's downloads near its
-share; docs/webdataset.md ("Choosing ``parts``") says how to pick ``C``.
+share; docs/webdataset-locality.md ("Choosing ``parts``") says how to pick ``C``.
 
 The node cache depends on the storage, never the order: remote shards (every URL remote)
 with ``parts`` or an explicit ``cache_dir`` are downloaded whole into it, by default in

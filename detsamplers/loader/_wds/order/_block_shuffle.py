@@ -21,7 +21,7 @@ among its ``k`` shards, so a reader keeps the block's shards open (``ShardReader
 ``2 k`` per DataLoader worker, since a batch can straddle two blocks), every worker of
 every rank opens all ``k`` (positions are dealt to ranks in turn), and each read is a seek.
 Over remote shards most reads fall outside the blocks a reader keeps, so each starts a range
-request (docs/webdataset.md has the figures).
+request (docs/webdataset-order.md has the figures).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ needed a few dozen batches in is on disk before then. (With them held back until
 first batch's shards were pinned, 4 ranks over moto waited 1-3 times an epoch at its
 end; starting 1 of them early still waited about as often, and starting up to
 ``_DOWNLOADS`` did not make the first batch after a resume measurably slower:
-docs/webdataset.md.) A batch reads a
+docs/webdataset-performance.md.) A batch reads a
 pinned shard with ``os.pread`` at the offsets of the index; a shard the thread has not
 reached yet is pinned by the reading thread itself (a prefetch too short): that is a
 *wait* on the network, counted in the cache's ``stats.waits`` and ``stats.waited``

@@ -22,7 +22,7 @@ same folder:
   exclusive ``flock`` that cannot be taken at once): a shard a process of the node is
   reading or will read next is never dropped. If the pinned shards alone exceed the limit,
   the folder grows past it rather than wait (size the limit above the working set,
-  docs/webdataset.md gives the figure).
+  docs/webdataset-locality.md gives the figure).
 - **Nothing left behind.** A temporary file of a process that died is deleted by the next
   eviction that finds it older than an hour; a shard deleted while a process still had it
   open stays readable to that process (POSIX), and one deleted between the existence check
