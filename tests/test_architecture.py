@@ -14,6 +14,7 @@ package's ``__init__`` re-exporting its own files is not a circle.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "detsamplers"
@@ -232,3 +233,80 @@ def test_the_webdataset_subpackages_import_down_the_layers_only() -> None:
     assert packages == {p for group in WDS_LAYERS for p in group}, packages
     found = upward_imports(graph, root, WDS_LAYERS)
     assert not found, "imports up or across the layers of loader/_wds: " + "; ".join(found)
+
+
+# --- the maps of docs/architecture.md ---
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def map_section(title: str) -> str:
+    """The text of the ``## {title}`` section of docs/architecture.md."""
+    text = ARCHITECTURE.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def table_rows(section: str) -> list[list[str]]:
+    """The cells of each row of the tables in ``section`` (header and rule rows left out)."""
+    rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")]
+    return [
+        [cell.strip() for cell in row] for row in rows if row[0] not in ("module", "tier", "layer")
+    ]
+
+
+def files_named(cell: str) -> set[str]:
+    """The module files a map's cell names in backticks (``_x.py``, ``read/_y.py``)."""
+    return set(re.findall(r"`([\w/]+\.py)`", cell))
+
+
+def package_files(folder: str) -> set[str]:
+    """The modules of ``detsamplers/{folder}`` (sub-packages' too), as paths inside it."""
+    root = PACKAGE / folder
+    return {str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "__init__.py"}
+
+
+def test_the_loader_map_names_every_module_of_the_loader() -> None:
+    named = set().union(
+        *(files_named(row[0]) for row in table_rows(map_section("Map of `loader/`")))
+    )
+    assert named == {f for f in package_files("loader") if "/" not in f}
+
+
+def test_the_webdataset_map_names_every_module_and_the_layers_in_their_order() -> None:
+    section = map_section("Map of `loader/_wds/`")
+    rows = table_rows(section)
+    # A layer's packages in backticks (``read/``); the front door is ``_wds/`` itself.
+    layers = [
+        sorted("" if name == "_wds" else name for name in re.findall(r"`(\w+)/`", row[1]))
+        for row in rows
+        if row[0].isdigit()
+    ]
+    assert layers == [sorted(layer) for layer in WDS_LAYERS]
+    named = set().union(*(files_named(row[0]) for row in rows if not row[0].isdigit()))
+    assert named == package_files("loader/_wds")
+
+
+def trial_tiers() -> list[set[str]]:
+    """The modules of each tier of the map of ``trial/``, top first."""
+    return [files_named(row[1]) for row in table_rows(map_section("Map of `trial/`"))]
+
+
+def test_the_trial_map_names_every_module_once_and_its_imports_go_down_the_tiers() -> None:
+    tiers = trial_tiers()
+    named = [name for tier in tiers for name in tier]
+    assert sorted(named) == sorted(package_files("trial"))
+    rank = {f"detsamplers.trial.{name[:-3]}": n for n, tier in enumerate(tiers) for name in tier}
+    graph = import_graph()
+    upward = [
+        f"{module} -> {target}"
+        for module, n in sorted(rank.items())
+        for target in sorted(graph[module])
+        if target in rank and rank[target] < n
+    ]
+    assert not upward, "trial/ imports up its tiers (docs/architecture.md): " + "; ".join(upward)
+    below = [
+        name for name in graph if name.startswith(("detsamplers.loader", "detsamplers.tokens"))
+    ]
+    assert not [n for n in below if any(t.startswith("detsamplers.trial") for t in graph[n])]

@@ -120,3 +120,26 @@ def test_the_link_check_finds_a_missing_page_and_a_missing_heading(tmp_path: Pat
         "a.md: c.md (no file c.md)",
     ]
     assert anchors(tmp_path / "b.md") == {"b", "b_1"}
+
+
+def test_the_navigation_lists_every_page_once_in_the_order_a_user_meets_them() -> None:
+    text = (DOCS.parent / "mkdocs.yml").read_text()
+    nav = re.findall(
+        r":\s*([\w/.-]+\.md)\s*$", text[text.index("\nnav:") : text.index("\nplugins:")], re.M
+    )
+    pages = sorted(str(page.relative_to(DOCS)) for page in DOCS.rglob("*.md"))
+    assert sorted(nav) == pages
+    path = [
+        "index.md",
+        "getting-started.md",
+        "rules.md",
+        "webdataset.md",
+        "tokens.md",
+        "preemption.md",
+        "recipes/index.md",
+        "testing.md",
+        "webdataset-order.md",
+        "benchmarks.md",
+        "architecture.md",
+    ]
+    assert sorted(path, key=nav.index) == path
