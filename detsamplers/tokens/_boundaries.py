@@ -52,7 +52,7 @@ SCAN_BLOCK = 1 << 24
 LENGTH_DTYPES = ("uint16", "uint32", "uint64", "int32", "int64")
 
 
-def lengths_ends(tokens: npt.NDArray[Any], path: Path, sidecar: Path) -> I64:
+def lengths_ends(tokens: npt.NDArray[Any], path: Path | str, sidecar: Path) -> I64:
     """Document ends from the lengths in ``sidecar`` (NOTE [ document boundaries ]).
 
     Raises:
