@@ -294,8 +294,9 @@ def _small_npy(
             f"{what} {url} should be at most {bound} bytes (8 a token of its file, plus a "
             f"header), but it is {file.size} bytes; it belongs to another file"
         )
-    kind, offset, count = _npy_header(file, allowed, what)
-    return np.frombuffer(file.read(0, file.size), kind, count, offset)
+    data = file.read(0, file.size)  # one request: header and values
+    kind, offset, count = npy_layout(io.BytesIO(data), file.size, url, allowed, what)
+    return np.frombuffer(data, kind, count, offset)
 
 
 def remote_lengths_ends(tokens: Any, path: str | Path, sidecar: str, access: RemoteAccess) -> I64:
