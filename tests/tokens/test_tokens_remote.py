@@ -353,3 +353,37 @@ def test_download_without_a_cache_folder_is_refused_before_any_request() -> None
     with pytest.raises(ValueError, match="download should be False when cache_dir=False"):
         TokenCorpus("http://127.0.0.1:9/t.bin", dtype="uint16", eod_id=0, cache_dir=False,
                     download=True)  # fmt: skip
+
+
+def test_a_file_rewritten_after_the_open_is_an_error_naming_the_url(
+    stores: Stores, tmp_path: Path
+) -> None:
+    path = stores.root / "c" / "moving.bin"
+    np.arange(1, 65, dtype=np.uint16).tofile(path)
+    try:
+        url = f"{stores.nginx.url}/c/moving.bin"
+        corpus = TokenCorpus(url, dtype="uint16", eod_id=64, cache_dir=tmp_path, progress=False)
+        np.arange(2, 66, dtype=np.uint16).tofile(path)  # same size, another ETag (mtime)
+        os.utime(path, (1, 1))
+        with pytest.raises(ValueError, match=rf"token file {url} cannot be read: .*changed"):
+            corpus.read(0, 8)
+    finally:
+        path.unlink()
+
+
+def test_a_sidecar_larger_than_its_file_could_need_is_refused_unread(
+    stores: Stores, tmp_path: Path
+) -> None:
+    big = stores.root / "c" / "big.lengths.npy"
+    np.save(big, np.ones(2000, dtype=np.int64))  # 16,128 bytes: over 10,012 + 8 * 4
+    small = stores.root / "c" / "small.bin"
+    np.arange(1, 5, dtype=np.uint16).tofile(small)
+    try:
+        tokens, sidecar = stores.urls("nginx", ["small.bin", "big.lengths.npy"])
+        mark = stores.nginx.mark()
+        with pytest.raises(ValueError, match=rf"document lengths file {sidecar} should be at most"):
+            TokenCorpus(tokens, dtype="uint16", lengths=[sidecar], cache_dir=tmp_path)
+        assert stores.nginx.served(mark, suffix="big.lengths.npy") == (0, 0)
+    finally:
+        big.unlink()
+        small.unlink()
