@@ -55,7 +55,7 @@ import numpy.typing as npt
 
 from ..loader._wds._source_parts import DEFAULT_CACHE_LIMIT
 from ..loader._wds.read._node_cache import ShardCache, check_cache_dir, default_cache_dir
-from ..loader._wds.remote._range_support import check_range_support
+from ..loader._wds.remote._range_support import check_range_support, host_of
 from ..loader._wds.remote._remote_reads import (
     RemoteOptions,
     RemoteShard,
@@ -279,9 +279,12 @@ def open_remote(url: str, dtype: str | None, access: RemoteAccess) -> RemoteToke
 
 def check_hosts(urls: Sequence[str], access: RemoteAccess) -> None:
     """Ask each HTTP(S) host of ``urls`` once whether it honours Range requests."""
+    settled: set[tuple[str, str]] = set()
     for url in urls:  # one at a time, so that the error names the file
-        with _naming(url):
-            check_range_support([url], access.options)
+        if host_of(url) not in settled:
+            with _naming(url):
+                check_range_support([url], access.options, settled)
+            settled.add(host_of(url))
 
 
 def _small_npy(

@@ -8,7 +8,9 @@ import asyncio
 import os
 import shutil
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +18,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "webdataset"))  # the servers' helpers
 from http_server import ShardServer
 from nginx_server import Nginx
 from s3_server import S3Server
-from tokens_helpers import write_eod, write_unique
+from tokens_helpers import corpora, write_eod, write_unique
 
 from detsamplers.loader import DataLoader
 from detsamplers.testing import Config, check_resume
@@ -97,8 +101,8 @@ def remote_corpus(stores: Stores, where: str, kind: str, **kwargs: Any) -> Token
     return TokenCorpus(urls, lengths=sidecars, **options)
 
 
-def every_sequence(corpus: TokenCorpus, mode: str) -> list[dict[str, list[int]]]:
-    sequences = TokenSequences(corpus, L, mode=mode, seed=5, block_documents=3)
+def every_sequence(corpus: TokenCorpus, mode: str, seq_len: int = L) -> list[dict[str, list[int]]]:
+    sequences = TokenSequences(corpus, seq_len, mode=mode, seed=5, block_documents=3)
     return [{k: v.tolist() for k, v in sequences[i].items()} for i in range(len(sequences))]
 
 
@@ -114,6 +118,32 @@ def test_remote_files_give_the_sequences_of_the_same_files_on_disk(
     assert (remote.num_tokens, remote.num_documents) == (local.num_tokens, local.num_documents)
     assert remote.config() == local.config()  # a state saved on disk loads over the URLs
     assert every_sequence(remote, mode) == every_sequence(local, mode)
+
+
+@settings(max_examples=15)
+@given(
+    files=corpora,
+    seq_len=st.integers(1, 9),
+    mode=st.sampled_from(["chunk", "concat"]),
+    download=st.booleans(),
+)
+def test_any_corpus_over_nginx_gives_the_sequences_it_gives_on_disk(
+    stores: Stores,
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    mode: str,
+    download: bool,
+) -> None:
+    assume(sum(map(sum, files)) > seq_len)
+    folder = Path(tempfile.mkdtemp(dir=stores.root / "c"))
+    local = write_eod(folder, files, seed=seq_len)
+    for path in folder.glob("*.eod0.npy"):  # the remote open scans: no index beside the files
+        path.unlink()
+    urls = [f"{stores.nginx.url}/c/{folder.name}/{path.name}" for path in local.paths]
+    remote = TokenCorpus(urls, dtype="uint16", eod_id=0, progress=False, download=download,
+                         cache_dir=tmp_path_factory.mktemp("cache"))  # fmt: skip
+    assert every_sequence(remote, mode, seq_len) == every_sequence(local, mode, seq_len)
 
 
 def file_starts(corpus: TokenCorpus) -> list[int]:
@@ -167,6 +197,25 @@ def test_the_eod_scan_downloads_each_file_once_and_later_opens_read_the_node_cac
     assert stores.nginx.served(mark, suffix=".bin") == (size, 2)
     folder = Path(os.environ["XDG_CACHE_HOME"])  # the default folder (tests/conftest.py)
     assert not list(folder.rglob("*.eod0.npy"))  # cache_dir=False: nothing written anywhere
+
+
+def requests_since(nginx: Nginx, mark: int) -> list[tuple[str, str, str]]:
+    """Every request nginx answered since ``mark``: (method, file name, status)."""
+    time.sleep(0.05)  # nginx writes each line as the request ends
+    with open(nginx.log, "rb") as handle:
+        handle.seek(mark)
+        lines = handle.read().decode().splitlines()
+    return [(m, uri.rsplit("/", 1)[-1], status) for m, uri, status, _ in map(str.split, lines)]
+
+
+def test_an_open_with_the_index_on_the_node_asks_one_head_per_file_and_one_per_host(
+    stores: Stores, tmp_path: Path
+) -> None:
+    remote_corpus(stores, "nginx", "bin", cache_dir=tmp_path)
+    mark = stores.nginx.mark()
+    remote_corpus(stores, "nginx", "bin", cache_dir=tmp_path)
+    heads = [("HEAD", "part0.bin", "200"), ("HEAD", "part1.bin", "200")]
+    assert sorted(requests_since(stores.nginx, mark)) == sorted([*heads, heads[0]])
 
 
 def test_an_eod_index_beside_the_remote_file_replaces_the_scan(
@@ -387,3 +436,28 @@ def test_a_sidecar_larger_than_its_file_could_need_is_refused_unread(
     finally:
         big.unlink()
         small.unlink()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"cache_dir": 3}, TypeError, r"cache_dir should be a folder .* but got cache_dir=3"),
+        ({"timeout": 0}, ValueError, r"timeout should be a positive number of seconds, but got"),
+        (
+            {"retries": -1},
+            ValueError,
+            r"retries should be a non-negative integer value, but got retries=-1",
+        ),
+        (
+            {"cache_limit": 0},
+            ValueError,
+            r"cache_limit should be a positive integer value, but got cache_limit=0",
+        ),
+        ({"download": "yes"}, TypeError, r"download should be a bool, but got download=.yes."),
+    ],
+)
+def test_bad_remote_arguments_are_refused_before_any_request(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        TokenCorpus("http://127.0.0.1:9/t.bin", dtype="uint16", eod_id=0, **kwargs)
