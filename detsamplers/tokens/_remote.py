@@ -59,6 +59,7 @@ from ..loader._wds.remote._range_support import check_range_support, host_of
 from ..loader._wds.remote._remote_reads import (
     RemoteOptions,
     RemoteShard,
+    ShardChangedError,
     is_forbidden,
     make_options,
     stat_remote,
@@ -81,6 +82,14 @@ def _naming(url: str, what: str = "token file") -> Iterator[None]:
     """Errors of the remote layer, re-raised with their type, naming ``url`` as ``what``."""
     try:
         yield
+    except ShardChangedError as error:  # its advice is the shard index's: say ours
+        text = str(error)
+        detail = text.partition(" was built (")[2].rpartition("); its sample")[0] or text
+        raise ShardChangedError(
+            f"{what} {url} cannot be read: it changed on the server since the corpus opened "
+            f"it ({detail}); open the corpus again, and delete the file's stale "
+            "end-of-document index if one is beside it"
+        ) from error
     except (OSError, ValueError) as error:
         message = f"{what} {url} cannot be read: {error}"
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -298,7 +299,8 @@ def test_a_dataloader_with_two_workers_resumes_remote_sequences_exactly(
 
 
 class LyingServer:
-    """An aiohttp server on 127.0.0.1: a ``HEAD`` of a ``.bin`` says 1000 bytes, its ranges 2000."""
+    """An aiohttp server on 127.0.0.1: a ``HEAD`` of a ``.bin`` says 1000 bytes, its ranges 2000
+    (``short.bin``: 1000, but each body stops halfway and the connection closes)."""
 
     def __init__(self) -> None:
         from aiohttp import web
@@ -310,6 +312,15 @@ class LyingServer:
             if request.method == "HEAD":
                 return web.Response(headers={**headers, "Content-Length": "1000"})
             start, stop = request.http_range.start or 0, request.http_range.stop or 1000
+            if request.path.endswith("short.bin"):  # the size is true, the body cut short
+                headers["Content-Range"] = f"bytes {start}-{stop - 1}/1000"
+                response = web.StreamResponse(status=206, headers=headers)
+                response.content_length = stop - start
+                await response.prepare(request)
+                await response.write(bytes((stop - start) // 2))
+                assert request.transport is not None
+                request.transport.close()
+                return response
             headers["Content-Range"] = f"bytes {start}-{stop - 1}/2000"
             return web.Response(status=206, body=bytes(stop - start), headers=headers)
 
@@ -344,11 +355,38 @@ def test_a_server_whose_ranges_contradict_its_size_is_an_error_naming_the_url() 
     try:
         url = f"{server.url}/lie.bin"
         with pytest.raises(
-            ValueError, match=rf"token file {url} cannot be read: .*2000 bytes, 1000"
+            ValueError,
+            match=rf"token file {url} cannot be read: it changed on the server since the corpus "
+            r"opened it \(it has 2000 bytes, 1000 when indexed\); open the corpus again",
         ):
             TokenCorpus(url, dtype="uint16", eod_id=0, cache_dir=False, retries=0, progress=False)
     finally:
         server.close()
+
+
+def test_a_body_shorter_than_its_content_length_is_an_error_naming_the_url_after_retries() -> None:
+    server = LyingServer()
+    try:
+        url = f"{server.url}/short.bin"
+        with pytest.raises(OSError, match=rf"token file {url} cannot be read: .*failed 2 times"):
+            TokenCorpus(url, dtype="uint16", eod_id=0, cache_dir=False, retries=1, progress=False)
+    finally:
+        server.close()
+
+
+def test_a_remote_corpus_pickles_as_urls_and_reads_the_same_sequences(
+    stores: Stores, tmp_path: Path
+) -> None:
+    for download in (False, True):
+        corpus = remote_corpus(stores, "nginx", "npy", cache_dir=tmp_path, download=download)
+        expected = every_sequence(corpus, "concat")
+        copy = pickle.loads(pickle.dumps(corpus))  # what a spawned DataLoader worker gets
+        assert all(t._mapped is None and t.file._reader is None for t in copy._tokens)
+        assert (
+            every_sequence(copy, "concat")
+            == expected
+            == every_sequence(local_corpus(stores, "npy"), "concat")
+        )
 
 
 def test_a_bin_whose_size_is_not_a_multiple_of_the_dtype_is_an_error_naming_the_url(
@@ -414,7 +452,9 @@ def test_a_file_rewritten_after_the_open_is_an_error_naming_the_url(
         corpus = TokenCorpus(url, dtype="uint16", eod_id=64, cache_dir=tmp_path, progress=False)
         np.arange(2, 66, dtype=np.uint16).tofile(path)  # same size, another ETag (mtime)
         os.utime(path, (1, 1))
-        with pytest.raises(ValueError, match=rf"token file {url} cannot be read: .*changed"):
+        with pytest.raises(
+            ValueError, match=rf"token file {url} cannot be read: it changed on the server since"
+        ):
             corpus.read(0, 8)
     finally:
         path.unlink()
