@@ -72,7 +72,8 @@ class TokenCorpus:
         lengths: One ``.npy`` of document lengths per token file, in the same order
             (exclusive with ``eod_id``).
         vocab_size: If given, every token read is checked to lie in ``[0, vocab_size)``.
-        cache: Read and write the end-of-document index beside each file.
+        cache: Read and write the end-of-document index beside each file (a remote
+            file's: read beside it, kept in ``cache_dir``).
         progress: Show a progress bar while scanning for ``eod_id`` (``None``: only on a
             terminal).
         storage_options: Arguments of the fsspec filesystem of remote files (``http(s)://``,
