@@ -159,6 +159,16 @@ def test_no_library_file_is_over_600_lines() -> None:
     )
 
 
+#: The loader internals that remote token files reuse (NOTE [ remote token files ]): the
+#: webdataset source's remote layer, its node cache and the default cache limit, nothing above.
+TOKENS_REMOTE_REUSES = (
+    "detsamplers.loader._wds.remote.",
+    "detsamplers.loader._wds.read._node_cache",
+    "detsamplers.loader._wds.shard._shard_info",
+    "detsamplers.loader._wds._source_parts",
+)
+
+
 def test_the_tokens_package_sits_beside_the_loader_and_imports_only_the_core() -> None:
     graph = import_graph()
     members = [name for name in graph if name.startswith("detsamplers.tokens")]
@@ -168,8 +178,17 @@ def test_the_tokens_package_sits_beside_the_loader_and_imports_only_the_core() -
             target
             for target in graph[name]
             if target.startswith(("detsamplers.loader", "detsamplers.trial", "detsamplers.testing"))
+            and not (
+                name == "detsamplers.tokens._remote" and target.startswith(TOKENS_REMOTE_REUSES)
+            )
         )
         assert not above, f"{name} imports {above}: tokens is a floor below the loader's users"
+    assert graph["detsamplers.tokens._remote"] & {
+        m for m in graph if m.startswith(TOKENS_REMOTE_REUSES)
+    }, "remote token files should reuse the webdataset source's remote layer, not copy it"
+    loader = [name for name in graph if name.startswith("detsamplers.loader")]
+    below = sorted(n for n in loader if any(t.startswith("detsamplers.tokens") for t in graph[n]))
+    assert not below, f"{below} import detsamplers.tokens: the loader must not depend on it"
 
 
 # --- layers of loader/_wds (written by wds_split.py; re-run it to update) ---

@@ -7,6 +7,8 @@
 NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
 ``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]). The dataset
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
+Files named by ``http(s)://`` or ``s3://`` URLs are read through the webdataset source's
+remote layer and node cache (``_remote``: NOTE [ remote token files ]), imported only then.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
 ``_sequences``; ``_features`` stands alone.
 

@@ -33,7 +33,17 @@ import numpy.typing as npt
 
 from ._files import open_npy
 
-__all__ = ["LENGTH_DTYPES", "SCAN_BLOCK", "eod_ends", "lengths_ends"]
+__all__ = [
+    "LENGTH_DTYPES",
+    "SCAN_BLOCK",
+    "ends_of_lengths",
+    "eod_ends",
+    "lengths_ends",
+    "scan_ends",
+    "scanned_ends",
+    "sound_ends",
+    "store_ends",
+]
 
 I64 = npt.NDArray[np.int64]
 #: Tokens compared per step of an end-of-document scan (32 MB of uint16).
@@ -42,7 +52,7 @@ SCAN_BLOCK = 1 << 24
 LENGTH_DTYPES = ("uint16", "uint32", "uint64", "int32", "int64")
 
 
-def lengths_ends(tokens: npt.NDArray[Any], path: Path, sidecar: Path) -> I64:
+def lengths_ends(tokens: npt.NDArray[Any], path: Path | str, sidecar: Path) -> I64:
     """Document ends from the lengths in ``sidecar`` (NOTE [ document boundaries ]).
 
     Raises:
@@ -50,6 +60,15 @@ def lengths_ends(tokens: npt.NDArray[Any], path: Path, sidecar: Path) -> I64:
             lengths do not sum to the token count of ``path``.
     """
     lengths = open_npy(sidecar, LENGTH_DTYPES, what="document lengths file")
+    return ends_of_lengths(lengths, len(tokens), path, sidecar)
+
+
+def ends_of_lengths(lengths: npt.NDArray[Any], count: int, path: Any, sidecar: Any) -> I64:
+    """Document ends from ``lengths``, checked to sum to ``count`` (the tokens of ``path``).
+
+    Raises:
+        ValueError: a length is below 1, or they do not sum to ``count`` (names ``sidecar``).
+    """
     if int(lengths.min()) < 1:
         at = int(np.argmin(lengths))
         raise ValueError(
@@ -57,9 +76,9 @@ def lengths_ends(tokens: npt.NDArray[Any], path: Path, sidecar: Path) -> I64:
             f"document {at} has length {int(lengths[at])}; drop empty documents when writing it"
         )
     ends = np.cumsum(lengths, dtype=np.int64)
-    if int(ends[-1]) != len(tokens):
+    if int(ends[-1]) != count:
         raise ValueError(
-            f"document lengths file {sidecar} should sum to the {len(tokens)} tokens of "
+            f"document lengths file {sidecar} should sum to the {count} tokens of "
             f"{path}, but its {len(lengths)} lengths sum to {int(ends[-1])}; pair each token "
             "file with its own lengths file, in the same order"
         )
@@ -79,12 +98,20 @@ def _cached(path: Path, cache: Path, count: int) -> I64 | None:
         ends = open_npy(cache, ("int64",), what="document index")
     except (OSError, ValueError):
         return None
-    if int(ends[-1]) != count or int(ends[0]) < 1 or not bool((np.diff(ends) > 0).all()):
-        return None
-    return ends
+    return ends if sound_ends(ends, count) else None
 
 
-def _store(cache: Path, ends: I64) -> None:
+def sound_ends(ends: npt.NDArray[Any], count: int) -> bool:
+    """Whether ``ends`` can be the document ends of ``count`` tokens (increasing, to ``count``)."""
+    return (
+        len(ends) > 0
+        and int(ends[-1]) == count
+        and int(ends[0]) >= 1
+        and bool((np.diff(ends) > 0).all())
+    )
+
+
+def store_ends(cache: Path, ends: I64) -> None:
     """Write ``ends`` to ``cache`` atomically; a folder that refuses leaves it in memory."""
     try:
         fd, temporary = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
@@ -98,7 +125,8 @@ def _store(cache: Path, ends: I64) -> None:
         Path(temporary).unlink(missing_ok=True)
 
 
-def _scan(tokens: npt.NDArray[Any], eod_id: int, progress: Any) -> I64:
+def scan_ends(tokens: npt.NDArray[Any], eod_id: int, progress: Any) -> I64:
+    """The offsets just after each ``eod_id`` of ``tokens``, read ``SCAN_BLOCK`` tokens a step."""
     found: list[I64] = []
     for start in range(0, len(tokens), SCAN_BLOCK):
         block = np.asarray(tokens[start : start + SCAN_BLOCK])
@@ -127,7 +155,20 @@ def eod_ends(tokens: npt.NDArray[Any], path: Path, eod_id: int, progress: Any, c
         if ends is not None:
             progress.update(count)
             return ends
-    ends = _scan(tokens, eod_id, progress)
+    ends = scanned_ends(tokens, path, eod_id, progress)
+    if cache:
+        store_ends(where, ends)
+    return ends
+
+
+def scanned_ends(tokens: npt.NDArray[Any], path: Any, eod_id: int, progress: Any) -> I64:
+    """Document ends of ``tokens`` by one scan for ``eod_id`` (``path`` names the file).
+
+    Raises:
+        ValueError: ``eod_id`` never occurs in the file.
+    """
+    count = len(tokens)
+    ends = scan_ends(tokens, eod_id, progress)
     if len(ends) == 0:
         raise ValueError(
             f"eod_id={eod_id} should end the documents of {path}, but it never occurs in "
@@ -136,6 +177,4 @@ def eod_ends(tokens: npt.NDArray[Any], path: Path, eod_id: int, progress: Any, c
         )
     if int(ends[-1]) != count:  # tokens after the last end-of-document form a document
         ends = np.append(ends, np.int64(count))
-    if cache:
-        _store(where, ends)
     return ends

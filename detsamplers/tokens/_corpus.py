@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -34,14 +34,28 @@ __all__ = ["TokenCorpus"]
 I64 = npt.NDArray[np.int64]
 
 
-def _paths(value: Any, name: str) -> list[Path]:
+def _paths(value: Any, name: str) -> list[Path | str]:
     if isinstance(value, (str, Path)):
-        return [check_path(value, name)]
+        return [_path_or_url(value, name)]
     if not isinstance(value, Sequence) or not value:
         raise TypeError(
             f"{name} should be a path or a non-empty list of paths, but got {name}={value!r}"
         )
-    return [check_path(item, name) for item in value]
+    return [_path_or_url(item, name) for item in value]
+
+
+def _path_or_url(value: Any, name: str) -> Path | str:
+    """A local path, or a remote URL kept as a string (NOTE [ remote token files ])."""
+    if isinstance(value, str) and "://" in value:
+        from ._remote import is_remote, local_path  # the remote layer only when asked for
+
+        return value if is_remote(value) else Path(local_path(value))
+    return check_path(value, name)
+
+
+def _name(path: Path | str) -> str:
+    """A file's name in the fingerprint: the same for a local file and its URL."""
+    return path.name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1]
 
 
 class TokenCorpus:
@@ -58,9 +72,21 @@ class TokenCorpus:
         lengths: One ``.npy`` of document lengths per token file, in the same order
             (exclusive with ``eod_id``).
         vocab_size: If given, every token read is checked to lie in ``[0, vocab_size)``.
-        cache: Read and write the end-of-document index beside each file.
+        cache: Read and write the end-of-document index beside each file (a remote
+            file's: read beside it, kept in ``cache_dir``).
         progress: Show a progress bar while scanning for ``eod_id`` (``None``: only on a
             terminal).
+        storage_options: Arguments of the fsspec filesystem of remote files (``http(s)://``,
+            ``s3://``; NOTE [ remote token files ]).
+        timeout: Seconds a remote read may wait to connect or for the next bytes.
+        retries: Retries of a remote read after a transient failure, with backoff.
+        cache_dir: The node cache folder of remote files (``None``: the default,
+            ``$XDG_CACHE_HOME/detsamplers/shards``), where their end-of-document indices
+            are kept and, with ``download``, the files; ``False``: nothing written.
+        cache_limit: Bytes the downloaded files may take in ``cache_dir`` (``None``: no
+            limit in a folder of your own, 64 GiB in the default one).
+        download: Download remote files whole, once per node, into ``cache_dir`` and read
+            them there; else each read is a range request of the bytes it needs.
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -90,6 +116,12 @@ class TokenCorpus:
         vocab_size: int | None = None,
         cache: bool = True,
         progress: bool | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout: float = 60.0,
+        retries: int = 5,
+        cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
+        cache_limit: int | None = None,
+        download: bool = False,
     ) -> None:
         files = _paths(paths, "paths")
         if dtype is not None and dtype not in BIN_DTYPES:
@@ -103,7 +135,7 @@ class TokenCorpus:
                 f"eod_id={eod_id!r} and lengths={lengths!r}; documents end after an "
                 "end-of-document id, or at the lengths of a sidecar per file"
             )
-        sidecars: list[Path] = []
+        sidecars: list[Path | str] = []
         if lengths is not None:
             sidecars = _paths(lengths, "lengths")
             if len(sidecars) != len(files):
@@ -122,12 +154,27 @@ class TokenCorpus:
         check_bool("cache", cache)
         if progress is not None:
             check_bool("progress", progress)
+        check_bool("download", download)
+        if cache_limit is not None:
+            cache_limit = check_int("cache_limit", cache_limit, minimum=1)
         self.paths = files
         self.dtype = dtype
         self.eod_id = eod_id
         self.vocab_size = vocab_size
-        self._tokens = [open_tokens(path, dtype) for path in files]
-        self._sizes = [os.stat(path).st_size for path in files]
+        remote = [p for p in [*files, *sidecars] if isinstance(p, str)]
+        self._remote = None
+        if remote:  # NOTE [ remote token files ]
+            from . import _remote
+
+            self._remote = _remote.remote_access(
+                storage_options, timeout, retries, cache_dir, cache_limit, download
+            )
+            _remote.check_hosts(remote, self._remote)
+        self._tokens = [self._open(path, dtype) for path in files]
+        self._sizes = [
+            os.stat(path).st_size if isinstance(path, Path) else tokens.file.size
+            for path, tokens in zip(files, self._tokens, strict=True)
+        ]
         total = sum(len(tokens) for tokens in self._tokens)
         tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
         bar = tqdm(
@@ -140,15 +187,36 @@ class TokenCorpus:
         )
         with bar:
             self._ends = [
-                eod_ends(tokens, path, eod_id, bar, cache)
-                if eod_id is not None
-                else lengths_ends(tokens, path, sidecar)
+                self._boundaries(tokens, path, sidecar, bar, cache)
                 for tokens, path, sidecar in zip(
                     self._tokens, files, sidecars or files, strict=True
                 )
             ]
         self._token_start = np.cumsum([0] + [len(t) for t in self._tokens], dtype=np.int64)
         self._doc_start = np.cumsum([0] + [len(e) for e in self._ends], dtype=np.int64)
+
+    def _open(self, path: Path | str, dtype: str | None) -> Any:
+        if isinstance(path, Path):
+            return open_tokens(path, dtype)
+        from ._remote import open_remote
+
+        assert self._remote is not None
+        return open_remote(path, dtype, self._remote)
+
+    def _boundaries(
+        self, tokens: Any, path: Path | str, sidecar: Path | str, bar: Any, cache: bool
+    ) -> Any:
+        """A file's document ends (NOTE [ document boundaries ]), local or remote."""
+        if self.eod_id is not None and isinstance(path, Path):
+            return eod_ends(tokens, path, self.eod_id, bar, cache)
+        if self.eod_id is None and isinstance(sidecar, Path):
+            return lengths_ends(tokens, path, sidecar)
+        from ._remote import remote_eod_ends, remote_lengths_ends
+
+        assert self._remote is not None
+        if self.eod_id is not None:
+            return remote_eod_ends(tokens, self.eod_id, bar, cache, self._remote)
+        return remote_lengths_ends(tokens, path, str(sidecar), self._remote)
 
     @property
     def num_tokens(self) -> int:
@@ -168,7 +236,7 @@ class TokenCorpus:
         boundaries = f"eod_id={self.eod_id}" if self.eod_id is not None else "lengths"
         return {
             "files": [
-                [path.name, size] for path, size in zip(self.paths, self._sizes, strict=True)
+                [_name(path), size] for path, size in zip(self.paths, self._sizes, strict=True)
             ],
             "documents": boundaries,
         }
@@ -261,12 +329,18 @@ class TokenCorpus:
         # Workers under spawn get the paths and the boundaries, not a copy of the tokens:
         # each process maps the files again.
         state = dict(self.__dict__)
-        state["_tokens"] = None
+        state["_tokens"] = [
+            None if isinstance(path, Path) else t
+            for path, t in zip(self.paths, self._tokens, strict=True)
+        ]  # a remote file pickles as its URL, size and version (NOTE [ remote token files ])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._tokens = [open_tokens(path, self.dtype) for path in self.paths]
+        self._tokens = [
+            open_tokens(path, self.dtype) if isinstance(path, Path) else tokens
+            for path, tokens in zip(self.paths, self._tokens, strict=True)
+        ]
 
     def __repr__(self) -> str:
         return (

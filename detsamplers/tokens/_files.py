@@ -23,7 +23,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BIN_DTYPES", "NPY_DTYPES", "check_path", "open_bin", "open_npy", "open_tokens"]
+__all__ = [
+    "BIN_DTYPES",
+    "NPY_DTYPES",
+    "bin_count",
+    "check_path",
+    "npy_layout",
+    "open_bin",
+    "open_npy",
+    "open_tokens",
+]
 
 #: The dtypes of a raw ``.bin`` token file (nanoGPT writes uint16, OLMo uint16 or uint32).
 BIN_DTYPES = ("uint16", "uint32")
@@ -86,14 +95,32 @@ def open_bin(path: Path, dtype: str) -> npt.NDArray[Any]:
     """
     kind = np.dtype(dtype)
     with _open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size % kind.itemsize:
-            raise ValueError(
-                f"token file {path} should hold whole {dtype} tokens ({kind.itemsize} bytes "
-                f"each), but its size is {size} bytes, {size % kind.itemsize} past the last "
-                "whole token; check dtype= (uint16 or uint32) or whether the file was cut short"
-            )
-        return _memmap(handle, path, kind, 0, size // kind.itemsize)  # type: ignore[no-any-return]
+        count = bin_count(os.fstat(handle.fileno()).st_size, path, dtype)
+        return _memmap(handle, path, kind, 0, count)  # type: ignore[no-any-return]
+
+
+def bin_count(size: int, path: Path | str, dtype: str) -> int:
+    """The tokens of a raw ``.bin`` of ``size`` bytes, or an error naming ``path``.
+
+    Raises:
+        ValueError: ``size`` is not a multiple of the dtype's size.
+
+    Examples:
+        >>> bin_count(6, "t.bin", "uint16")
+        3
+        >>> bin_count(7, "t.bin", "uint16")
+        Traceback (most recent call last):
+        ...
+        ValueError: token file t.bin should hold whole uint16 tokens (2 bytes each), but ...
+    """
+    itemsize = np.dtype(dtype).itemsize
+    if size % itemsize:
+        raise ValueError(
+            f"token file {path} should hold whole {dtype} tokens ({itemsize} bytes "
+            f"each), but its size is {size} bytes, {size % itemsize} past the last "
+            "whole token; check dtype= (uint16 or uint32) or whether the file was cut short"
+        )
+    return size // itemsize
 
 
 def open_npy(
@@ -116,42 +143,63 @@ def open_npy(
     """
     with _open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        try:
-            version = np.lib.format.read_magic(handle)
-            if version == (1, 0):
-                shape, _, kind = np.lib.format.read_array_header_1_0(
-                    handle, max_header_size=MAX_HEADER
-                )
-            elif version in ((2, 0), (3, 0)):
-                shape, _, kind = np.lib.format.read_array_header_2_0(
-                    handle, max_header_size=MAX_HEADER
-                )
-            else:
-                raise ValueError(f"unknown format version {version}")
-        except (ValueError, OSError, SyntaxError, TypeError) as error:
-            raise ValueError(
-                f"{what} {path} should be a .npy array file, but its header cannot be read "
-                f"({error}); write it with numpy.save"
-            ) from error
-        if kind.hasobject or kind.name not in allowed:
-            raise ValueError(
-                f"{what} {path} should hold one of the dtypes {', '.join(allowed)}, but its "
-                f"header says dtype {kind}; object arrays are never loaded (no pickles)"
-            )
-        if len(shape) != 1:
-            raise ValueError(
-                f"{what} {path} should hold a 1-D array, but its header says shape {shape}; "
-                "flatten it before saving"
-            )
-        offset = handle.tell()
-        count = int(shape[0])
-        if offset + count * kind.itemsize != size:
-            raise ValueError(
-                f"{what} {path} should be {offset + count * kind.itemsize} bytes as its header "
-                f"says ({count} values of {kind} after a {offset}-byte header), but it is "
-                f"{size} bytes; the file is truncated or its header lies"
-            )
+        kind, offset, count = npy_layout(handle, size, path, allowed, what)
         return _memmap(handle, path, kind, offset, count)  # type: ignore[no-any-return]
+
+
+def npy_layout(
+    handle: Any, size: int, path: Path | str, allowed: tuple[str, ...], what: str
+) -> tuple[np.dtype[Any], int, int]:
+    """The dtype, data offset and count of the ``.npy`` whose first bytes ``handle`` reads.
+
+    ``size`` is the whole file's size; ``path`` names it in errors (a local path or a URL).
+    Shared by local files and remote ones (whose header is fetched by a range read).
+
+    Raises:
+        ValueError: the header cannot be read, its dtype is not in ``allowed``, the array
+            is not 1-D, or its bytes do not end exactly at ``size``.
+
+    Examples:
+        >>> import io, numpy as np
+        >>> buffer = io.BytesIO()
+        >>> np.save(buffer, np.array([1, 2], dtype=np.uint16))
+        >>> kind, offset, count = npy_layout(io.BytesIO(buffer.getvalue()), 132, "t.npy",
+        ...                                  NPY_DTYPES, "token file")
+        >>> str(kind), offset, count
+        ('uint16', 128, 2)
+    """
+    try:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, _, kind = np.lib.format.read_array_header_1_0(handle, max_header_size=MAX_HEADER)
+        elif version in ((2, 0), (3, 0)):
+            shape, _, kind = np.lib.format.read_array_header_2_0(handle, max_header_size=MAX_HEADER)
+        else:
+            raise ValueError(f"unknown format version {version}")
+    except (ValueError, OSError, SyntaxError, TypeError) as error:
+        raise ValueError(
+            f"{what} {path} should be a .npy array file, but its header cannot be read "
+            f"({error}); write it with numpy.save"
+        ) from error
+    if kind.hasobject or kind.name not in allowed:
+        raise ValueError(
+            f"{what} {path} should hold one of the dtypes {', '.join(allowed)}, but its "
+            f"header says dtype {kind}; object arrays are never loaded (no pickles)"
+        )
+    if len(shape) != 1:
+        raise ValueError(
+            f"{what} {path} should hold a 1-D array, but its header says shape {shape}; "
+            "flatten it before saving"
+        )
+    offset = handle.tell()
+    count = int(shape[0])
+    if offset + count * kind.itemsize != size:
+        raise ValueError(
+            f"{what} {path} should be {offset + count * kind.itemsize} bytes as its header "
+            f"says ({count} values of {kind} after a {offset}-byte header), but it is "
+            f"{size} bytes; the file is truncated or its header lies"
+        )
+    return kind, offset, count
 
 
 def open_tokens(path: Path, dtype: str | None) -> npt.NDArray[Any]:
