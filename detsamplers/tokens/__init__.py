@@ -5,7 +5,8 @@
 ``_corpus``: NOTE [ token corpus ]). ``TokenSequences`` cuts it into sequences by
 ``mode`` (``_sequences``: NOTE [ token sequences ]; ``_concat``:
 NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
-``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]). The dataset
+``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]);
+``TokenWriter`` writes a corpus folder (``_writer``: NOTE [ token writer ]). The dataset
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
 ``_sequences``; ``_features`` stands alone.
@@ -29,5 +30,6 @@ Examples:
 from ._corpus import TokenCorpus
 from ._features import collate_tokens
 from ._sequences import TokenSequences
+from ._writer import TokenWriter
 
-__all__ = ["TokenCorpus", "TokenSequences", "collate_tokens"]
+__all__ = ["TokenCorpus", "TokenSequences", "TokenWriter", "collate_tokens"]
