@@ -181,6 +181,13 @@ class TokenWriter:
                 f"document {at} should be a flat sequence of token ids, but numpy cannot read "
                 f"it ({error})"
             ) from error
+        if array.dtype == object and array.ndim == 1:  # ints too large for int64
+            wide = [v for v in array.tolist() if type(v) is int and not 0 <= v <= self._limit]
+            if wide:
+                raise ValueError(
+                    f"document {at} should hold ids in [0, {self._limit + 1}), but holds "
+                    f"{wide[0]}; check the tokenizer"
+                )
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
             raise TypeError(
                 f"document {at} should be a 1-D sequence of int token ids, but got an array "
