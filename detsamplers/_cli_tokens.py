@@ -172,10 +172,8 @@ def _print(out: dict[str, Any]) -> None:
     for b in out["histogram"]:
         bar = "#" * round(40 * b["documents"] / most)
         share = 100 * b["documents"] / out["documents"]
-        print(
-            f"  {b['low']:>{width},} - {b['high']:>{width},}  {b['documents']:>12,} "
-            f"{share:5.1f}%  {bar}"
-        )
+        line = f"  {b['low']:>{width},} - {b['high']:>{width},}  {b['documents']:>12,} "
+        print(f"{line}{share:5.1f}%  {bar}".rstrip())
 
 
 def _run_stats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

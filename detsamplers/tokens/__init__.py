@@ -9,7 +9,7 @@ NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
 ``TokenWriter`` writes a corpus folder (``_writer``: NOTE [ token writer ]). The dataset
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
-``_sequences``; ``_features`` stands alone.
+``_sequences``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
 
 Examples:
     >>> import tempfile, numpy as np
