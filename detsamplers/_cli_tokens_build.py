@@ -4,8 +4,10 @@ NOTE [ tokens build ]
 The documents have one order, fixed by the inputs: the files in the order given, and in
 each its lines (``--documents line``, JSON lines) or the whole file (``--documents file``),
 or a saved Hugging Face dataset's rows. The main process reads them into chunks of
-``CHUNK`` documents; ``--workers N`` processes tokenize the chunks (``Pool.imap``, which
-returns them in order), and the main process writes each in turn through ``TokenWriter``.
+``CHUNK`` documents; ``--workers N`` processes tokenize the chunks, at most ``AHEAD`` per
+worker in flight (the input is read as fast as it is written, not ahead into memory), and
+the main process takes the results in the order of the chunks and writes each in turn
+through ``TokenWriter``.
 The corpus is therefore the same bytes whatever N. A worker also parses JSON lines and
 checks what the tokenizer returns (a 1-D sequence of ints, each in ``[0, vocab_size)``), so
 an error names the file and line; the writer checks the ids against the dtype again.
@@ -29,6 +31,7 @@ import os
 import stat
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,8 +47,13 @@ MAX_DOCUMENT_BYTES = 256 << 20
 #: A JSON-lines file's suffixes (``--format auto``).
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
-# One task: (kind, field, [(where, payload), ...]) with kind "text" or "json".
+#: Tasks in flight per worker: the chunks read ahead of the writer.
+AHEAD = 4
+
+# One task: (kind, field, [(where, payload), ...]) with kind "text" or "json"; its result,
+# the chunk's tokens (int64, concatenated) and each document's length.
 Task = tuple[str, str, list[tuple[str, str]]]
+Result = tuple["np.ndarray[Any, Any]", "np.ndarray[Any, Any]"]
 
 
 class BuildError(ValueError):
@@ -174,7 +182,7 @@ def _text(where: str, kind: str, field: str, payload: str) -> str:
     return value
 
 
-def tokenize_task(task: Task) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def tokenize_task(task: Task) -> Result:
     """One chunk's tokens, concatenated as int64, and each document's token count."""
     kind, field, items = task
     assert _tokenize is not None, "the tokenizer is loaded by _init in each process"
@@ -320,6 +328,21 @@ def tasks(args: argparse.Namespace) -> Iterator[Task]:
 # -- the command ----------------------------------------------------------------------------
 
 
+def ordered(pool: Any, work: Iterator[Task], ahead: int) -> Iterator[Result]:
+    """Each task's result in the order of ``work``, at most ``ahead`` tasks in flight.
+
+    ``Pool.imap`` would read the whole input into its queue ahead of the workers; this
+    reads a chunk only when one of the ``ahead`` in flight has been written.
+    """
+    pending: deque[Any] = deque()
+    for task in work:
+        pending.append(pool.apply_async(tokenize_task, (task,)))
+        if len(pending) >= ahead:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str]:
     if (args.tokenizer is None) == (args.tokenizer_json is None):
         parser.error("--tokenizer or --tokenizer-json should be given, one, not both or neither")
@@ -361,11 +384,11 @@ def run_build(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     tqdm = importlib.import_module("tqdm").tqdm
     initargs = (kind, spec, spec, vocab_size)
     pool = None
-    results: Iterator[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
+    results: Iterator[Result]
     if args.workers > 1:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         pool = multiprocessing.get_context(method).Pool(args.workers, _init, initargs)
-        results = pool.imap(tokenize_task, tasks(args))
+        results = ordered(pool, tasks(args), AHEAD * args.workers)
     else:
         _init(*initargs)
         results = map(tokenize_task, tasks(args))

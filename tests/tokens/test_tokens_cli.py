@@ -527,3 +527,24 @@ def test_the_progress_bar_shows_documents_and_tokens_per_second(
     )
     assert code == 0 and "tokens build" in err and "doc/s" in err and "tok/s" in err
     assert VOCAB == 257
+
+
+def test_the_parallel_build_reads_at_most_ahead_chunks_before_it_writes_the_first() -> None:
+    from types import SimpleNamespace
+
+    from detsamplers._cli_tokens_build import ordered
+
+    read: list[int] = []
+
+    def work():  # type: ignore[no-untyped-def]
+        for i in range(100):
+            read.append(i)
+            yield ("text", "text", [(str(i), "x")])
+
+    class InOrder:  # a pool whose task i is done when asked: what ordered() waits for
+        def apply_async(self, function, args):  # type: ignore[no-untyped-def]
+            return SimpleNamespace(get=lambda: args[0][2][0][0])
+
+    results = ordered(InOrder(), work(), 8)
+    assert next(results) == "0" and len(read) == 8
+    assert list(results) == [str(i) for i in range(1, 100)]
