@@ -189,7 +189,14 @@ def tokenize_task(task: Task) -> Result:
     name, vocab_size = _check
     parts, lengths = [], []
     for where, payload in items:
-        ids = _tokenize(_text(where, kind, field, payload))
+        text = _text(where, kind, field, payload)
+        try:
+            ids = _tokenize(text)
+        except Exception as error:  # the user's code: any failure, named with its input
+            raise BuildError(
+                f"{where}: the tokenizer {name} should return ids, but it raised "
+                f"{type(error).__name__}: {error}"
+            ) from None
         try:
             array = np.asarray(ids)
         except (ValueError, OverflowError) as error:

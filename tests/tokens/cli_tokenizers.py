@@ -38,4 +38,9 @@ def nested(text: str) -> list[list[int]]:
     return [encode(text)]
 
 
+def raises(text: str) -> list[int]:
+    """A tokenizer that fails on its input."""
+    raise KeyError(text)
+
+
 NOT_CALLABLE = 3

@@ -375,6 +375,7 @@ def test_a_tokenizer_spec_that_names_no_callable_is_a_usage_error(
         ),
         ("strings", [], "should return a list of int ids, but returned list of <U1 values"),
         ("nested", [], "returned list of int64 values with shape (1, 4)"),
+        ("raises", [], "should return ids, but it raised KeyError: 'good'"),
         (
             "too_large",
             ["--vocab-size", "1000"],
@@ -548,3 +549,35 @@ def test_the_parallel_build_reads_at_most_ahead_chunks_before_it_writes_the_firs
     results = ordered(InOrder(), work(), 8)
     assert next(results) == "0" and len(read) == 8
     assert list(results) == [str(i) for i in range(1, 100)]
+
+
+def test_a_built_corpus_trains_through_token_sequences_and_the_loader_every_token_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from detsamplers.loader import DataLoader
+    from detsamplers.tokens import TokenSequences, collate_tokens
+
+    lines = [f"document number {i} " * (i % 7 + 1) for i in range(60)]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
+    code, _, _ = build(
+        tmp_path,
+        capsys,
+        str(tmp_path / "a.txt"),
+        "--documents",
+        "line",
+        "--tokenizer",
+        TOKENIZER,
+        "--eod-id",
+        "0",
+        "--max-tokens-per-file",
+        "500",
+    )
+    assert code == 0
+    corpus = TokenCorpus(**read_manifest(tmp_path / "out")["corpus"])
+    assert len(corpus.paths) > 1
+    sequences = TokenSequences(corpus, seq_len=15, mode="chunk", seed=2)
+    loader = DataLoader(sequences, batch_size=4, shuffle=True, seed=2, collate_fn=collate_tokens)
+    seen = [row for batch in loader.get_data_loader() for row in batch["input_ids"].tolist()]
+    stream = np.concatenate([[*encode(line), 0] for line in lines])
+    windows = stream[: len(stream) // 16 * 16].reshape(-1, 16)[:, :15].tolist()
+    assert sorted(seen) == sorted(windows)
