@@ -1,11 +1,12 @@
-"""``python -m detsamplers``: the ``demo``, ``index``, ``inspect`` and ``bench`` commands.
+"""``python -m detsamplers``: the ``demo``, ``index``, ``inspect``, ``bench``, ``tokens`` commands.
 
 ``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
 index files of webdataset shards (NOTE [ index file format ]) and, per folder, their set
 index (NOTE [ set index ]); ``--endpoint-url`` and ``--storage-option KEY=VALUE`` reach
 the fsspec filesystem, as ``storage_options`` do for ``WebDatasetSource``; ``inspect``
 reports what a checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a
-user's own pipeline (NOTE [ bench ]).
+user's own pipeline (NOTE [ bench ]); ``tokens`` builds a token corpus and prints its
+statistics (NOTE [ tokens command ]).
 """
 
 from __future__ import annotations
@@ -59,11 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the S3 endpoint (MinIO, moto, ...; storage_options client_kwargs.endpoint_url) "
         "or, for gs:// URLs, the GCS endpoint (an emulator; storage_options endpoint_url)",
     )
-    from . import _cli_bench, _cli_inspect
+    from . import _cli_bench, _cli_inspect, _cli_tokens
 
     _cli_inspect.add_parser(commands)
     _cli_bench.add_parser(commands)
+    _cli_tokens.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "tokens":
+        return _cli_tokens.run(parser, args)
     if args.command == "inspect":
         return _cli_inspect.run(parser, args)
     if args.command == "bench":

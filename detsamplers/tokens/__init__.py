@@ -5,12 +5,13 @@
 ``_corpus``: NOTE [ token corpus ]). ``TokenSequences`` cuts it into sequences by
 ``mode`` (``_sequences``: NOTE [ token sequences ]; ``_concat``:
 NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
-``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]). The dataset
+``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]);
+``TokenWriter`` writes a corpus folder (``_writer``: NOTE [ token writer ]). The dataset
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
 Files named by ``http(s)://`` or ``s3://`` URLs are read through the webdataset source's
 remote layer and node cache (``_remote``: NOTE [ remote token files ]), imported only then.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
-``_sequences``; ``_features`` stands alone.
+``_sequences``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
 
 Examples:
     >>> import tempfile, numpy as np
@@ -31,5 +32,6 @@ Examples:
 from ._corpus import TokenCorpus
 from ._features import collate_tokens
 from ._sequences import TokenSequences
+from ._writer import TokenWriter
 
-__all__ = ["TokenCorpus", "TokenSequences", "collate_tokens"]
+__all__ = ["TokenCorpus", "TokenSequences", "TokenWriter", "collate_tokens"]
