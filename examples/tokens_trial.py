@@ -45,7 +45,7 @@ class Numbered(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         return len(self.sequences)
 
     def __getitem__(self, index: int) -> dict[str, npt.NDArray[Any]]:
-        return {**self.sequences[index], "index": np.int64(index)}
+        return {**self.sequences[index], "index": np.array(index, dtype=np.int64)}
 
 
 def collate_numbered(samples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -87,7 +87,8 @@ class TinyGPT(nn.Module):
         attended = functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.out(attended.transpose(1, 2).reshape(batch, length, width))
         x = x + self.mlp(self.norm2(x))
-        return self.head(x)
+        logits: torch.Tensor = self.head(x)
+        return logits
 
 
 class TokensTrial(Trial):
