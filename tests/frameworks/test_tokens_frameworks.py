@@ -32,7 +32,9 @@ def corpus(tmp_path: Path) -> Path:
 
 
 def records(run: Path, rank: int) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / f"tokens-rank{rank}.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line) for line in (run / f"tokens-rank{rank}.jsonl").read_text().splitlines()
+    ]
 
 
 def assert_resumed_exactly(first: Path, second: Path, steps: int, resumed_from: int) -> None:
@@ -65,3 +67,42 @@ def test_the_hf_trainer_on_flattened_token_batches_resumes_batch_for_batch(
     row = records(first, 0)[0]
     assert len(row["input_ids"]) == 1 and len(row["input_ids"][0]) == 2 * 32  # one flat row
     assert row["position_ids"][0].count(0) >= 2  # positions restart at each document
+
+
+@pytest.mark.distributed
+@pytest.mark.frameworks
+def test_lightning_on_token_sequences_resumes_batch_for_batch(tmp_path: Path, corpus: Path) -> None:
+    pytest.importorskip("lightning")
+    first, second = tmp_path / "first", tmp_path / "second"
+    common = ["--corpus", str(corpus), "--max-steps", "6", "--num-workers", "1"]
+    resume = ["--resume", str(second / "checkpoints" / "step=3.ckpt")]
+    torchrun_twice(
+        "tokens_lightning.py",
+        2,
+        (first, second),
+        [*common, "--out", str(first)],
+        [*common, "--out", str(second), *resume],
+        tmp_path / "lightning.log",
+    )
+    assert_resumed_exactly(first, second, 6, 3)
+
+
+@pytest.mark.distributed
+@pytest.mark.frameworks
+def test_the_plain_torchrun_loop_on_token_sequences_resumes_batch_for_batch(
+    tmp_path: Path, corpus: Path
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    common = ["--corpus", str(corpus), "--max-steps", "6"]
+    resume = ["--resume", str(second / "checkpoints" / "step-3")]
+    torchrun_twice(
+        "tokens_torchrun.py",
+        2,
+        (first, second),
+        [*common, "--out", str(first)],
+        [*common, "--out", str(second), *resume],
+        tmp_path / "torchrun.log",
+    )
+    assert_resumed_exactly(first, second, 6, 3)
+    row = records(first, 0)[0]
+    assert len(row["input_ids"]) == 2 and len(row["input_ids"][0]) == 32
