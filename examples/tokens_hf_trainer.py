@@ -4,7 +4,9 @@ A tiny Llama built from a config (no download) trains on ``TokenSequences`` of a
 ``.bin`` corpus (documents end with token 0). Each batch of ``B`` sequences of ``L`` tokens
 is flattened into one row of ``B L`` tokens as ``DataCollatorWithFlattening`` does:
 ``position_ids`` restart at every document piece, so transformers masks attention
-block-diagonally (with FlashAttention, ``cu_seq_lens_q``/``_k`` do it), and the loss takes
+block-diagonally (with FlashAttention, ``cu_seq_lens_q``/``_k`` do it) provided the config
+has ``use_cache=False`` (transformers 5.24 builds a cache by default, even in training, and
+then masks causally across documents without a word), and the loss takes
 our already-shifted labels as ``shift_labels`` (``-100`` where a target would cross a
 document). The loader's state rides in each checkpoint folder, as in
 examples/hf_trainer_train.py::
@@ -54,6 +56,16 @@ def flatten(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "max_length_q": longest,
         "max_length_k": longest,
     }
+
+
+def tiny_llama(seq_len: int) -> LlamaConfig:
+    """A Llama of two narrow layers (about 23 thousand parameters), built without download."""
+    return LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=seq_len,
+        attn_implementation="sdpa",
+        use_cache=False,  # with a cache, transformers ignores the packed position_ids
+    )  # fmt: skip
 
 
 class Recorded(LlamaForCausalLM):
@@ -131,11 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.resume:
         train.load_state_dict(json.loads((Path(args.resume) / "loader.json").read_text()))
     args.out.mkdir(parents=True, exist_ok=True)
-    config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=args.seq_len,
-        attn_implementation="sdpa",
-    )  # fmt: skip
+    config = tiny_llama(args.seq_len)
     torch.manual_seed(0)
     model = Recorded(config)
     model.records = args.out / f"tokens-rank{training.process_index}.jsonl"

@@ -9,12 +9,14 @@ element for element.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from .framework_helpers import torchrun_twice
 
@@ -106,3 +108,28 @@ def test_the_plain_torchrun_loop_on_token_sequences_resumes_batch_for_batch(
     assert_resumed_exactly(first, second, 6, 3)
     row = records(first, 0)[0]
     assert len(row["input_ids"]) == 2 and len(row["input_ids"][0]) == 32
+
+
+@pytest.mark.frameworks
+def test_a_flattened_token_batch_gives_each_document_piece_the_logits_it_has_alone(
+    corpus: Path,
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tokens_hf_trainer import flatten, tiny_llama
+
+    from detsamplers.tokens import TokenCorpus, TokenSequences
+
+    sequences = TokenSequences(TokenCorpus(corpus, dtype="uint16", eod_id=0), 32, mode="concat")
+    batch = flatten([sequences[0], sequences[1], sequences[2]])
+    config = tiny_llama(32)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).train()  # as in training (no dropout)
+    keys = ("input_ids", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k")
+    with torch.no_grad():
+        flat = model(**{key: batch[key] for key in keys}).logits[0]
+        cu = batch["cu_seq_lens_q"].tolist()
+        pieces = [(a, b) for a, b in itertools.pairwise(cu) if b > a]
+        assert len(pieces) > 3  # several documents in the row
+        for a, b in pieces:
+            alone = model(input_ids=batch["input_ids"][:, a:b]).logits[0]
+            torch.testing.assert_close(flat[a:b], alone, rtol=1e-5, atol=1e-5)
