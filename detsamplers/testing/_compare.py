@@ -16,7 +16,9 @@ that names its type and the ways out: an ``__eq__``, plain values, or an ``equal
 function, which then compares every leaf that is not a tensor, array or plain value.
 ``unbatch`` splits a collated batch into its records along the first dimension, so that
 streams cut into batches of other sizes (another batch size or world size) compare
-record by record.
+record by record; a batch of ``detsamplers.tokens.collate_tokens``, whose ``cu_seqlens``
+spans the flattened batch, is split back into its sequences, each with its own
+``cu_seqlens``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ..tokens._features import is_collated, uncollate_tokens
 
 __all__ = ["Difference", "first_difference", "records_of", "unbatch"]
 
@@ -204,6 +208,8 @@ def _by_eq(path: str, expected: Any, got: Any) -> Difference | None:
 def _length(batch: Any) -> int | None:
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         return int(batch.shape[0]) if batch.ndim else None
+    if is_collated(batch):
+        return int(batch["input_ids"].shape[0])  # cu_seqlens spans the flattened batch
     if isinstance(batch, Mapping):
         lengths = {_length(value) for value in batch.values()}
         return lengths.pop() if len(lengths) == 1 else None
@@ -264,4 +270,6 @@ def unbatch(batch: Any) -> list[Any]:
             f"cannot split a batch of type {type(batch).__name__} into records: its leaves "
             "have no common first dimension"
         )
+    if is_collated(batch):
+        return list(uncollate_tokens(batch))
     return [_record(batch, j) for j in range(length)]

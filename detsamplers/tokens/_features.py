@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-__all__ = ["IGNORE_INDEX", "collate_tokens", "features"]
+__all__ = ["IGNORE_INDEX", "collate_tokens", "features", "is_collated", "uncollate_tokens"]
 
 I64 = npt.NDArray[np.int64]
 #: The label of a target that is not trained on (PyTorch's cross-entropy default).
@@ -134,4 +134,76 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
     )
     cu[: len(offsets)] = offsets
     out["cu_seqlens"] = torch.from_numpy(cu)
+    return out
+
+
+def is_collated(batch: Any) -> bool:
+    """Whether ``batch`` has the layout of :func:`collate_tokens`'s output.
+
+    That is the keys of a sequence, ``(B, L)`` tensors, and ``cu_seqlens`` of ``B L + 1``
+    entries over the flattened batch.
+
+    Examples:
+        >>> import torch
+        >>> batch = {key: torch.zeros(2, 3, dtype=torch.int64) for key in KEYS[:4]}
+        >>> is_collated({**batch, "cu_seqlens": torch.tensor([0, 3, 6, 6, 6, 6, 6])})
+        True
+        >>> is_collated({**batch, "cu_seqlens": torch.zeros(2, 4)})
+        False
+    """
+    if not isinstance(batch, Mapping) or set(batch) != set(KEYS):
+        return False
+    if not all(isinstance(batch[key], torch.Tensor) for key in KEYS):
+        return False
+    shapes = {tuple(batch[key].shape) for key in KEYS[:4]}
+    if len(shapes) != 1:
+        return False
+    shape = shapes.pop()
+    cu = batch["cu_seqlens"]
+    return len(shape) == 2 and cu.ndim == 1 and cu.shape[0] == shape[0] * shape[1] + 1
+
+
+def uncollate_tokens(batch: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Split a batch of :func:`collate_tokens` back into its sequences, as tensors.
+
+    The inverse of ``collate_tokens``: row ``j``'s ``cu_seqlens`` are the batch's offsets
+    inside ``[j L, (j + 1) L]``, shifted to start at 0 and padded to ``L + 1`` by repeating
+    ``L`` (NOTE [ sequence features ]). ``detsamplers.testing`` uses it to compare token
+    batches record by record when a resume changes the batch size or world size.
+
+    Args:
+        batch: A batch that :func:`collate_tokens` returned.
+
+    Raises:
+        ValueError: ``batch`` does not have the layout of ``collate_tokens``'s output.
+
+    Examples:
+        >>> import numpy as np
+        >>> one = {"input_ids": np.array([1, 2]), "labels": np.array([2, -100]),
+        ...        "position_ids": np.array([0, 1]), "document_ids": np.array([0, 0]),
+        ...        "cu_seqlens": np.array([0, 2, 2], dtype=np.int32)}
+        >>> two = {**one, "position_ids": np.array([0, 0]), "document_ids": np.array([4, 5]),
+        ...        "cu_seqlens": np.array([0, 1, 2], dtype=np.int32)}
+        >>> rows = uncollate_tokens(collate_tokens([one, two]))
+        >>> [row["cu_seqlens"].tolist() for row in rows]
+        [[0, 2, 2], [0, 1, 2]]
+    """
+    if not is_collated(batch):
+        keys = sorted(batch) if isinstance(batch, Mapping) else []
+        raise ValueError(
+            "batch should be the output of collate_tokens (the keys "
+            f"{', '.join(KEYS)}, (B, L) tensors and cu_seqlens of B L + 1 entries), but got "
+            f"{type(batch).__name__} with keys {keys}; split only what collate_tokens returned"
+        )
+    rows, length = batch["input_ids"].shape
+    offsets = batch["cu_seqlens"].numpy(force=True)
+    out = []
+    for j in range(rows):
+        inside = offsets[(offsets >= j * length) & (offsets <= (j + 1) * length)] - j * length
+        inside = np.unique(np.concatenate([[0], inside, [length]]))
+        cu = np.full(length + 1, length, dtype=np.int32)
+        cu[: len(inside)] = inside
+        row = {key: batch[key][j] for key in KEYS[:4]}
+        row["cu_seqlens"] = torch.from_numpy(cu)
+        out.append(row)
     return out
