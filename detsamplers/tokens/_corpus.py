@@ -28,6 +28,7 @@ import numpy.typing as npt
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, lengths_ends
 from ._files import BIN_DTYPES, check_path, open_tokens
+from ._megatron import megatron_ends, megatron_tokens
 
 __all__ = ["TokenCorpus"]
 
@@ -44,13 +45,38 @@ def _paths(value: Any, name: str) -> list[Path]:
     return [check_path(item, name) for item in value]
 
 
+def _megatron(files: list[Path], dtype: str | None, eod_id: Any, lengths: Any) -> bool:
+    """Whether ``files`` are Megatron ``.idx`` files, each of a pair with its ``.bin``."""
+    pairs = [path.suffix == ".idx" for path in files]
+    if not any(pairs):
+        return False
+    if not all(pairs):
+        raise ValueError(
+            "paths should be all Megatron .idx files or none, but got "
+            f"{', '.join(str(path) for path in files)}; open each kind as its own corpus"
+        )
+    if dtype is not None or eod_id is not None or lengths is not None:
+        raise ValueError(
+            "dtype, eod_id and lengths should be None for Megatron .idx files, whose header "
+            f"gives the dtype and whose index gives the documents, but got dtype={dtype!r}, "
+            f"eod_id={eod_id!r} and lengths={lengths!r}"
+        )
+    return True
+
+
+def _open(path: Path, dtype: str | None) -> Any:
+    """A token file memory-mapped: the ``.bin`` of a Megatron ``.idx``, or the file itself."""
+    return megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
+
+
 class TokenCorpus:
     """Pretokenized token files, memory-mapped, as one sequence of documents.
 
     Args:
         paths: A token file or a list of them, read in this order: ``.npy`` (1-D uint16,
             uint32, int32 or int64) or raw ``.bin`` (``dtype`` tokens, nanoGPT's and
-            OLMo's format).
+            OLMo's format); or Megatron's ``.idx`` files, each read with the ``.bin``
+            beside it, its documents and dtype from the index (NOTE [ megatron files ]).
         dtype: The token dtype of ``.bin`` files, ``"uint16"`` or ``"uint32"``.
         eod_id: The end-of-document token id: each document ends after one (exclusive
             with ``lengths``). The first open scans each file once and caches the
@@ -92,12 +118,13 @@ class TokenCorpus:
         progress: bool | None = None,
     ) -> None:
         files = _paths(paths, "paths")
+        megatron = _megatron(files, dtype, eod_id, lengths)
         if dtype is not None and dtype not in BIN_DTYPES:
             raise ValueError(
                 f"dtype should be one of {', '.join(BIN_DTYPES)} (or None for .npy files), "
                 f"but got dtype={dtype!r}"
             )
-        if (eod_id is None) == (lengths is None):
+        if not megatron and (eod_id is None) == (lengths is None):
             raise ValueError(
                 "eod_id and lengths should be given one, not both or neither, but got "
                 f"eod_id={eod_id!r} and lengths={lengths!r}; documents end after an "
@@ -126,7 +153,7 @@ class TokenCorpus:
         self.dtype = dtype
         self.eod_id = eod_id
         self.vocab_size = vocab_size
-        self._tokens = [open_tokens(path, dtype) for path in files]
+        self._tokens = [_open(path, dtype) for path in files]
         self._sizes = [os.stat(path).st_size for path in files]
         total = sum(len(tokens) for tokens in self._tokens)
         tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
@@ -140,7 +167,9 @@ class TokenCorpus:
         )
         with bar:
             self._ends = [
-                eod_ends(tokens, path, eod_id, bar, cache)
+                megatron_ends(path, tokens)
+                if megatron
+                else eod_ends(tokens, path, eod_id, bar, cache)
                 if eod_id is not None
                 else lengths_ends(tokens, path, sidecar)
                 for tokens, path, sidecar in zip(
@@ -166,6 +195,8 @@ class TokenCorpus:
         ``vocab_size`` is left out: it checks the tokens and changes none.
         """
         boundaries = f"eod_id={self.eod_id}" if self.eod_id is not None else "lengths"
+        if self.paths[0].suffix == ".idx":
+            boundaries = "megatron"
         return {
             "files": [
                 [path.name, size] for path, size in zip(self.paths, self._sizes, strict=True)
@@ -266,7 +297,7 @@ class TokenCorpus:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._tokens = [open_tokens(path, self.dtype) for path in self.paths]
+        self._tokens = [_open(path, self.dtype) for path in self.paths]
 
     def __repr__(self) -> str:
         return (
