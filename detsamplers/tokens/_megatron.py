@@ -66,8 +66,8 @@ HEADER = struct.Struct("<9sQBQQ")
 #: Megatron's ``DType`` codes of integer tokens.
 DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
 FLOATS = {6: "float64", 7: "float32"}
-#: Sequences (or documents) checked per step at open: 4M, 48 MB of lengths and pointers.
-CHECK_BLOCK = 1 << 22
+#: Sequences (or documents) checked per step at open: 1M, about 16 MB of arrays at a time.
+CHECK_BLOCK = 1 << 20
 
 
 class MegatronHeader(NamedTuple):
@@ -180,9 +180,12 @@ def _check_pointers(idx: Path, lengths: Any, pointers: Any, itemsize: int, limit
                 f"Megatron index {idx} should hold sequence lengths of at least 0, but "
                 f"sequence {at} has length {int(lengths[at])}; the file is corrupt"
             )
-        nbytes = block * itemsize
-        expected = carry + np.cumsum(nbytes) - nbytes
-        got = np.asarray(pointers[start : start + CHECK_BLOCK], dtype=np.int64)
+        block *= itemsize  # bytes per sequence
+        expected = np.cumsum(block)
+        total = int(expected[-1])
+        expected -= block
+        expected += carry
+        got = pointers[start : start + CHECK_BLOCK]
         bad = np.flatnonzero(got != expected)
         if len(bad):
             at = int(bad[0])
@@ -192,7 +195,7 @@ def _check_pointers(idx: Path, lengths: Any, pointers: Any, itemsize: int, limit
                 f"bytes), but it points at byte {int(got[at])}; only contiguous files, as "
                 "IndexedDatasetBuilder writes them, are read"
             )
-        carry += int(nbytes.sum())
+        carry += total
         if carry > limit:  # past the .bin: stop before the sum can near int64's end
             break
     return carry
@@ -211,8 +214,8 @@ def _document_ends(
         )
     ends = np.empty(header.documents, dtype=np.int64)
     for start in range(0, header.documents, CHECK_BLOCK):
-        block = np.asarray(indices[start : start + CHECK_BLOCK + 1], dtype=np.int64)
-        bad = np.flatnonzero(np.diff(block) <= 0)
+        block = indices[start : start + CHECK_BLOCK + 1]
+        bad = np.flatnonzero(block[1:] <= block[:-1])
         if len(bad):
             at = start + int(bad[0])
             raise ValueError(
@@ -220,14 +223,16 @@ def _document_ends(
                 f"but document {at} runs from sequence {int(indices[at])} to "
                 f"{int(indices[at + 1])}; the file is corrupt"
             )
-        stops = block[1:]
-        inner = stops < s
-        found = np.full(len(stops), count, dtype=np.int64)
-        found[inner] = np.asarray(pointers[stops[inner]], dtype=np.int64) // itemsize
-        ends[start : start + len(stops)] = found
-    empty = np.flatnonzero(np.diff(ends, prepend=np.int64(0)) <= 0)
-    if len(empty):
-        at = int(empty[0])
+        stops = np.asarray(block[1:], dtype=np.int64)
+        found = ends[start : start + len(stops)]
+        if int(stops[-1]) == s:  # the last document ends at the end of the .bin
+            found[-1] = count
+            stops = stops[:-1]
+        found[: len(stops)] = pointers[stops]
+        found[: len(stops)] //= itemsize
+    empty = np.flatnonzero(ends[1:] <= ends[:-1]) + 1  # document 0 is checked on its own
+    if int(ends[0]) <= 0 or len(empty):
+        at = 0 if int(ends[0]) <= 0 else int(empty[0])
         raise ValueError(
             f"Megatron index {idx} should give every document at least one token, but "
             f"document {at} (sequences {int(indices[at])} to {int(indices[at + 1])}) has "

@@ -311,6 +311,8 @@ def test_document_indices_out_of_order_or_range_or_empty_documents_are_refused(
     _refused(idx, r"but document 1 runs from sequence 2 to 2")
     idx.write_bytes(idx_bytes(8, [3, 0, 1], [0, 6, 6], [0, 1, 2, 3]))
     _refused(idx, r"c.idx should give every document at least one token, but document 1 \(seq")
+    idx.write_bytes(idx_bytes(8, [0, 3, 1], [0, 0, 6], [0, 1, 2, 3]))
+    _refused(idx, r"at least one token, but document 0 \(sequences 0 to 1\) has none")
 
 
 def test_megatron_files_take_no_dtype_eod_id_or_lengths_and_do_not_mix_with_others(
