@@ -9,6 +9,8 @@ NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
 ``_sequences``; ``_features`` stands alone.
+Megatron's ``.bin``/``.idx`` pairs are read by ``_megatron`` (NOTE [ megatron files ]),
+which imports ``_files`` and is imported by ``_corpus``.
 
 Examples:
     >>> import tempfile, numpy as np

@@ -25,7 +25,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from detsamplers.tokens import TokenCorpus, TokenSequences
+from detsamplers.loader import DataLoader
+from detsamplers.testing import Config, check_resume
+from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
 
 CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint16": 8}
 
@@ -195,6 +197,27 @@ def test_megatron_pairs_give_the_documents_and_sequences_of_the_same_tokens_with
                 assert got.keys() == want.keys()
                 for key in want:
                     assert np.array_equal(got[key], want[key]), (mode, k, key)
+
+
+@pytest.mark.workers
+def test_a_corpus_from_megatrons_builder_resumes_exactly_through_the_loader_with_workers(
+    megatron: ModuleType, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(4)
+    docs = [
+        [rng.integers(1, 900, size=n).tolist() for n in rng.integers(1, 9, size=rng.integers(1, 4))]
+        for _ in range(30)
+    ]
+    corpus = TokenCorpus(write_with_builder(megatron, tmp_path, docs, "uint16"))
+    sequences = TokenSequences(corpus, 6, mode="concat", seed=5, block_documents=4)
+
+    def factory(rank: int, world_size: int, num_workers: int, batch_size: int = 2) -> DataLoader:
+        return DataLoader(sequences, batch_size=batch_size, shuffle=True, seed=5,
+                          num_workers=num_workers, collate_fn=collate_tokens)  # fmt: skip
+
+    report = check_resume(factory, [2, 5], batches=7, run=Config(num_workers=2),
+                          resume=[Config(num_workers=0), Config(num_workers=1)])  # fmt: skip
+    assert report.pauses == [2, 5]
 
 
 def test_a_pickled_megatron_corpus_maps_its_bin_again_instead_of_copying_it(
