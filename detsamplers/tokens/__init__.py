@@ -12,6 +12,8 @@ Files named by ``http(s)://`` or ``s3://`` URLs are read through the webdataset 
 remote layer and node cache (``_remote``: NOTE [ remote token files ]), imported only then.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
 ``_sequences``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
+Megatron's ``.bin``/``.idx`` pairs are read by ``_megatron`` (NOTE [ megatron files ]),
+which imports ``_files`` and is imported by ``_corpus``.
 
 Examples:
     >>> import tempfile, numpy as np

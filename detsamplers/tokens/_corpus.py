@@ -28,6 +28,7 @@ import numpy.typing as npt
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, lengths_ends
 from ._files import BIN_DTYPES, check_path, open_tokens
+from ._megatron import megatron_ends, megatron_tokens
 
 __all__ = ["TokenCorpus"]
 
@@ -58,13 +59,40 @@ def _name(path: Path | str) -> str:
     return path.name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _megatron(files: list[Path | str], dtype: str | None, eod_id: Any, lengths: Any) -> bool:
+    """Whether ``files`` are Megatron ``.idx`` files, each of a pair with its ``.bin``."""
+    pairs = [str(path).endswith(".idx") for path in files]
+    if not any(pairs):
+        return False
+    if not all(pairs):
+        raise ValueError(
+            "paths should be all Megatron .idx files or none, but got "
+            f"{', '.join(str(path) for path in files)}; open each kind as its own corpus"
+        )
+    if dtype is not None or eod_id is not None or lengths is not None:
+        raise ValueError(
+            "dtype, eod_id and lengths should be None for Megatron .idx files, whose header "
+            f"gives the dtype and whose index gives the documents, but got dtype={dtype!r}, "
+            f"eod_id={eod_id!r} and lengths={lengths!r}"
+        )
+    remote = [str(path) for path in files if isinstance(path, str)]
+    if remote:
+        raise ValueError(
+            "paths should be local files for Megatron .idx pairs, but got the URL "
+            f"{remote[0]}; download the .bin/.idx pair first, or write the corpus as .bin files "
+            "with a lengths sidecar (TokenWriter), which are read remotely"
+        )
+    return True
+
+
 class TokenCorpus:
     """Pretokenized token files, memory-mapped, as one sequence of documents.
 
     Args:
         paths: A token file or a list of them, read in this order: ``.npy`` (1-D uint16,
             uint32, int32 or int64) or raw ``.bin`` (``dtype`` tokens, nanoGPT's and
-            OLMo's format).
+            OLMo's format); or Megatron's ``.idx`` files, each read with the ``.bin``
+            beside it, its documents and dtype from the index (NOTE [ megatron files ]).
         dtype: The token dtype of ``.bin`` files, ``"uint16"`` or ``"uint32"``.
         eod_id: The end-of-document token id: each document ends after one (exclusive
             with ``lengths``). The first open scans each file once and caches the
@@ -124,12 +152,13 @@ class TokenCorpus:
         download: bool = False,
     ) -> None:
         files = _paths(paths, "paths")
+        megatron = _megatron(files, dtype, eod_id, lengths)
         if dtype is not None and dtype not in BIN_DTYPES:
             raise ValueError(
                 f"dtype should be one of {', '.join(BIN_DTYPES)} (or None for .npy files), "
                 f"but got dtype={dtype!r}"
             )
-        if (eod_id is None) == (lengths is None):
+        if not megatron and (eod_id is None) == (lengths is None):
             raise ValueError(
                 "eod_id and lengths should be given one, not both or neither, but got "
                 f"eod_id={eod_id!r} and lengths={lengths!r}; documents end after an "
@@ -197,7 +226,7 @@ class TokenCorpus:
 
     def _open(self, path: Path | str, dtype: str | None) -> Any:
         if isinstance(path, Path):
-            return open_tokens(path, dtype)
+            return megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
         from ._remote import open_remote
 
         assert self._remote is not None
@@ -207,6 +236,8 @@ class TokenCorpus:
         self, tokens: Any, path: Path | str, sidecar: Path | str, bar: Any, cache: bool
     ) -> Any:
         """A file's document ends (NOTE [ document boundaries ]), local or remote."""
+        if isinstance(path, Path) and path.suffix == ".idx":
+            return megatron_ends(path, tokens)
         if self.eod_id is not None and isinstance(path, Path):
             return eod_ends(tokens, path, self.eod_id, bar, cache)
         if self.eod_id is None and isinstance(sidecar, Path):
@@ -234,6 +265,8 @@ class TokenCorpus:
         ``vocab_size`` is left out: it checks the tokens and changes none.
         """
         boundaries = f"eod_id={self.eod_id}" if self.eod_id is not None else "lengths"
+        if str(self.paths[0]).endswith(".idx"):
+            boundaries = "megatron"
         return {
             "files": [
                 [_name(path), size] for path, size in zip(self.paths, self._sizes, strict=True)
@@ -338,7 +371,7 @@ class TokenCorpus:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._tokens = [
-            open_tokens(path, self.dtype) if isinstance(path, Path) else tokens
+            self._open(path, self.dtype) if isinstance(path, Path) else tokens
             for path, tokens in zip(self.paths, self._tokens, strict=True)
         ]
 

@@ -215,10 +215,11 @@ def open_tokens(path: Path, dtype: str | None) -> npt.NDArray[Any]:
         if dtype is None:
             raise ValueError(
                 f"dtype should be given for the raw token file {path}, but got dtype=None; "
-                "pass dtype='uint16' (nanoGPT, OLMo) or dtype='uint32'"
+                "pass dtype='uint16' (nanoGPT, OLMo) or dtype='uint32', or the .idx of a "
+                "Megatron pair"
             )
         return open_bin(path, dtype)
     raise ValueError(
-        f"token file {path} should end in .npy or .bin, but it ends in {path.suffix!r}; "
-        "Megatron's .bin/.idx pairs and other formats are not read yet"
+        f"token file {path} should end in .npy or .bin (or .idx for a Megatron pair), but "
+        f"it ends in {path.suffix!r}; other formats are not read yet"
     )
