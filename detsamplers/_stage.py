@@ -116,8 +116,10 @@ class Stage(Node, tud.Sampler[T], metaclass=ABCMeta):
     - ``__len__()``: what ``len()`` reports (Determined's length for the same verb).
 
     Class attributes: ``verb`` (its place in NOTE [ chain order ]; ``"source"`` until a
-    stage sets it), ``_state_extra`` (the keys it adds to ``state_dict``; none) and
-    ``by_position_only`` (NOTE [ readable chains ]; False).
+    stage sets it), ``_state_extra`` (the keys it adds to ``state_dict``; none),
+    ``by_position_only`` (NOTE [ readable chains ]; False), and ``kind``, ``indexable`` and
+    ``infinite`` (records or batches, addressable, endless: the inner node's, set by
+    ``__init__``; a mixture, which has no inner node, sets its own).
 
     Positions (each defaults to the inner node's):
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Callable
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +68,31 @@ def test_every_concrete_stage_defines_the_abstract_hooks_and_a_verb() -> None:
                 hook,
             )
         assert cls.verb != "source", cls
+
+
+def overridden_hooks() -> set[str]:
+    """Every attribute of the template that a shipped stage (or its base) defines again."""
+    assert dl is not None
+    names = set()
+    for cls in subclasses(Stage):
+        for name in vars(cls):
+            special = name.startswith("__") and name not in ("__len__", "__iter__")
+            special |= name == "_abc_impl"  # abc's bookkeeping
+            if hasattr(Stage, name) and not special:
+                names.add(name)
+    return names
+
+
+def test_the_stage_docstring_and_the_architecture_table_name_every_hook_a_stage_overrides() -> None:
+    hooks = overridden_hooks()
+    assert {"config", "_map", "fallback_pass", "_claim", "adopt_state"} <= hooks
+    page = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    section = page[page.index("## The template and its hooks") : page.index("## Adding a stage")]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    in_table = set(re.findall(r"`(\w+)", " ".join(row.split("|")[1] for row in rows)))
+    in_docstring = set(re.findall(r"``(\w+)", inspect.getdoc(Stage) or ""))
+    assert hooks - in_table == set()
+    assert hooks - in_docstring == set()
 
 
 def test_a_stage_without_its_abstract_hooks_cannot_be_built() -> None:
