@@ -4,10 +4,13 @@ Run a script that builds a trial under ``init()`` and calls ``Trainer(trial, con
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 train.py   # or: python train.py
 
-``fit`` reads top to bottom in phases: setup (the checkpoint to resume, callbacks'
-startup) → data (the training loader, sharded and skipped; lengths) → model (the ranks'
-agreement) → load checkpoint (state, RNG, checks) → loop (train, report, validate,
-checkpoint) → close (a last validation and checkpoint, callbacks' shutdown). See
+``fit`` reads top to bottom in phases, one method each: setup (``_setup``: the checkpoint
+to resume, callbacks' startup) → data (``_build_data``: the training loader, sharded and
+skipped; lengths) → model (``_agree``: the ranks' agreement) → load checkpoint
+(``_restore``: state, RNG, checks) → loop (``_loop``: train, report, validate, checkpoint)
+→ close (``_close``: a last validation and checkpoint; or ``_pause`` after an agreed stop),
+then callbacks' shutdown. Each reads the frozen ``_Settings`` of ``fit`` and the answers of
+the phases before it (``_Start``, ``_Run``, ``_End``). See
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
 NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
@@ -118,7 +121,6 @@ class _End:
     window: Window  # the training metrics not yet reported
     batches: int
     last: dict[str, int]  # the batches last validated and checkpointed
-    average: bool  # reduce the training metrics over the ranks
 
 
 class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
@@ -262,7 +264,7 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
             self._restore(start, here, run)
             end = self._loop(settings, start, run, started)
             if end.stop:
-                self._pause(start, run, end)
+                self._pause(settings, start, run, end)
             else:
                 self._close(settings, start, run, end)
         finally:
@@ -431,14 +433,14 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
                     stop = agreement.agree(batches, self._stop_code(signals))
                     if stop:
                         break
-        return _End(stop, reporter, window, batches, last, settings.average_training_metrics)
+        return _End(stop, reporter, window, batches, last)
 
-    def _pause(self, start: _Start, run: _Run, end: _End) -> None:
+    def _pause(self, settings: _Settings, start: _Start, run: _Run, end: _End) -> None:
         """The ranks agreed to pause after this batch (NOTE [ stop agreement ])."""
         stopping = time.perf_counter()
         reporter, batches = end.reporter, end.batches
         if end.window.batches:
-            self._report(reporter, end.window, batches, end.average)
+            self._report(reporter, end.window, batches, settings.average_training_metrics)
         if end.last["checkpoint"] != batches:
             self._checkpoint(start.checkpoint_dir, run.data, run.epoch_records, run.clock, end.last)
         reason = _preemption.STOP_REASONS[end.stop]
