@@ -56,6 +56,10 @@ class Node:
     verb: str = "source"
     #: Shared pass counter of a finite segment, or None.
     clock: Clock | None = None
+    #: Whether the link is read only by position (``records``), never by iterating
+    #: (``fallback_pass``/``fallback_stream``): a mixture. No stage may wrap such a link
+    #: through one that cannot be addressed (``Stage`` refuses it when built).
+    by_position_only: bool = False
 
     @property
     def pass_length(self) -> int:

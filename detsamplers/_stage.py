@@ -1,7 +1,8 @@
 """The template every stage follows: iteration, cursor, epochs and state.
 
-A subclass validates its arguments, calls ``Stage.__init__`` and fills in ``_map`` (its
-pure index map, NOTE [ position algebra ]) plus, for chains that cannot be addressed,
+A subclass validates its arguments, calls ``Stage.__init__`` and fills in the hooks listed
+in ``Stage``'s docstring: ``config`` and ``__len__`` always (they are abstract), ``_map``
+(its pure index map, NOTE [ position algebra ]) and, for chains that cannot be addressed,
 ``fallback_pass``/``fallback_stream``. This class owns the rest:
 
 - ``__iter__`` returns a generator whose body runs lazily, so creating an iterator has no
@@ -26,11 +27,20 @@ state unchanged otherwise, so that the check names the difference), and
 mixture's progress). ``state_dict`` and ``load_state_dict`` call them on each link from
 the source outwards; a stage with a load of its own (a skip's sample grid,
 NOTE [ sample positions ]) overrides ``load_state_dict`` and calls ``adopt_saved`` first.
+
+NOTE [ readable chains ]
+A stage reads its chain by position when every link can be addressed (``indexable``), and
+by iterating its inner link otherwise, each link iterating the one below. A link that is
+read only by position (``by_position_only``: a mixture) therefore cannot sit under a link
+that cannot be addressed (a ``BatchSampler`` over batches) once a stage wraps the two: the
+stage would reach it by iterating. ``Stage.__init__`` refuses such a chain when it is built,
+naming the stage, the sampler it wraps and the fix, instead of failing at the first item.
 """
 
 from __future__ import annotations
 
 import operator
+from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any, TypeVar
@@ -75,8 +85,83 @@ class _Cursor:
         return self.base + self.count - operator.length_hint(self.items)
 
 
-class Stage(Node, tud.Sampler[T]):
-    """Base of every stage: a torch ``Sampler`` that is a pure map over stream positions."""
+def _check_readable(owner: str, inner: Any, node: Node, inner_param: str) -> None:
+    """Refuse a chain that ``owner`` could only iterate down to a by-position link.
+
+    NOTE [ readable chains ].
+    """
+    if node.indexable:
+        return
+    for link in chain_of(node):  # the fallback iterates every link down to the source
+        if link.by_position_only:
+            raise ValueError(
+                f"{owner} cannot wrap this {inner_param} ({type(inner).__name__}): it holds "
+                f"a {type(link).__name__}, which is read only by position, under a link that "
+                f"cannot be addressed (a BatchSampler over batches), so {owner} could only "
+                f"iterate it; batch the {type(link).__name__}'s records once, e.g. "
+                "SkipBatchSampler(BatchSampler(DistributedSampler(mixture, world_size, "
+                "rank), batch_size, drop_last), skip)"
+            )
+
+
+class Stage(Node, tud.Sampler[T], metaclass=ABCMeta):
+    """Base of every stage: a torch ``Sampler`` that is a pure map over stream positions.
+
+    The template calls the hooks below; a stage overrides only what is its own (the table
+    in docs/architecture.md says the same, with who overrides each).
+
+    Abstract (every concrete stage defines them):
+
+    - ``config()``: this link's part of the chain's fingerprint (a JSON-able dict).
+    - ``__len__()``: what ``len()`` reports (Determined's length for the same verb).
+
+    Class attributes: ``verb`` (its place in NOTE [ chain order ]; ``"source"`` until a
+    stage sets it), ``_state_extra`` (the keys it adds to ``state_dict``; none),
+    ``by_position_only`` (NOTE [ readable chains ]; False), and ``kind``, ``indexable`` and
+    ``infinite`` (records or batches, addressable, endless: the inner node's, set by
+    ``__init__``; a mixture, which has no inner node, sets its own).
+
+    Positions (each defaults to the inner node's):
+
+    - ``_map(positions)``: this stage's positions to its inner node's (the identity).
+    - ``pass_length``: items in one pass (a stage that changes it: shuffle, shard, skip).
+    - ``_period()``: positions per pass (``pass_length``).
+    - ``_pass_range(epoch)``: the positions of pass ``epoch`` (``[e P, (e + 1) P)``).
+    - ``_epoch_of(position)``: the pass a position lies in (``position // P``).
+    - ``_initial_position()``: where a new stage starts (0).
+    - ``records(positions)``/``batches(positions)``: the items at positions (the inner
+      node's at ``_map(positions)``); ``records_per_item`` and ``inner_node()``.
+
+    Iteration:
+
+    - ``_on_start()``: checks when an iteration starts (none).
+    - ``_claim()``: where a new iteration starts and stops, and its pass.
+    - ``_emit_batches(positions)``: the block of batches iteration yields (``batches``).
+    - ``fallback_pass(epoch)``/``fallback_stream()``: iterate a pass, or the endless
+      stream, over a chain that cannot be addressed (none: ``Node`` raises).
+    - ``_generate_fallback(cursor, start, epoch)``: how that iteration is cut at ``start``.
+    - ``__iter__()``/``set_epoch(epoch)``: a lazy generator; the next pass.
+
+    State (NOTE [ state hooks ]):
+
+    - ``_state_position()``: the position ``state_dict`` saves (the cursor's).
+    - ``state_dict()``/``load_state_dict(state)``: a stage with keys of its own extends
+      them and calls ``adopt_saved`` first.
+    - ``adopt_state(top, state)``/``state_additions(top, position)``: a link's allowed
+      changes at a resume and its informational keys (the state unchanged; none).
+
+    Raises:
+        TypeError: the sampler it wraps is not iterable, or is a one-pass iterator.
+        ValueError: the chain order is wrong (NOTE [ chain order ]), or the chain could
+            be read only by iterating a link read by position (NOTE [ readable chains ]).
+
+    Examples:
+        >>> from detsamplers import RepeatSampler
+        >>> sorted(Stage.__abstractmethods__)
+        ['__len__', 'config']
+        >>> RepeatSampler(range(3)).verb
+        'repeat'
+    """
 
     #: Keys a subclass adds to ``state_dict()`` (``load_state_dict`` refuses any other).
     _state_extra: tuple[str, ...] = ()
@@ -99,6 +184,7 @@ class Stage(Node, tud.Sampler[T]):
                 )
         node = as_node(inner)
         check_wrap(type(self).__name__, self.verb, node, f"this {inner_param}")
+        _check_readable(type(self).__name__, inner, node, inner_param)
         self._inner_obj = inner
         self._inner = node
         self.kind = node.kind
@@ -110,7 +196,17 @@ class Stage(Node, tud.Sampler[T]):
         self._cursor = _Cursor(self._initial_position())
         self._config: tuple[list[dict[str, Any]], str] | None = None
 
-    # -- what subclasses fill in -------------------------------------------------------
+    # -- what every stage fills in (abstract) -------------------------------------------
+
+    @abstractmethod
+    def config(self) -> dict[str, Any]:
+        """This link's part of the chain's fingerprint (JSON-able)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """What ``len()`` reports: Determined's length for this verb."""
+
+    # -- what a stage may fill in ------------------------------------------------------
 
     def _map(self, positions: I64) -> I64:
         """Map this stage's positions to its inner node's positions."""

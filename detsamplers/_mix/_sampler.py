@@ -10,7 +10,7 @@ NOTE [ compiled mixture kernel ]). A resume's allowed changes are in _adopt.py
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -90,6 +90,7 @@ class MixSampler(Stage[int]):
     kind = "record"
     indexable = True
     infinite = True
+    by_position_only = True
 
     def __init__(
         self,
@@ -364,9 +365,6 @@ class MixSampler(Stage[int]):
 
     def batches(self, positions: I64) -> list[list[int]]:
         raise NotImplementedError("a MixSampler yields records; batch it with a BatchSampler")
-
-    def fallback_stream(self) -> Iterator[Any]:
-        raise NotImplementedError("a MixSampler is always addressable")
 
     def progress(self, position: int) -> dict[str, Any]:
         """Records each component has given in mixture positions ``[0, position)``.

@@ -429,10 +429,10 @@ def load_trial_from_checkpoint_path(
     path = _check_path("path", path, "pass a folder, e.g. find_latest_checkpoint(checkpoint_dir)")
     metadata = read_checkpoint_metadata(path)
     context = TrialContext(metadata.get("hparams") or {}, metadata["seed"], DistributedContext())
-    context._inferred_global_batch = int(metadata["global_batch_size"])
+    context._infer_global_batch(int(metadata["global_batch_size"]))
     # The size the checkpoint would continue with (NOTE [ batch size schedule ]).
     schedule = BatchSchedule(int(metadata["global_batch_size"]))
-    context._clock = Clock.restore(schedule, 1, None, samples_trained(metadata))
+    context._set_clock(Clock.restore(schedule, 1, None, samples_trained(metadata)))
     seed_all(context.seed, "init")
     trial = trial_class(context, **(trial_kwargs or {}))
     restore_state(path, context, trial.build_callbacks(), weights_only)

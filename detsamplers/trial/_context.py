@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from .._errors import check_bool, check_int
 from . import _aggregation, _amp, _tensorboard
+from ._clock import Clock
 from ._distributed import DistributedContext
 from ._lr_scheduler import LRScheduler
 from ._reducer import MetricReducer, SimpleReducer, WrappedReducer
 from ._schedule import BatchSchedule
-
-if TYPE_CHECKING:
-    from ._clock import Clock
 
 __all__ = ["ExperimentalContext", "TrialContext"]
 
@@ -215,6 +213,32 @@ class TrialContext:
     def get_initial_batch(self) -> int:
         """Global batches already trained when this ``fit`` started (0 on a fresh run)."""
         return self._initial_batch
+
+    # What the trainer tells the context as a fit goes on (its only writes to it).
+
+    def _begin_fit(self, initial_batch: int) -> None:
+        """A fit starts at global batch ``initial_batch``; its clock is not built yet."""
+        self._initial_batch = initial_batch
+        self._clock = None
+
+    def _infer_global_batch(self, size: int) -> None:
+        """Take ``size`` as the global batch when hparams set none (the loader's, or saved)."""
+        self._inferred_global_batch = size
+
+    def _set_clock(self, clock: Clock) -> None:
+        """From now on the global batch size is ``clock``'s (NOTE [ batch size schedule ])."""
+        self._clock = clock
+
+    def _restore_clock(self, saved: dict[str, Any] | None, samples: int) -> Clock:
+        """The run's clock at ``samples`` trained, over this context's schedule; kept."""
+        clock = Clock.restore(self._batch_schedule(), self.aggregation_frequency, saved, samples)
+        self._set_clock(clock)
+        return clock
+
+    def _enter_batch(self, batch_idx: int, epoch_idx: int, first: bool, last: bool) -> None:
+        """The trainer is training global batch ``batch_idx``, of epoch ``epoch_idx``."""
+        self._current_batch_idx = batch_idx
+        self._current_epoch = (epoch_idx, first, last)
 
     def _started(self) -> tuple[int, tuple[int, bool, bool]]:
         if self._current_batch_idx is None or self._current_epoch is None:

@@ -35,8 +35,7 @@ class TrainPhase(Phase):
         context, trial = self.context, self.trial
         batch_idx, epoch_idx = clock.batches, clock.epoch
         first, last = clock.is_epoch_start(), clock.is_epoch_end()
-        context._current_batch_idx = batch_idx
-        context._current_epoch = (epoch_idx, first, last)
+        context._enter_batch(batch_idx, epoch_idx, first, last)
         if first:
             for callback in self.callbacks.values():
                 call_epoch_start(callback, epoch_idx)

@@ -4,10 +4,13 @@ Run a script that builds a trial under ``init()`` and calls ``Trainer(trial, con
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 train.py   # or: python train.py
 
-``fit`` reads top to bottom in phases: setup (the checkpoint to resume, callbacks'
-startup) → data (the training loader, sharded and skipped; lengths) → model (the ranks'
-agreement) → load checkpoint (state, RNG, checks) → loop (train, report, validate,
-checkpoint) → close (a last validation and checkpoint, callbacks' shutdown). See
+``fit`` reads top to bottom in phases, one method each: setup (``_setup``: the checkpoint
+to resume, callbacks' startup) → data (``_build_data``: the training loader, sharded and
+skipped; lengths) → model (``_agree``: the ranks' agreement) → load checkpoint
+(``_restore``: state, RNG, checks) → loop (``_loop``: train, report, validate, checkpoint)
+→ close (``_close``: a last validation and checkpoint; or ``_pause`` after an agreed stop),
+then callbacks' shutdown. Each reads the frozen ``_Settings`` of ``fit`` and the answers of
+the phases before it (``_Start``, ``_Run``, ``_End``). See
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
 NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
@@ -30,6 +33,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ReproducibilityError, check_bool
@@ -45,7 +49,9 @@ from ._phase_load import LoadPhase
 from ._phase_save import CheckpointPhase
 from ._phase_train import TrainPhase
 from ._phase_validate import ValidatePhase
+from ._reducer import Window
 from ._report import Reporter
+from ._schedule import BatchSchedule
 from ._units import Batch, Epoch, Length, check_length
 
 __all__ = ["Trainer"]
@@ -60,6 +66,61 @@ def _profiling(profiler: Any) -> Iterator[None]:
         return
     with profiler:
         yield
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What ``fit`` was asked for: every phase reads it, none changes it."""
+
+    max_length: Length
+    periods: dict[str, Length | None]  # checkpoint, validation, reporting, stop_check
+    checkpoint_dir: str
+    latest_checkpoint: str | None
+    test_mode: bool
+    step_zero_validation: bool
+    average_training_metrics: bool
+    dataset_growth: bool
+    retention: _retention.Retention
+    signals: _preemption.StopSignals
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where training stands when ``fit`` begins: the setup phase's answer."""
+
+    checkpoint_dir: str  # checked: every rank can write in it
+    latest_checkpoint: str | None  # resolved ("auto" is the newest complete one, or None)
+    saved: dict[str, Any] | None  # its metadata (NOTE [ checkpoint metadata ])
+    initial: int  # global batches trained
+    samples: int  # samples trained (NOTE [ trial data ])
+    clock: Clock | None  # built now if hparams give the global batch size
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The training data as the data phase built it, and the lengths it implies."""
+
+    clock: Clock
+    schedule: BatchSchedule
+    data: _data.TrainingData | None  # None: the trial's own loader, used as given
+    train_data: Any  # the loader the loop starts with
+    built: int  # the per-slot batch size ``train_data`` was built with
+    epoch_records: int
+    total: int | None  # global batches the run ends at (None: too far to count)
+    stop_every: Length | None  # how often the ranks check for a stop, in batches
+    rank: int
+    size: int
+
+
+@dataclass(frozen=True)
+class _End:
+    """How the loop ended: an agreed stop (its code) or the end of training (0)."""
+
+    stop: int
+    reporter: Reporter
+    window: Window  # the training metrics not yet reported
+    batches: int
+    last: dict[str, int]  # the batches last validated and checkpointed
 
 
 class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
@@ -181,202 +242,222 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
         dataset_growth = check_bool("dataset_growth", dataset_growth)
         self._weights_only = check_bool("weights_only", weights_only)
         with _preemption.StopSignals(stop_signals) as signals:
+            periods = self._periods(
+                checkpoint_period, validation_period, reporting_period, stop_check_period
+            )
             self._fit(
-                max_length, checkpoint_period, validation_period, checkpoint_dir,
-                latest_checkpoint, test_mode, reporting_period, step_zero_validation,
-                average_training_metrics, retention, signals, stop_check_period, dataset_growth,
+                _Settings(
+                    max_length, periods, checkpoint_dir, latest_checkpoint, test_mode,
+                    step_zero_validation, average_training_metrics, dataset_growth, retention,
+                    signals,
+                )
             )  # fmt: skip
 
-    def _fit(
-        self,
-        max_length: Length,
-        checkpoint_period: Length | None,
-        validation_period: Length | None,
-        checkpoint_dir: str,
-        latest_checkpoint: str | None,
-        test_mode: bool,
-        reporting_period: Length,
-        step_zero_validation: bool,
-        average_training_metrics: bool,
-        retention: _retention.Retention,
-        signals: _preemption.StopSignals,
-        stop_check_period: Length | None,
-        dataset_growth: bool,
-    ) -> None:
-        context, dist, trial = self.context, self.context.distributed, self.trial
-        self._signals = signals
+    def _fit(self, settings: _Settings) -> None:
         started = time.perf_counter()
+        start = self._setup(settings)
+        self.callbacks = self.trial.build_callbacks()
+        self._call("on_trial_startup", start.initial, start.latest_checkpoint)
+        try:
+            run = self._build_data(settings, start)
+            here = self._agree(run)
+            self._restore(start, here, run)
+            end = self._loop(settings, start, run, started)
+            if end.stop:
+                self._pause(settings, start, run, end)
+            else:
+                self._close(settings, start, run, end)
+        finally:
+            self._call("on_trial_shutdown")
 
-        # Setup: where training stands, before the trial builds its loaders.
-        checkpoint_dir = _checkpoint.check_checkpoint_dir(checkpoint_dir, dist)
-        latest_checkpoint = _preemption.resolve_latest(latest_checkpoint, checkpoint_dir, dist)
-        if latest_checkpoint is not None:
-            retention.resumed_from = os.path.abspath(latest_checkpoint)
+    # The phases of ``fit``, in order.
+
+    def _setup(self, settings: _Settings) -> _Start:
+        """Where training stands, before the trial builds its loaders; the checks of ``fit``."""
+        context, dist = self.context, self.context.distributed
+        self._signals = settings.signals
+        retention = settings.retention
+        checkpoint_dir = _checkpoint.check_checkpoint_dir(settings.checkpoint_dir, dist)
+        latest = _preemption.resolve_latest(settings.latest_checkpoint, checkpoint_dir, dist)
+        if latest is not None:
+            retention.resumed_from = os.path.abspath(latest)
         self._retention, self._last_validation = retention, (-1, {})
         saved = None
-        if latest_checkpoint is not None:  # NOTE [ checkpoint metadata ]
-            saved = _checkpoint.read_checkpoint_metadata(latest_checkpoint, "latest_checkpoint")
+        if latest is not None:  # NOTE [ checkpoint metadata ]
+            saved = _checkpoint.read_checkpoint_metadata(latest, "latest_checkpoint")
         initial = 0 if saved is None else int(saved["batches_trained"])
-        context._initial_batch = initial
+        context._begin_fit(initial)
         # The samples trained (NOTE [ trial data ]): a resume may change the global batch.
         samples = 0 if saved is None else _checkpoint.samples_trained(saved)
-        periods = self._periods(
-            checkpoint_period, validation_period, reporting_period, stop_check_period
-        )
-        check_length("max_length", max_length)
-        for name, period in periods.items():
+        check_length("max_length", settings.max_length)
+        for name, period in settings.periods.items():
             if period is not None:
                 check_length(f"{name}_period", period)
-        context._clock = None
+        clock = None
         if "global_batch_size" in context.hparams:  # NOTE [ batch size schedule ]
-            schedule = context._batch_schedule()
-            context._clock = Clock.restore(schedule, context.aggregation_frequency, saved, samples)
-        if (validation_period is not None or step_zero_validation) and not self._validates():
+            clock = context._restore_clock(saved, samples)
+        validates = settings.periods["validation"] is not None or settings.step_zero_validation
+        if validates and not self._validates():
             raise ValueError(
-                f"{type(trial).__name__} should define build_validation_data_loader and "
+                f"{type(self.trial).__name__} should define build_validation_data_loader and "
                 "evaluate_batch (or evaluate_full_dataset) to validate, but it does not; drop "
                 "validation_period and step_zero_validation, or define them"
             )
-        self.callbacks = trial.build_callbacks()
-        self._call("on_trial_startup", initial, latest_checkpoint)
-        try:
-            # Data: the training loader, seeded, sharded and skipped (NOTE [ trial data ]).
-            user_loader = trial.build_training_data_loader()
-            if context._clock is None:
-                context._inferred_global_batch = _data.inferred_global_batch(user_loader, context)
-                schedule = context._batch_schedule()
-                context._clock = Clock.restore(
-                    schedule, context.aggregation_frequency, saved, samples
-                )
-            clock = context._clock
-            rank, size = dist.get_rank(), dist.get_size()
-            clock.check_world_size(size)
-            context.get_per_slot_batch_size()  # the world size must divide the global batch
-            data = _data.training_data(user_loader, context)
-            # NOTE [ trial growth ]: the saved history, and a growth recorded now if allowed.
-            data = _data.grown_data(data, saved, clock.samples, dataset_growth, latest_checkpoint)
-            if data is None and schedule.sizes_from(clock.samples) != [clock.size]:
-                raise ValueError(
-                    "global_batch_size should be one size when the trainer cannot rebuild the "
-                    f"training loader, but got global_batch_size={schedule.describe()!r} with "
-                    "dataset reproducibility checks disabled; return a "
-                    "detsamplers.loader.DataLoader or WebDatasetSource, or pass an int"
-                )
-            epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
-            clock.restore_epoch(epoch_records, saved)
-            built = context.get_per_slot_batch_size()
-            train_data = user_loader if data is None else data.build(clock.samples, size, rank)
-            _preemption.shield_workers(train_data, signals)  # NOTE [ stop agreement ]
-            total = clock.total(max_length)
-            if test_mode:
-                total = initial + 1
-            stop_every = periods["stop_check"]
-            if isinstance(stop_every, Epoch):  # checks are spaced in batches
-                stop_every = Batch(stop_every.length * clock.batches_per_epoch())
+        return _Start(checkpoint_dir, latest, saved, initial, samples, clock)
 
-            # Model: the ranks' agreement on what defines the run.
-            data_seed = None if data is None else data.seed
-            here = {
-                "global_batch_size": clock.size,
-                "batch_size_schedule": schedule.describe(),
-                "seed": context.get_trial_seed(),
-                "dataset_length": epoch_records,
-                "dataset_growth": None if data is None else data.history,
-                "data_seed": data_seed,
-                "aggregation_frequency": context.aggregation_frequency,
-            }
-            views = dist.all_gather(here)
-            if any(view != here for view in views):
-                raise ReproducibilityError(
-                    f"the ranks should agree on {here}, but they got {views}"
-                )
+    def _build_data(self, settings: _Settings, start: _Start) -> _Run:
+        """The training loader, seeded, sharded and skipped (NOTE [ trial data ]); lengths."""
+        context, dist = self.context, self.context.distributed
+        user_loader = self.trial.build_training_data_loader()
+        clock = start.clock
+        if clock is None:
+            context._infer_global_batch(_data.inferred_global_batch(user_loader, context))
+            clock = context._restore_clock(start.saved, start.samples)
+        schedule = clock.schedule
+        rank, size = dist.get_rank(), dist.get_size()
+        clock.check_world_size(size)
+        context.get_per_slot_batch_size()  # the world size must divide the global batch
+        data = _data.training_data(user_loader, context)
+        # NOTE [ trial growth ]: the saved history, and a growth recorded now if allowed.
+        data = _data.grown_data(
+            data, start.saved, clock.samples, settings.dataset_growth, start.latest_checkpoint
+        )
+        if data is None and schedule.sizes_from(clock.samples) != [clock.size]:
+            raise ValueError(
+                "global_batch_size should be one size when the trainer cannot rebuild the "
+                f"training loader, but got global_batch_size={schedule.describe()!r} with "
+                "dataset reproducibility checks disabled; return a "
+                "detsamplers.loader.DataLoader or WebDatasetSource, or pass an int"
+            )
+        epoch_records = _data.records_per_epoch(user_loader) if data is None else data.records
+        clock.restore_epoch(epoch_records, start.saved)
+        built = context.get_per_slot_batch_size()
+        train_data = user_loader if data is None else data.build(clock.samples, size, rank)
+        _preemption.shield_workers(train_data, settings.signals)  # NOTE [ stop agreement ]
+        total = clock.total(settings.max_length)
+        if settings.test_mode:
+            total = start.initial + 1
+        stop_every = settings.periods["stop_check"]
+        if isinstance(stop_every, Epoch):  # checks are spaced in batches
+            stop_every = Batch(stop_every.length * clock.batches_per_epoch())
+        return _Run(
+            clock, schedule, data, train_data, built, epoch_records, total, stop_every, rank, size
+        )
 
-            # Load checkpoint: check the data, then restore state and RNG (NOTE [ trial RNG ]).
-            if saved is not None and latest_checkpoint is not None:
-                self._load(latest_checkpoint, saved, here, data, train_data, clock)
-            else:
-                _rng.seed_all(context.get_trial_seed(), "rank", rank, 0)
-            if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
-                _preemption.truncate_metrics(checkpoint_dir, initial)
-                retention.remember(checkpoint_dir)
+    def _agree(self, run: _Run) -> dict[str, Any]:
+        """The ranks' agreement on what defines the run (the model phase)."""
+        context, data = self.context, run.data
+        here = {
+            "global_batch_size": run.clock.size,
+            "batch_size_schedule": run.schedule.describe(),
+            "seed": context.get_trial_seed(),
+            "dataset_length": run.epoch_records,
+            "dataset_growth": None if data is None else data.history,
+            "data_seed": None if data is None else data.seed,
+            "aggregation_frequency": context.aggregation_frequency,
+        }
+        views = context.distributed.all_gather(here)
+        if any(view != here for view in views):
+            raise ReproducibilityError(f"the ranks should agree on {here}, but they got {views}")
+        return here
 
-            # Loop.
-            reporter = Reporter(checkpoint_dir, dist.is_chief, initial, total)
-            limit = Batch(initial + 1) if test_mode else max_length
-            last = {"validation": -1, "checkpoint": -1}
-            if saved is not None:  # as Determined restores its trial state's last_val, last_ckpt
-                last = {"validation": int(saved.get("last_validation", -1)), "checkpoint": initial}
-            self._call("on_training_start")
-            if step_zero_validation and initial == 0 and self._validates():
-                last["validation"] = self._validate(reporter, 0, test_mode)
-            window = self._open_window()
-            batches = initial
-            iterator = iter(train_data)
-            stop_period = None if stop_every is None else stop_every.length
-            agreement = _preemption.StopAgreement(dist, initial, stop_period)
-            stop = 0
-            with _profiling(context.profiler):
-                while not clock.reached(limit):
-                    switched = None
-                    per_slot = context.get_per_slot_batch_size()
-                    if data is not None and per_slot != built:  # NOTE [ batch size schedule ]
-                        switched = time.perf_counter()
-                        del iterator
-                        train_data = data.build(clock.samples, size, rank, per_slot)
-                        _preemption.shield_workers(train_data, signals)
-                        iterator, built = iter(train_data), per_slot
-                    window.add(*self._train_batch(iterator, clock))
-                    if batches == initial and saved is not None:
-                        elapsed = time.perf_counter() - started
-                        reporter.log("resume", batches, {"seconds": elapsed})
-                    if switched is not None:
-                        seconds = time.perf_counter() - switched
-                        row = {"global_batch_size": clock.size, "samples_trained": clock.samples}
-                        reporter.log("batch_size", batches, {**row, "seconds": seconds})
-                    clock.advance()
-                    batches = clock.batches
-                    reporter.advance()
-                    due = {n for n, p in periods.items() if p is not None and clock.due(p)}
-                    end = clock.reached(limit)
-                    if due - {"stop_check"} or end:  # NOTE [ training workloads ]
-                        self._report(reporter, window, batches, average_training_metrics)
-                        window = self._open_window()
-                    validated = "validation" in due and self._validates()
-                    checkpoint = "checkpoint" in due
-                    if validated:
-                        last["validation"] = self._validate(reporter, batches, test_mode)
-                        metrics = self._last_validation[1]
-                        checkpoint |= retention.after_validation(metrics, dist)
-                    if checkpoint and last["checkpoint"] != batches:
-                        self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
-                        last["checkpoint"] = batches
-                    if not end and (agreement.due(batches) or validated):
-                        stop = agreement.agree(batches, self._stop_code(signals))
-                        if stop:
-                            break
+    def _restore(self, start: _Start, here: dict[str, Any], run: _Run) -> None:
+        """Check the data, then restore state and RNG (NOTE [ trial RNG ])."""
+        context, dist = self.context, self.context.distributed
+        if start.saved is not None and start.latest_checkpoint is not None:
+            self._load(
+                start.latest_checkpoint, start.saved, here, run.data, run.train_data, run.clock
+            )
+        else:
+            _rng.seed_all(context.get_trial_seed(), "rank", run.rank, 0)
+        if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
+            _preemption.truncate_metrics(start.checkpoint_dir, start.initial)
+            self._retention.remember(start.checkpoint_dir)
 
-            # Stop: the ranks agreed to pause after this batch (NOTE [ stop agreement ]).
-            if stop:
-                stopping = time.perf_counter()
-                if window.batches:
-                    self._report(reporter, window, batches, average_training_metrics)
-                if last["checkpoint"] != batches:
-                    self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
-                reason = _preemption.STOP_REASONS[stop]
-                seconds = time.perf_counter() - stopping
-                reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
-                reporter.close()
-                return
+    def _loop(self, settings: _Settings, start: _Start, run: _Run, started: float) -> _End:
+        """Train, report, validate and checkpoint until the end or an agreed stop."""
+        context, dist = self.context, self.context.distributed
+        clock, data, initial, saved = run.clock, run.data, start.initial, start.saved
+        test_mode, signals = settings.test_mode, settings.signals
+        reporter = Reporter(start.checkpoint_dir, dist.is_chief, initial, run.total)
+        limit = Batch(initial + 1) if test_mode else settings.max_length
+        last = {"validation": -1, "checkpoint": -1}
+        if saved is not None:  # as Determined restores its trial state's last_val, last_ckpt
+            last = {"validation": int(saved.get("last_validation", -1)), "checkpoint": initial}
+        self._call("on_training_start")
+        if settings.step_zero_validation and initial == 0 and self._validates():
+            last["validation"] = self._validate(reporter, 0, test_mode)
+        window = self._open_window()
+        batches = initial
+        train_data, built = run.train_data, run.built
+        iterator = iter(train_data)
+        stop_period = None if run.stop_every is None else run.stop_every.length
+        agreement = _preemption.StopAgreement(dist, initial, stop_period)
+        stop = 0
+        with _profiling(context.profiler):
+            while not clock.reached(limit):
+                switched = None
+                per_slot = context.get_per_slot_batch_size()
+                if data is not None and per_slot != built:  # NOTE [ batch size schedule ]
+                    switched = time.perf_counter()
+                    del iterator
+                    train_data = data.build(clock.samples, run.size, run.rank, per_slot)
+                    _preemption.shield_workers(train_data, signals)
+                    iterator, built = iter(train_data), per_slot
+                window.add(*self._train_batch(iterator, clock))
+                if batches == initial and saved is not None:
+                    elapsed = time.perf_counter() - started
+                    reporter.log("resume", batches, {"seconds": elapsed})
+                if switched is not None:
+                    seconds = time.perf_counter() - switched
+                    row = {"global_batch_size": clock.size, "samples_trained": clock.samples}
+                    reporter.log("batch_size", batches, {**row, "seconds": seconds})
+                clock.advance()
+                batches = clock.batches
+                reporter.advance()
+                due = {n for n, p in settings.periods.items() if p is not None and clock.due(p)}
+                end = clock.reached(limit)
+                if due - {"stop_check"} or end:  # NOTE [ training workloads ]
+                    self._report(reporter, window, batches, settings.average_training_metrics)
+                    window = self._open_window()
+                validated = "validation" in due and self._validates()
+                checkpoint = "checkpoint" in due
+                if validated:
+                    last["validation"] = self._validate(reporter, batches, test_mode)
+                    metrics = self._last_validation[1]
+                    checkpoint |= self._retention.after_validation(metrics, dist)
+                if checkpoint and last["checkpoint"] != batches:
+                    self._checkpoint(start.checkpoint_dir, data, run.epoch_records, clock, last)
+                    last["checkpoint"] = batches
+                if not end and (agreement.due(batches) or validated):
+                    stop = agreement.agree(batches, self._stop_code(signals))
+                    if stop:
+                        break
+        return _End(stop, reporter, window, batches, last)
 
-            # Close: a last validation, then a last checkpoint (NOTE [ training workloads ]).
-            if last["validation"] != batches and self._validates():
-                last["validation"] = self._validate(reporter, batches, test_mode)
-                retention.after_validation(self._last_validation[1], dist)  # the best so far
-            if last["checkpoint"] != batches:
-                self._checkpoint(checkpoint_dir, data, epoch_records, clock, last)
-            reporter.close()
-        finally:
-            self._call("on_trial_shutdown")
+    def _pause(self, settings: _Settings, start: _Start, run: _Run, end: _End) -> None:
+        """The ranks agreed to pause after this batch (NOTE [ stop agreement ])."""
+        stopping = time.perf_counter()
+        reporter, batches = end.reporter, end.batches
+        if end.window.batches:
+            self._report(reporter, end.window, batches, settings.average_training_metrics)
+        if end.last["checkpoint"] != batches:
+            self._checkpoint(start.checkpoint_dir, run.data, run.epoch_records, run.clock, end.last)
+        reason = _preemption.STOP_REASONS[end.stop]
+        seconds = time.perf_counter() - stopping
+        reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
+        reporter.close()
+
+    def _close(self, settings: _Settings, start: _Start, run: _Run, end: _End) -> None:
+        """A last validation, then a last checkpoint (NOTE [ training workloads ])."""
+        reporter, batches, last = end.reporter, end.batches, end.last
+        if last["validation"] != batches and self._validates():
+            last["validation"] = self._validate(reporter, batches, settings.test_mode)
+            dist = self.context.distributed
+            self._retention.after_validation(self._last_validation[1], dist)  # the best so far
+        if last["checkpoint"] != batches:
+            self._checkpoint(start.checkpoint_dir, run.data, run.epoch_records, run.clock, last)
+        reporter.close()
 
     # The phases' steps.
 
