@@ -8,14 +8,18 @@ documents ``[bB, min((b + 1)B, D))``; ``nb = ceil(D / B)`` blocks), and the shuf
 is two keyed permutations (NOTE [ keyed permutation ], keys hashed from the seed,
 NOTE [ seed mixing ]):
 
-- the blocks in the order ``pi`` (a permutation of ``[0, nb)``);
-- inside block ``b``, its documents in the order ``sigma_b`` (a permutation of the block's
-  documents: one keyed family evaluated at "epoch" ``b``, so each block has its own).
+- in epoch ``e``, the blocks in the order ``pi_e`` (the keyed family evaluated at ``e``, a
+  permutation of ``[0, nb)``);
+- inside block ``b`` in epoch ``e``, its documents in the order ``sigma_{b,e}`` (a
+  permutation of the block's documents: one keyed family evaluated at ``b + e nb``, so
+  each block of each epoch has its own).
 
-The shuffled stream is block ``pi(0)``'s documents in the order ``sigma_pi(0)``, then block
-``pi(1)``'s, and so on. Its only index is ``C``, the ``nb + 1`` cumulative token totals of
-the blocks in the order ``pi`` (a block's total is the difference of two document starts,
-so building ``C`` reads ``nb`` boundaries, not ``D``). Token ``t`` of the stream lies in
+The shuffled stream of epoch ``e`` is block ``pi_e(0)``'s documents in the order
+``sigma_{pi_e(0),e}``, then block ``pi_e(1)``'s, and so on. Its only index is ``C_e``, the
+``nb + 1`` cumulative token totals of the blocks in the order ``pi_e`` (a block's total is
+the difference of two document starts, read once; ``C_e`` is a gather and a cumulative sum
+of those ``nb`` totals), built when epoch ``e`` is first asked for; the last
+``CACHED_EPOCHS`` epochs' indexes are kept (a batch spans at most two epochs). Token ``t`` of the stream lies in
 the block at ``j = max{j : C[j] <= t}`` (a binary search), and inside it at the document
 found by a cumulative sum of that block's ``B`` permuted lengths: O(log nb + B) per
 sequence, O(D / B) memory.
@@ -25,8 +29,10 @@ every document exactly once, each whole and in storage order inside, and its len
 corpus's ``T`` tokens. Sequence ``k`` is stream tokens ``[k(L + 1), (k + 1)(L + 1))`` for
 ``k < T // (L + 1)``: these windows are disjoint and cover the stream but for its last
 ``T mod (L + 1)`` tokens (under one sequence), so each of the other tokens appears in
-exactly one sequence. The cut is fixed by the seed; the loader's shuffle reorders the
-sequences every epoch.
+exactly one sequence. Sequence ``k`` of epoch ``e`` is a pure function of
+``(corpus, seed, B, L, e, k)``; epoch 0's order is the one every earlier release had (the
+keys of ``e = 0`` are unchanged), and the epoch reaches the dataset through the loader
+(NOTE [ epoch-aware datasets ]).
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ I64 = npt.NDArray[np.int64]
 Pieces = tuple[I64, I64, I64, npt.NDArray[np.bool_]]
 #: Blocks whose permuted documents and lengths are kept (a window spans a few).
 CACHED_BLOCKS = 8
+#: Epochs whose block order and cumulative totals are kept.
+CACHED_EPOCHS = 2
 
 
 class ConcatOrder:
-    """The documents of ``corpus`` in a block-hierarchical shuffled order.
+    """The documents of ``corpus`` in a block-hierarchical shuffled order, one per epoch.
 
     Args:
         corpus: The documents.
@@ -63,7 +71,7 @@ class ConcatOrder:
         >>> path = Path(tempfile.mkdtemp()) / "t.npy"
         >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 3, 3, 0], dtype=np.uint16))
         >>> order = ConcatOrder(TokenCorpus(path, eod_id=0), seed=0, block_documents=2)
-        >>> docs, first, count, closes = order.pieces(0, 9)
+        >>> docs, first, count, closes = order.pieces(0, 9, epoch=1)
         >>> sorted(docs.tolist()), int(count.sum()), bool(closes.all())
         ([0, 1, 2], 9, True)
     """
@@ -74,44 +82,60 @@ class ConcatOrder:
         self._size = block_documents
         self._blocks = -(-documents // block_documents)
         self._last = documents - (self._blocks - 1) * block_documents
-        blocks = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
-        self._order = blocks.at_epoch(np.arange(self._blocks, dtype=np.int64), 0)
+        self._outer = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
         self._inner = FeistelPermutation(block_documents, derive(seed, "tokens-concat-docs"))
         self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
         firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
         firsts[-1] = documents
-        starts = corpus.starts(firsts)
-        totals = np.diff(starts)[self._order]
-        self._cumulative = np.concatenate([[0], np.cumsum(totals)]).astype(np.int64)
-        self._cache: OrderedDict[int, tuple[I64, I64, I64, I64]] = OrderedDict()
+        self._totals = np.diff(corpus.starts(firsts))
+        self._all_blocks = np.arange(self._blocks, dtype=np.int64)
+        self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], tuple[I64, I64, I64, I64]] = OrderedDict()
+        self.index(0)
 
-    def _block(self, block: int) -> tuple[I64, I64, I64, I64]:
-        """Block ``block``'s documents in order, their starts, lengths and cumulative ends."""
-        found = self._cache.get(block)
+    def index(self, epoch: int) -> tuple[I64, I64]:
+        """Epoch ``epoch``'s block order ``pi_e`` and cumulative totals ``C_e`` (cached)."""
+        found = self._epochs.get(epoch)
         if found is not None:
-            self._cache.move_to_end(block)
+            self._epochs.move_to_end(epoch)
+            return found
+        order = self._outer.at_epoch(self._all_blocks, epoch)
+        cumulative = np.zeros(self._blocks + 1, dtype=np.int64)
+        np.cumsum(self._totals[order], out=cumulative[1:])
+        found = (order, cumulative)
+        self._epochs[epoch] = found
+        while len(self._epochs) > CACHED_EPOCHS:
+            self._epochs.popitem(last=False)
+        return found
+
+    def _block(self, block: int, epoch: int) -> tuple[I64, I64, I64, I64]:
+        """Block ``block``'s documents in epoch ``epoch``'s order, starts, lengths, ends."""
+        found = self._cache.get((epoch, block))
+        if found is not None:
+            self._cache.move_to_end((epoch, block))
             return found
         first = block * self._size
         last = block == self._blocks - 1
         count = self._last if last else self._size
         perm = self._inner_last if last else self._inner
-        local = perm.at_epoch(np.arange(count, dtype=np.int64), block)
+        local = perm.at_epoch(np.arange(count, dtype=np.int64), block + epoch * self._blocks)
         lengths = self._corpus.lengths(first, first + count)[local]
         docs = local + first
         starts = self._corpus.starts(docs)
         found = (docs, starts, lengths, np.cumsum(lengths))
-        self._cache[block] = found
+        self._cache[(epoch, block)] = found
         while len(self._cache) > CACHED_BLOCKS:
             self._cache.popitem(last=False)
         return found
 
-    def pieces(self, start: int, stop: int) -> Pieces:
-        """The pieces of documents making stream tokens ``[start, stop)``, in order."""
+    def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
+        """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""
+        order, cumulative = self.index(epoch)
         out: list[tuple[int, int, int, bool]] = []
-        j = int(np.searchsorted(self._cumulative, start, side="right")) - 1
+        j = int(np.searchsorted(cumulative, start, side="right")) - 1
         while start < stop:
-            docs, starts, lengths, ends = self._block(int(self._order[j]))
-            base = int(self._cumulative[j])
+            docs, starts, lengths, ends = self._block(int(order[j]), epoch)
+            base = int(cumulative[j])
             i = int(np.searchsorted(ends, start - base, side="right"))
             while i < len(docs) and start < stop:
                 doc_end = base + int(ends[i])
