@@ -46,6 +46,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._epochs import data_fields, epoch_aware
 from ._fetch import SeededView, seeded_fetch_supported, seeded_kind
 from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
@@ -83,6 +84,20 @@ def _dataset_length(dataset: Any) -> int:
             f"len(dataset) raised {type(error).__name__}: {error} (dataset of type "
             f"{type(dataset).__name__}); fix its __len__ to return a non-negative int"
         ) from error
+
+
+def _check_epoch_routing(dataset: Any) -> None:
+    """Refuse a ``ConcatDataset`` that would hide its parts' epochs from the loader."""
+    if not isinstance(dataset, tud.ConcatDataset) or epoch_aware(dataset):
+        return
+    for i, part in enumerate(dataset.datasets):
+        if epoch_aware(part):
+            raise ValueError(
+                f"dataset should pass each record's epoch to its parts, but got a "
+                f"ConcatDataset whose datasets[{i}] ({type(part).__name__}) reads epochs "
+                "(getitems_in_epochs) and would read epoch 0 forever; mix token sequences "
+                "with detsamplers.tokens.TokenMixture instead"
+            )
 
 
 def _check_user_sampler(name: str, sampler: Any) -> None:
@@ -266,6 +281,7 @@ class DataLoader:
                 "persistent_workers=True needs multi-process loading, but got num_workers=0; "
                 "set num_workers > 0 or persistent_workers=False"
             )
+        _check_epoch_routing(dataset)
         user = batch_sampler if batch_sampler is not None else sampler
         endless = user is not None and as_node(user).infinite
         if endless:
@@ -418,6 +434,8 @@ class DataLoader:
             num_replicas=num_replicas,
             rank=rank,
             record_seed=record_seed,
+            epochs=epoch_aware(self.dataset),  # NOTE [ epoch-aware datasets ]
+            data=data_fields(self.dataset),
         )
         if repeat:
             check_chain(batches)
