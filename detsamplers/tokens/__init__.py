@@ -6,9 +6,11 @@
 ``mode`` (``_sequences``: NOTE [ token sequences ]; ``_concat``:
 NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
 ``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]). The dataset
-is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
-Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
-``_sequences``; ``_features`` stands alone.
+is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it,
+and hands each record its epoch (NOTE [ epoch-aware datasets ]). ``TokenMixture`` mixes
+several (``_mixture``: NOTE [ token mixture ]). Modules import down: ``_files`` <
+``_boundaries`` < ``_corpus`` < ``_concat`` < ``_sequences`` < ``_mixture``;
+``_features`` stands alone.
 
 Examples:
     >>> import tempfile, numpy as np
@@ -28,6 +30,7 @@ Examples:
 
 from ._corpus import TokenCorpus
 from ._features import collate_tokens
+from ._mixture import TokenMixture
 from ._sequences import TokenSequences
 
-__all__ = ["TokenCorpus", "TokenSequences", "collate_tokens"]
+__all__ = ["TokenCorpus", "TokenMixture", "TokenSequences", "collate_tokens"]
