@@ -46,7 +46,8 @@ class TokenMixture(tud.ConcatDataset[dict[str, npt.NDArray[Any]]]):
 
     Raises:
         TypeError: ``sequences`` is not a list of :class:`TokenSequences`.
-        ValueError: as ``MixSampler`` (weights, window, curriculum).
+        ValueError: the components' ``seq_len`` differ; or as ``MixSampler`` (weights,
+            window, curriculum).
 
     Examples:
         >>> import tempfile, numpy as np
@@ -88,6 +89,13 @@ class TokenMixture(tud.ConcatDataset[dict[str, npt.NDArray[Any]]]):
             raise TypeError(
                 f"sequences should be a list of TokenSequences, one per corpus, but got {got}"
             )
+        for i, part in enumerate(sequences[1:], 1):
+            if part.seq_len != sequences[0].seq_len:
+                raise ValueError(
+                    f"sequences should share one seq_len (a batch has one shape), but "
+                    f"sequences[{i}] has seq_len={part.seq_len} but sequences[0] "
+                    f"{sequences[0].seq_len}; build every component with the same seq_len"
+                )
         super().__init__(sequences)
         self.sequences: list[TokenSequences] = list(sequences)
         #: The mixture's sampler: pass it as the DataLoader's ``sampler``.
