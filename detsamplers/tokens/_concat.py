@@ -87,10 +87,12 @@ class ConcatOrder:
         self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
         firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
         firsts[-1] = documents
-        self._totals = np.diff(corpus.starts(firsts))
+        self._firsts = corpus.starts(firsts)
+        self._totals = np.diff(self._firsts)
         self._all_blocks = np.arange(self._blocks, dtype=np.int64)
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
         self._cache: OrderedDict[tuple[int, int], tuple[I64, I64, I64, I64]] = OrderedDict()
+        self._capacity = CACHED_BLOCKS
         self.index(0)
 
     def index(self, epoch: int) -> tuple[I64, I64]:
@@ -114,19 +116,54 @@ class ConcatOrder:
         if found is not None:
             self._cache.move_to_end((epoch, block))
             return found
-        first = block * self._size
         last = block == self._blocks - 1
         count = self._last if last else self._size
         perm = self._inner_last if last else self._inner
         local = perm.at_epoch(np.arange(count, dtype=np.int64), block + epoch * self._blocks)
-        lengths = self._corpus.lengths(first, first + count)[local]
-        docs = local + first
-        starts = self._corpus.starts(docs)
-        found = (docs, starts, lengths, np.cumsum(lengths))
+        return self._keep(block, epoch, local)
+
+    def _keep(self, block: int, epoch: int, local: I64) -> tuple[I64, I64, I64, I64]:
+        """Cache block ``block`` of epoch ``epoch`` given its documents' order ``local``."""
+        first = block * self._size
+        stored = self._corpus.lengths(first, first + len(local))
+        # The block's documents tile its tokens: each start is the block's first token
+        # plus the lengths before it in storage order (no search per document).
+        before = np.cumsum(stored) - stored
+        lengths = stored[local]
+        found = (local + first, before[local] + self._firsts[block], lengths, np.cumsum(lengths))
         self._cache[(epoch, block)] = found
-        while len(self._cache) > CACHED_BLOCKS:
+        while len(self._cache) > max(CACHED_BLOCKS, self._capacity):
             self._cache.popitem(last=False)
         return found
+
+    def prepare(self, windows: list[tuple[int, int, int]]) -> None:
+        """Build at once the blocks that the ``(start, stop, epoch)`` windows will read.
+
+        The permutations of every missing full block are one vectorised call of the keyed
+        family (each block at its own ``b + e nb``), not one call per block: a batch of
+        random windows touches a block or two each, and per-call overhead dominates a
+        block's few thousand elements. The orders are the same as :meth:`_block`'s.
+        """
+        wanted: dict[tuple[int, int], None] = {}
+        for start, stop, epoch in windows:
+            order, cumulative = self.index(epoch)
+            j = int(np.searchsorted(cumulative, start, side="right")) - 1
+            k = int(np.searchsorted(cumulative, stop, side="left"))
+            for block in order[j:k].tolist():
+                wanted[(epoch, block)] = None
+        self._capacity = len(wanted)
+        missing = [
+            key for key in wanted if key not in self._cache and key[1] != self._blocks - 1
+        ]
+        if len(missing) < 2:
+            return
+        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.int64)
+        size = self._size
+        local = self._inner(
+            np.tile(np.arange(size, dtype=np.int64), len(missing)), np.repeat(keys, size)
+        )
+        for i, (epoch, block) in enumerate(missing):
+            self._keep(block, epoch, local[i * size : (i + 1) * size])
 
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""

@@ -189,12 +189,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             start = int(firsts[0])
             tokens = self.corpus.read(start, start + self.seq_len + 1)
         else:
-            tokens = np.concatenate(
-                [
-                    self.corpus.read(first, first + count)
-                    for first, count in zip(firsts.tolist(), counts.tolist(), strict=True)
-                ]
-            )
+            tokens = self.corpus.read_pieces(firsts, counts)
         return features(tokens, docs, counts, closes)
 
     def getitems_in_epochs(
@@ -204,6 +199,11 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
 
         The loader calls it with each record's epoch: the pass of its sample stream.
         """
+        if self._concat is not None and len(pairs) > 1:
+            width = self.seq_len + 1
+            self._concat.prepare(
+                [(int(k) * width, (int(k) + 1) * width, int(e)) for e, k in pairs]
+            )
         return [self.at(index, epoch) for epoch, index in pairs]
 
     def data_config(self) -> dict[str, Any]:

@@ -307,3 +307,40 @@ def test_a_mixture_of_sequences_of_different_lengths_is_refused(tmp_path: Path) 
         TokenMixture([web, short], weights=[1, 1], seed=0)
     with pytest.raises(TypeError, match="sequences should be a list of TokenSequences"):
         TokenMixture([web, range(3)], weights=[1, 1], seed=0)  # type: ignore[list-item]
+
+
+@settings(max_examples=20, deadline=None)
+@given(files=corpora, seed=st.integers(0, 2**32), block=st.integers(1, 4),
+       picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=2,
+                      max_size=9))  # fmt: skip
+def test_a_batch_read_at_once_equals_its_sequences_read_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seed: int,
+    block: int,
+    picks: list[tuple[int, int]],
+) -> None:
+    corpus = write_unique(tmp_path_factory.mktemp("b"), files)
+    if corpus.num_tokens < 3:
+        return
+    batch = TokenSequences(corpus, 2, mode="concat", seed=seed, block_documents=block)
+    single = TokenSequences(corpus, 2, mode="concat", seed=seed, block_documents=block)
+    pairs = [(epoch, k % len(batch)) for epoch, k in picks]
+    got = batch.getitems_in_epochs(pairs)  # the blocks of every pair built in one call
+    for (epoch, k), item in zip(pairs, got, strict=True):
+        want = single.at(k, epoch)
+        assert {key: value.tolist() for key, value in item.items()} == {
+            key: value.tolist() for key, value in want.items()
+        }
+
+
+def test_a_token_at_or_above_vocab_size_in_a_concat_sequence_names_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "big.bin"
+    np.array([1, 2, 0, 3, 900, 0, 5, 0], dtype=np.uint16).tofile(path)
+    corpus = TokenCorpus(path, dtype="uint16", eod_id=0, vocab_size=512, progress=False)
+    sequences = TokenSequences(corpus, 7, mode="concat", block_documents=1)
+    with pytest.raises(ValueError, match=r"token file .*big.bin should hold token ids in \[0, "
+                                         r"vocab_size=512\), but token 4 is 900"):  # fmt: skip
+        sequences.at(0, 1)
