@@ -26,9 +26,9 @@ from .._errors import ReproducibilityError, check_int
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
+from .._source import Node
 from .._stage import _Cursor
 from .._state import check_state, fingerprint
-from .._source import Node
 from ._digest import sample_digest, sample_probes, stream_digest
 from ._epochs import data_differences, record_epochs, stream_epochs
 from ._frameworks import accelerate_skip
@@ -173,7 +173,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         keys = batch_keys(self._fields["seed"], numbers)
         stride = 0 if self.grid is None else self.grid.world_size
         batches = self.batches(positions)
-        epochs: list[list[int] | None] = [None] * len(batches)
+        epochs: list[Any] = [None] * len(batches)
         if self._epochs is not None and batches:  # NOTE [ epoch-aware datasets ]
             size = len(batches[0])
             samples = numbers[:, None] + np.arange(size, dtype=np.int64) * stride

@@ -19,12 +19,14 @@ The shuffled stream of epoch ``e`` is block ``pi_e(0)``'s documents in the order
 ``nb + 1`` cumulative token totals of the blocks in the order ``pi_e`` (a block's total is
 the difference of two document starts, read once; ``C_e`` is a gather and a cumulative sum
 of those ``nb`` totals), built when epoch ``e`` is first asked for; the last
-``CACHED_EPOCHS`` epochs' indexes are kept (a batch spans at most two epochs). Token ``t`` of the stream lies in
-the block at ``j = max{j : C[j] <= t}`` (a binary search), and inside it at the document
-found by a cumulative sum of that block's ``B`` permuted lengths: O(log nb + B) per
-sequence, O(D / B) memory.
+``CACHED_EPOCHS`` epochs' indexes are kept (a batch spans at most two epochs). Token ``t``
+of the stream lies in the block at ``j = max{j : C_e[j] <= t}`` (a binary search), and
+inside it at the document found by a cumulative sum of that block's ``B`` permuted
+lengths: O(log nb + B) per sequence, O(D / B) memory per cached epoch. A batch's blocks
+are permuted in one vectorised call (``ConcatOrder.prepare``): the same orders, without
+a call's overhead per block.
 
-Every token once per epoch: ``pi`` and each ``sigma_b`` are bijections, so the stream lists
+Every token once per epoch: ``pi_e`` and each ``sigma_{b,e}`` are bijections, so the stream lists
 every document exactly once, each whole and in storage order inside, and its length is the
 corpus's ``T`` tokens. Sequence ``k`` is stream tokens ``[k(L + 1), (k + 1)(L + 1))`` for
 ``k < T // (L + 1)``: these windows are disjoint and cover the stream but for its last
@@ -152,9 +154,7 @@ class ConcatOrder:
             for block in order[j:k].tolist():
                 wanted[(epoch, block)] = None
         self._capacity = len(wanted)
-        missing = [
-            key for key in wanted if key not in self._cache and key[1] != self._blocks - 1
-        ]
+        missing = [key for key in wanted if key not in self._cache and key[1] != self._blocks - 1]
         if len(missing) < 2:
             return
         keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.int64)

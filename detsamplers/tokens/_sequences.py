@@ -201,9 +201,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         """
         if self._concat is not None and len(pairs) > 1:
             width = self.seq_len + 1
-            self._concat.prepare(
-                [(int(k) * width, (int(k) + 1) * width, int(e)) for e, k in pairs]
-            )
+            self._concat.prepare([(int(k) * width, (int(k) + 1) * width, int(e)) for e, k in pairs])
         return [self.at(index, epoch) for epoch, index in pairs]
 
     def data_config(self) -> dict[str, Any]:

@@ -46,9 +46,10 @@ def test_concat_covers_every_token_once_in_each_of_several_epochs(
         assert total - len(seen) < seq_len + 1  # only the tail is left out
         # What a sequence holds is the window its pieces say.
         for k in range(n):
-            assert sequences.at(k, epoch)["input_ids"].tolist() == seen[
-                k * (seq_len + 1) : (k + 1) * (seq_len + 1) - 1
-            ].tolist()
+            assert (
+                sequences.at(k, epoch)["input_ids"].tolist()
+                == seen[k * (seq_len + 1) : (k + 1) * (seq_len + 1) - 1].tolist()
+            )
         streams.append(seen.tolist())
     assert [sequences[k]["input_ids"].tolist() for k in range(n)] == [
         sequences.at(k, 0)["input_ids"].tolist() for k in range(n)
@@ -154,7 +155,7 @@ def test_concat_resumes_exactly_across_epochs_at_any_point_world_size_and_batch_
         return DataLoader(sequences, batch_size=batch_size, shuffle=True, seed=seed,
                           num_workers=num_workers)  # fmt: skip
 
-    assert 12 * 3 > 2 * len(sequences)  # the run crosses two epochs' ends
+    assert 2 * len(sequences) < 12 * 3  # the run crosses two epochs' ends
     report = check_resume(factory, pauses, batches=12, resume=[resume])
     assert report.pauses == pauses
 
@@ -273,7 +274,7 @@ def test_the_loader_state_refuses_another_corpus_mode_length_or_seed_naming_the_
         (TokenSequences(corpus, 4, mode="concat", seed=2), "seed is 1 in the state but 2 here"),
     ]
     for target, message in cases:
-        with pytest.raises(ReproducibilityError, match="saved over another dataset .*" + message):
+        with pytest.raises(ReproducibilityError, match=r"saved over another dataset .*" + message):
             train(target).load_state_dict(state)
     old = {**state, "loader": {k: v for k, v in state["loader"].items() if k != "data"}}
     resumed = train(TokenSequences(corpus, 4, mode="concat", seed=1))
@@ -294,7 +295,7 @@ def test_a_mixture_state_refuses_a_mixture_of_other_corpora(tmp_path: Path) -> N
     web, code = mixture_of(tmp_path / "b", 3).sequences
     changed = TokenMixture([web, TokenSequences(code.corpus, 5, mode="concat", seed=9)],
                            weights=[0.5, 0.5], seed=3)  # fmt: skip
-    with pytest.raises(ReproducibilityError, match="saved over another dataset .*components is"):
+    with pytest.raises(ReproducibilityError, match=r"saved over another dataset .*components is"):
         DataLoader(changed, sampler=changed.sampler, batch_size=2, seed=3).get_data_loader(
             repeat=True
         ).load_state_dict(state)
