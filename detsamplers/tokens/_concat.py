@@ -157,10 +157,15 @@ class ConcatOrder:
         missing = [key for key in wanted if key not in self._cache and key[1] != self._blocks - 1]
         if len(missing) < 2:
             return
-        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.int64)
+        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.uint64)
         size = self._size
-        local = self._inner(
-            np.tile(np.arange(size, dtype=np.int64), len(missing)), np.repeat(keys, size)
+        # The family's own evaluation at many epochs, with each block's round keys hashed
+        # once and repeated over its documents (hashing them per element costs more than
+        # the network itself).
+        table = self._inner._keys_for(keys)
+        local = self._inner._walk(
+            np.tile(np.arange(size, dtype=np.int64), len(missing)),
+            [np.repeat(row, size) for row in table],
         )
         for i, (epoch, block) in enumerate(missing):
             self._keep(block, epoch, local[i * size : (i + 1) * size])
@@ -168,24 +173,24 @@ class ConcatOrder:
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""
         order, cumulative = self.index(epoch)
-        out: list[tuple[int, int, int, bool]] = []
+        parts: list[Pieces] = []
         j = int(np.searchsorted(cumulative, start, side="right")) - 1
         while start < stop:
             docs, starts, lengths, ends = self._block(int(order[j]), epoch)
             base = int(cumulative[j])
+            # The documents meeting [start, stop) in this block: i .. last, each cut to it.
             i = int(np.searchsorted(ends, start - base, side="right"))
-            while i < len(docs) and start < stop:
-                doc_end = base + int(ends[i])
-                offset = start - (doc_end - int(lengths[i]))
-                take = min(stop, doc_end) - start
-                out.append((int(docs[i]), int(starts[i]) + offset, take, start + take == doc_end))
-                start += take
-                i += 1
+            last = min(int(np.searchsorted(ends, stop - base, side="left")), len(docs) - 1)
+            doc_end = ends[i : last + 1] + base
+            doc_begin = doc_end - lengths[i : last + 1]
+            first = np.maximum(doc_begin, start)
+            end = np.minimum(doc_end, stop)
+            parts.append((docs[i : last + 1], starts[i : last + 1] + (first - doc_begin),
+                          end - first, end == doc_end))  # fmt: skip
+            start = min(stop, base + int(ends[-1]))
             j += 1
-        docs_, firsts, counts, closes = zip(*out, strict=True) if out else ((), (), (), ())
-        return (
-            np.array(docs_, dtype=np.int64),
-            np.array(firsts, dtype=np.int64),
-            np.array(counts, dtype=np.int64),
-            np.array(closes, dtype=np.bool_),
-        )
+        if len(parts) == 1:
+            return parts[0]
+        docs_, firsts, counts, closes = zip(*parts, strict=True)
+        return (np.concatenate(docs_), np.concatenate(firsts), np.concatenate(counts),
+                np.concatenate(closes))  # fmt: skip

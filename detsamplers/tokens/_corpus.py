@@ -261,9 +261,12 @@ class TokenCorpus:
         total = int(counts.sum())
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = np.repeat(firsts, counts) + offsets
-        files = np.searchsorted(self._token_start, positions, side="right") - 1
-        first = int(files[0]) if total else 0
-        if total and not (files != first).any():
+        if len(self._tokens) == 1:
+            files, first = None, 0
+        else:
+            files = np.searchsorted(self._token_start, positions, side="right") - 1
+            first = int(files[0]) if total else 0
+        if total and (files is None or not (files != first).any()):
             out = np.asarray(self._tokens[first][positions - self._token_start[first]])
             out = out.astype(np.int64)
             if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
