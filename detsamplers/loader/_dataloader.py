@@ -23,6 +23,11 @@ dataset is the user's own, and whose fetch seeds the global RNGs per batch
 - ``sampler=MixSampler(...)`` over ``ConcatDataset(datasets)``: mix → shard → batch →
   skip, training only (a mixture is endless and repeats each component itself).
 
+A dataset that reads each record's epoch (``getitems_in_epochs``) gets it from the
+record's sample position (NOTE [ epoch-aware datasets ]); a ``ConcatDataset`` of such
+datasets is refused (it would hide the epochs), and so is a training stream over a
+``batch_sampler`` (its records have no sample positions).
+
 Iterating this ``DataLoader`` directly (``for batch in loader``, ``len(loader)``) is
 ``get_data_loader(repeat=False)`` on one rank, built once and reused, so it behaves like
 torch's DataLoader: one pass per ``iter()``, reshuffled each pass when ``shuffle=True``,
