@@ -124,15 +124,23 @@ class ConcatOrder:
         local = perm.at_epoch(np.arange(count, dtype=np.int64), block + epoch * self._blocks)
         return self._keep(block, epoch, local)
 
-    def _keep(self, block: int, epoch: int, local: I64) -> tuple[I64, I64, I64, I64]:
-        """Cache block ``block`` of epoch ``epoch`` given its documents' order ``local``."""
+    def _keep(
+        self, block: int, epoch: int, local: I64, begins: I64 | None = None
+    ) -> tuple[I64, I64, I64, I64]:
+        """Cache block ``block`` of epoch ``epoch`` given its documents' order ``local``.
+
+        ``begins``: the block's document starts in storage order, if already read.
+        """
         first = block * self._size
-        stored = self._corpus.lengths(first, first + len(local))
-        # The block's documents tile its tokens: each start is the block's first token
-        # plus the lengths before it in storage order (no search per document).
-        before = np.cumsum(stored) - stored
+        if begins is None:
+            stored = self._corpus.lengths(first, first + len(local))
+            # The block's documents tile its tokens: each start is the block's first
+            # token plus the lengths before it in storage order (no search per document).
+            begins = np.cumsum(stored) - stored + self._firsts[block]
+        else:
+            stored = np.diff(begins, append=self._firsts[block + 1])
         lengths = stored[local]
-        found = (local + first, before[local] + self._firsts[block], lengths, np.cumsum(lengths))
+        found = (local + first, begins[local], lengths, np.cumsum(lengths))
         self._cache[(epoch, block)] = found
         while len(self._cache) > max(CACHED_BLOCKS, self._capacity):
             self._cache.popitem(last=False)
@@ -167,8 +175,12 @@ class ConcatOrder:
             np.tile(np.arange(size, dtype=np.int64), len(missing)),
             [np.repeat(row, size) for row in table],
         )
+        # Every missing block's document starts in one read of the boundaries.
+        firsts = np.array([block * size for _, block in missing], dtype=np.int64)
+        begins = self._corpus.starts((firsts[:, None] + np.arange(size)).ravel())
         for i, (epoch, block) in enumerate(missing):
-            self._keep(block, epoch, local[i * size : (i + 1) * size])
+            part = slice(i * size, (i + 1) * size)
+            self._keep(block, epoch, local[part], begins[part])
 
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""
