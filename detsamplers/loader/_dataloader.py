@@ -24,8 +24,8 @@ dataset is the user's own, and whose fetch seeds the global RNGs per batch
   skip, training only (a mixture is endless and repeats each component itself).
 
 A dataset that reads each record's epoch (``getitems_in_epochs``) gets it from the
-record's sample position (NOTE [ epoch-aware datasets ]); a ``ConcatDataset`` of such
-datasets is refused (it would hide the epochs), and so is a training stream over a
+record's sample position (NOTE [ epoch-aware datasets ]); a ``ConcatDataset`` or ``Subset`` of
+such datasets is refused (it would hide the epochs), and so is a training stream over a
 ``batch_sampler`` (its records have no sample positions).
 
 Iterating this ``DataLoader`` directly (``for batch in loader``, ``len(loader)``) is
@@ -92,8 +92,17 @@ def _dataset_length(dataset: Any) -> int:
 
 
 def _check_epoch_routing(dataset: Any) -> None:
-    """Refuse a ``ConcatDataset`` that would hide its parts' epochs from the loader."""
-    if not isinstance(dataset, tud.ConcatDataset) or epoch_aware(dataset):
+    """Refuse a ``ConcatDataset`` or ``Subset`` that would hide epochs from the loader."""
+    if epoch_aware(dataset):
+        return
+    if isinstance(dataset, tud.Subset) and epoch_aware(dataset.dataset):
+        raise ValueError(
+            f"dataset should pass each record's epoch to the dataset it wraps, but got a "
+            f"Subset of a {type(dataset.dataset).__name__}, which reads epochs "
+            "(getitems_in_epochs) and would read epoch 0 forever; pass the dataset itself "
+            "with sampler=<the subset's indices> instead"
+        )
+    if not isinstance(dataset, tud.ConcatDataset):
         return
     for i, part in enumerate(dataset.datasets):
         if epoch_aware(part):

@@ -27,6 +27,9 @@ Where records have no sample positions the epoch is defined or refused:
 - a training stream over a user's ``batch_sampler`` is refused when the loader is built:
   its batches have no sample positions, so the epoch of a record is not known.
 
+A ``ConcatDataset`` or ``Subset`` around such a dataset is refused too (it would hide the
+epochs and read epoch 0 forever); ``detsamplers.tokens.TokenMixture`` routes them.
+
 A dataset may also expose ``data_config()``: a JSON-able dict of what decides its
 records (a token dataset's files, mode, ``seq_len``, seed). The loader's state keeps it
 under ``state["loader"]["data"]``, each value longer than :data:`INLINE_CHARS` characters

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import ConcatDataset
+from torch.utils.data import ConcatDataset, Subset
 
 from detsamplers import MixSampler
 from detsamplers.loader import DataLoader
@@ -89,3 +89,12 @@ def test_a_data_config_that_is_not_a_dict_is_refused_naming_the_hook() -> None:
 
     with pytest.raises(TypeError, match=r"dataset.data_config\(\) should return a dict .* list"):
         DataLoader(Odd(3), batch_size=1).get_data_loader(repeat=True)
+
+
+def test_a_subset_or_concat_dataset_hiding_the_epochs_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"got a Subset of a Pairs, which reads epochs"):
+        DataLoader(Subset(Pairs(5), [0, 2]), batch_size=1)
+    with pytest.raises(ValueError, match=r"ConcatDataset whose datasets\[1\] \(Pairs\)"):
+        DataLoader(ConcatDataset([range(3), Pairs(2)]), batch_size=1)
+    indices = DataLoader(Pairs(5), sampler=[0, 2], batch_size=2, collate_fn=lambda b: b)
+    assert records(indices.get_data_loader(repeat=True), 4) == [(0, 0), (0, 2), (1, 0), (1, 2)]
