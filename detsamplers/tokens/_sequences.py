@@ -221,7 +221,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         return config
 
     def state_dict(self) -> dict[str, Any]:
-        """The dataset's fingerprint, to save beside the loader's state (JSON-able).
+        """The dataset's fingerprint on its own (JSON-able); the loader's state holds it too.
 
         Examples:
             >>> import tempfile, numpy as np
