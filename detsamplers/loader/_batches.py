@@ -26,9 +26,11 @@ from .._errors import ReproducibilityError, check_int
 from .._mix import adopt_curriculum
 from .._samples import saved_grid, stream_links
 from .._skip import SkipBatchSampler
+from .._source import Node
 from .._stage import _Cursor
 from .._state import check_state, fingerprint
 from ._digest import sample_digest, sample_probes, stream_digest
+from ._epochs import data_differences, record_epochs, stream_epochs
 from ._frameworks import accelerate_skip
 from ._prepare import PreparedIteration, accelerate_prepared, check_form, each_for_every_process
 from ._seeding import PositionedBatch, batch_key, batch_keys, positioned_batch
@@ -90,6 +92,10 @@ class LoaderBatchSampler(SkipBatchSampler):
             of its first record, ``S + b W B + r``; over any other chain by ``b * W + r``.
         record_seed: The seed of per-record seeding (``DataLoader(seeding="record")``), or
             None to seed per batch (NOTE [ per-batch seeding ]).
+        epochs: Attach each record's epoch to the batches of a training stream, for a
+            dataset that reads them (NOTE [ epoch-aware datasets ]).
+        data: The dataset's ``data_config()`` fields, kept in the state and checked on
+            load (NOTE [ epoch-aware datasets ]), or None.
 
     Examples:
         >>> from itertools import islice
@@ -114,9 +120,24 @@ class LoaderBatchSampler(SkipBatchSampler):
         num_replicas: int,
         rank: int,
         record_seed: int | None = None,
+        epochs: bool = False,
+        data: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(batch_sampler, skip, skip_samples=skip_samples)
         self.record_seed = record_seed
+        self._data = data
+        # The sample stream whose passes are the records' epochs, or None.
+        self._epochs: Node | None = None
+        if epochs and self.infinite:
+            grid = self.grid
+            if grid is None or not stream_epochs(grid.samples):
+                raise ValueError(
+                    "dataset reads each record's epoch (it has getitems_in_epochs), but this "
+                    "training stream's records have no sample positions to tell the epoch "
+                    "(a batch_sampler, or a sampler without passes); build the DataLoader "
+                    "with batch_size= and shuffle= or sampler= instead"
+                )
+            self._epochs = grid.samples
         # The loader iteration that counts handed batches (NOTE [ handed batches ]), and
         # whether the next iteration to start is that loader's.
         self._handed: Handed | None = None
@@ -151,10 +172,17 @@ class LoaderBatchSampler(SkipBatchSampler):
         numbers = self._numbers(positions)
         keys = batch_keys(self._fields["seed"], numbers)
         stride = 0 if self.grid is None else self.grid.world_size
+        batches = self.batches(positions)
+        epochs: list[Any] = [None] * len(batches)
+        if self._epochs is not None and batches:  # NOTE [ epoch-aware datasets ]
+            size = len(batches[0])
+            samples = numbers[:, None] + np.arange(size, dtype=np.int64) * stride
+            found = record_epochs(self._epochs, samples.ravel()).reshape(len(batches), size)
+            epochs = found.tolist()
         block = [
-            positioned_batch(batch, number, key, stride, at)
-            for batch, number, key, at in zip(
-                self.batches(positions), numbers.tolist(), keys, positions.tolist(), strict=True
+            positioned_batch(batch, number, key, stride, at, epoch)
+            for batch, number, key, at, epoch in zip(
+                batches, numbers.tolist(), keys, positions.tolist(), epochs, strict=True
             )
         ]
         self._block = (start, block)
@@ -284,7 +312,7 @@ class LoaderBatchSampler(SkipBatchSampler):
             (3, 5, 16)
         """
         state = super().state_dict()
-        fields = dict(self._fields)
+        fields: dict[str, Any] = dict(self._fields)
         state["loader"] = fields
         if self.grid is not None and state["samples"] is not None:
             records: dict[int, int] = {}
@@ -297,6 +325,8 @@ class LoaderBatchSampler(SkipBatchSampler):
             state["digest"] = self._sample_digest(state["samples"], probes, records)
             if 0 in probes and self._first_sample is None:
                 self._first_sample = int(self.grid.samples.records(np.zeros(1, np.int64))[0])
+            if self._data is not None:
+                fields["data"] = dict(self._data)
             return state
         if self._first is None and self.indexable:
             self._first = self.batches(np.zeros(1, dtype=np.int64))[0]
@@ -304,8 +334,10 @@ class LoaderBatchSampler(SkipBatchSampler):
         if self._first is not None:
             known[0] = self._first
         state["digest"] = stream_digest(
-            self, state["position"], state["fingerprint"], fields, known
+            self, state["position"], state["fingerprint"], dict(self._fields), known
         )
+        if self._data is not None:
+            fields["data"] = dict(self._data)
         return state
 
     def _stream_fingerprint(self) -> str:
@@ -363,6 +395,13 @@ class LoaderBatchSampler(SkipBatchSampler):
         """
         owner = type(self).__name__
         check_loader_keys(state_dict, owner)
+        different = data_differences(state_dict["loader"].get("data"), self._data)
+        if different:
+            raise ReproducibilityError(
+                f"cannot load this state into {owner}: it was saved over another dataset "
+                f"({'; '.join(different)}); resuming from it would train on other data. "
+                "Rebuild the dataset with the saved settings."
+            )
         state_dict = self._adopt_growth(state_dict)
         saved = state_dict["loader"]
         elastic = self.grid is not None and state_dict.get("samples") is not None

@@ -23,6 +23,11 @@ dataset is the user's own, and whose fetch seeds the global RNGs per batch
 - ``sampler=MixSampler(...)`` over ``ConcatDataset(datasets)``: mix → shard → batch →
   skip, training only (a mixture is endless and repeats each component itself).
 
+A dataset that reads each record's epoch (``getitems_in_epochs``) gets it from the
+record's sample position (NOTE [ epoch-aware datasets ]); a ``ConcatDataset`` or ``Subset`` of
+such datasets is refused (it would hide the epochs), and so is a training stream over a
+``batch_sampler`` (its records have no sample positions).
+
 Iterating this ``DataLoader`` directly (``for batch in loader``, ``len(loader)``) is
 ``get_data_loader(repeat=False)`` on one rank, built once and reused, so it behaves like
 torch's DataLoader: one pass per ``iter()``, reshuffled each pass when ``shuffle=True``,
@@ -46,6 +51,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
+from ._epochs import data_fields, epoch_aware
 from ._fetch import SeededView, seeded_fetch_supported, seeded_kind
 from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
@@ -83,6 +89,29 @@ def _dataset_length(dataset: Any) -> int:
             f"len(dataset) raised {type(error).__name__}: {error} (dataset of type "
             f"{type(dataset).__name__}); fix its __len__ to return a non-negative int"
         ) from error
+
+
+def _check_epoch_routing(dataset: Any) -> None:
+    """Refuse a ``ConcatDataset`` or ``Subset`` that would hide epochs from the loader."""
+    if epoch_aware(dataset):
+        return
+    if isinstance(dataset, tud.Subset) and epoch_aware(dataset.dataset):
+        raise ValueError(
+            f"dataset should pass each record's epoch to the dataset it wraps, but got a "
+            f"Subset of a {type(dataset.dataset).__name__}, which reads epochs "
+            "(getitems_in_epochs) and would read epoch 0 forever; pass the dataset itself "
+            "with sampler=<the subset's indices> instead"
+        )
+    if not isinstance(dataset, tud.ConcatDataset):
+        return
+    for i, part in enumerate(dataset.datasets):
+        if epoch_aware(part):
+            raise ValueError(
+                f"dataset should pass each record's epoch to its parts, but got a "
+                f"ConcatDataset whose datasets[{i}] ({type(part).__name__}) reads epochs "
+                "(getitems_in_epochs) and would read epoch 0 forever; mix token sequences "
+                "with detsamplers.tokens.TokenMixture instead"
+            )
 
 
 def _check_user_sampler(name: str, sampler: Any) -> None:
@@ -266,6 +295,7 @@ class DataLoader:
                 "persistent_workers=True needs multi-process loading, but got num_workers=0; "
                 "set num_workers > 0 or persistent_workers=False"
             )
+        _check_epoch_routing(dataset)
         user = batch_sampler if batch_sampler is not None else sampler
         endless = user is not None and as_node(user).infinite
         if endless:
@@ -418,6 +448,8 @@ class DataLoader:
             num_replicas=num_replicas,
             rank=rank,
             record_seed=record_seed,
+            epochs=epoch_aware(self.dataset),  # NOTE [ epoch-aware datasets ]
+            data=data_fields(self.dataset),
         )
         if repeat:
             check_chain(batches)

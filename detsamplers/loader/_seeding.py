@@ -78,30 +78,42 @@ class PositionedBatch(list[int]):
     sample positions of consecutive records (the world size) over a training stream, 0
     where records have no sample positions. ``at`` is the batch's position in this
     rank's stream of batches (the batch sampler's position), which the loader counts as
-    batches are handed out (NOTE [ handed batches ]); -1 where it is not known.
+    batches are handed out (NOTE [ handed batches ]); -1 where it is not known. ``epochs``
+    is each record's epoch for a dataset that reads them (NOTE [ epoch-aware datasets ]),
+    else None.
 
     Examples:
         >>> import pickle
-        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7), stride=2, at=3)
+        >>> batch = positioned_batch([4, 1], position=7, key=batch_key(0, 7), stride=2, at=3,
+        ...                          epochs=[0, 1])
         >>> copy = pickle.loads(pickle.dumps(batch))
-        >>> copy, copy.position, copy.key == batch_key(0, 7), copy.stride, copy.at
-        ([4, 1], 7, True, 2, 3)
+        >>> copy, copy.position, copy.key == batch_key(0, 7), copy.stride, copy.at, copy.epochs
+        ([4, 1], 7, True, 2, 3, [0, 1])
     """
 
-    __slots__ = ("at", "key", "position", "stride")
+    __slots__ = ("at", "epochs", "key", "position", "stride")
     position: int
     key: int
     stride: int
     at: int
+    epochs: list[int] | None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A module-level function pickles by name: about half the cost of a classmethod,
         # paid for every batch sent to a worker.
-        return (positioned_batch, (list(self), self.position, self.key, self.stride, self.at))
+        return (
+            positioned_batch,
+            (list(self), self.position, self.key, self.stride, self.at, self.epochs),
+        )
 
 
 def positioned_batch(
-    indices: Iterable[int], position: int, key: int, stride: int = 0, at: int = -1
+    indices: Iterable[int],
+    position: int,
+    key: int,
+    stride: int = 0,
+    at: int = -1,
+    epochs: list[int] | None = None,
 ) -> PositionedBatch:
     """The batch ``indices`` (copied) numbered ``position``, seeded by ``key``, at ``at``."""
     # list's own constructor, then the slots: no Python-level __init__ per batch.
@@ -110,6 +122,7 @@ def positioned_batch(
     batch.key = key
     batch.stride = stride
     batch.at = at
+    batch.epochs = epochs
     return batch
 
 
@@ -207,6 +220,9 @@ def fetch_seeded(dataset: Any, indices: Sequence[int], record: int | None = None
         if stride and record is not None:
             return _per_record(dataset, indices, stride, record)
         seed_globals(key)
+    epochs = getattr(indices, "epochs", None)
+    if epochs is not None:  # NOTE [ epoch-aware datasets ]
+        return list(dataset.getitems_in_epochs(list(zip(epochs, indices, strict=True))))
     getitems = getattr(dataset, "__getitems__", None)
     if getitems is not None and callable(getitems):
         return list(getitems(list(indices)))
@@ -218,8 +234,12 @@ def _per_record(dataset: Any, indices: Any, stride: int, record: int) -> list[An
     first: int = indices.position
     samples = first + np.arange(len(indices), dtype=np.int64) * stride
     keys = stream_keys(record, samples).tolist()
+    epochs = getattr(indices, "epochs", None)
     out = []
-    for index, key in zip(indices, keys, strict=True):
+    for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
         seed_globals(key)
-        out.append(dataset[index])
+        if epochs is None:
+            out.append(dataset[index])
+        else:  # NOTE [ epoch-aware datasets ]
+            out.extend(dataset.getitems_in_epochs([(epochs[j], index)]))
     return out

@@ -7,11 +7,13 @@
 NOTE [ block-hierarchical concat ]), each a dict of what a model consumes, and
 ``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]);
 ``TokenWriter`` writes a corpus folder (``_writer``: NOTE [ token writer ]). The dataset
-is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it.
+is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it,
+and hands each record its epoch (NOTE [ epoch-aware datasets ]). ``TokenMixture`` mixes
+several (``_mixture``: NOTE [ token mixture ]).
 Files named by ``http(s)://`` or ``s3://`` URLs are read through the webdataset source's
 remote layer and node cache (``_remote``: NOTE [ remote token files ]), imported only then.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
-``_sequences``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
+``_sequences`` < ``_mixture``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
 Megatron's ``.bin``/``.idx`` pairs are read by ``_megatron`` (NOTE [ megatron files ]),
 which imports ``_files`` and is imported by ``_corpus``.
 
@@ -33,7 +35,8 @@ Examples:
 
 from ._corpus import TokenCorpus
 from ._features import collate_tokens
+from ._mixture import TokenMixture
 from ._sequences import TokenSequences
 from ._writer import TokenWriter
 
-__all__ = ["TokenCorpus", "TokenSequences", "TokenWriter", "collate_tokens"]
+__all__ = ["TokenCorpus", "TokenMixture", "TokenSequences", "TokenWriter", "collate_tokens"]

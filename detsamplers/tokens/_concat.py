@@ -8,25 +8,33 @@ documents ``[bB, min((b + 1)B, D))``; ``nb = ceil(D / B)`` blocks), and the shuf
 is two keyed permutations (NOTE [ keyed permutation ], keys hashed from the seed,
 NOTE [ seed mixing ]):
 
-- the blocks in the order ``pi`` (a permutation of ``[0, nb)``);
-- inside block ``b``, its documents in the order ``sigma_b`` (a permutation of the block's
-  documents: one keyed family evaluated at "epoch" ``b``, so each block has its own).
+- in epoch ``e``, the blocks in the order ``pi_e`` (the keyed family evaluated at ``e``, a
+  permutation of ``[0, nb)``);
+- inside block ``b`` in epoch ``e``, its documents in the order ``sigma_{b,e}`` (a
+  permutation of the block's documents: one keyed family evaluated at ``b + e nb``, so
+  each block of each epoch has its own).
 
-The shuffled stream is block ``pi(0)``'s documents in the order ``sigma_pi(0)``, then block
-``pi(1)``'s, and so on. Its only index is ``C``, the ``nb + 1`` cumulative token totals of
-the blocks in the order ``pi`` (a block's total is the difference of two document starts,
-so building ``C`` reads ``nb`` boundaries, not ``D``). Token ``t`` of the stream lies in
-the block at ``j = max{j : C[j] <= t}`` (a binary search), and inside it at the document
-found by a cumulative sum of that block's ``B`` permuted lengths: O(log nb + B) per
-sequence, O(D / B) memory.
+The shuffled stream of epoch ``e`` is block ``pi_e(0)``'s documents in the order
+``sigma_{pi_e(0),e}``, then block ``pi_e(1)``'s, and so on. Its only index is ``C_e``, the
+``nb + 1`` cumulative token totals of the blocks in the order ``pi_e`` (a block's total is
+the difference of two document starts, read once; ``C_e`` is a gather and a cumulative sum
+of those ``nb`` totals), built when epoch ``e`` is first asked for; the last
+``CACHED_EPOCHS`` epochs' indexes are kept (a batch spans at most two epochs). Token ``t``
+of the stream lies in the block at ``j = max{j : C_e[j] <= t}`` (a binary search), and
+inside it at the document found by a cumulative sum of that block's ``B`` permuted
+lengths: O(log nb + B) per sequence, O(D / B) memory per cached epoch. A batch's blocks
+are permuted in one vectorised call (``ConcatOrder.prepare``): the same orders, without
+a call's overhead per block.
 
-Every token once per epoch: ``pi`` and each ``sigma_b`` are bijections, so the stream lists
+Every token once per epoch: ``pi_e`` and each ``sigma_{b,e}`` are bijections, so the stream lists
 every document exactly once, each whole and in storage order inside, and its length is the
 corpus's ``T`` tokens. Sequence ``k`` is stream tokens ``[k(L + 1), (k + 1)(L + 1))`` for
 ``k < T // (L + 1)``: these windows are disjoint and cover the stream but for its last
 ``T mod (L + 1)`` tokens (under one sequence), so each of the other tokens appears in
-exactly one sequence. The cut is fixed by the seed; the loader's shuffle reorders the
-sequences every epoch.
+exactly one sequence. Sequence ``k`` of epoch ``e`` is a pure function of
+``(corpus, seed, B, L, e, k)``; epoch 0's order is the one every earlier release had (the
+keys of ``e = 0`` are unchanged), and the epoch reaches the dataset through the loader
+(NOTE [ epoch-aware datasets ]).
 """
 
 from __future__ import annotations
@@ -47,10 +55,12 @@ I64 = npt.NDArray[np.int64]
 Pieces = tuple[I64, I64, I64, npt.NDArray[np.bool_]]
 #: Blocks whose permuted documents and lengths are kept (a window spans a few).
 CACHED_BLOCKS = 8
+#: Epochs whose block order and cumulative totals are kept.
+CACHED_EPOCHS = 2
 
 
 class ConcatOrder:
-    """The documents of ``corpus`` in a block-hierarchical shuffled order.
+    """The documents of ``corpus`` in a block-hierarchical shuffled order, one per epoch.
 
     Args:
         corpus: The documents.
@@ -63,7 +73,7 @@ class ConcatOrder:
         >>> path = Path(tempfile.mkdtemp()) / "t.npy"
         >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 3, 3, 0], dtype=np.uint16))
         >>> order = ConcatOrder(TokenCorpus(path, eod_id=0), seed=0, block_documents=2)
-        >>> docs, first, count, closes = order.pieces(0, 9)
+        >>> docs, first, count, closes = order.pieces(0, 9, epoch=1)
         >>> sorted(docs.tolist()), int(count.sum()), bool(closes.all())
         ([0, 1, 2], 9, True)
     """
@@ -74,57 +84,125 @@ class ConcatOrder:
         self._size = block_documents
         self._blocks = -(-documents // block_documents)
         self._last = documents - (self._blocks - 1) * block_documents
-        blocks = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
-        self._order = blocks.at_epoch(np.arange(self._blocks, dtype=np.int64), 0)
+        self._outer = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
         self._inner = FeistelPermutation(block_documents, derive(seed, "tokens-concat-docs"))
         self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
         firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
         firsts[-1] = documents
-        starts = corpus.starts(firsts)
-        totals = np.diff(starts)[self._order]
-        self._cumulative = np.concatenate([[0], np.cumsum(totals)]).astype(np.int64)
-        self._cache: OrderedDict[int, tuple[I64, I64, I64, I64]] = OrderedDict()
+        self._firsts = corpus.starts(firsts)
+        self._totals = np.diff(self._firsts)
+        self._all_blocks = np.arange(self._blocks, dtype=np.int64)
+        self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], tuple[I64, I64, I64, I64]] = OrderedDict()
+        self._capacity = CACHED_BLOCKS
+        self.index(0)
 
-    def _block(self, block: int) -> tuple[I64, I64, I64, I64]:
-        """Block ``block``'s documents in order, their starts, lengths and cumulative ends."""
-        found = self._cache.get(block)
+    def index(self, epoch: int) -> tuple[I64, I64]:
+        """Epoch ``epoch``'s block order ``pi_e`` and cumulative totals ``C_e`` (cached)."""
+        found = self._epochs.get(epoch)
         if found is not None:
-            self._cache.move_to_end(block)
+            self._epochs.move_to_end(epoch)
             return found
-        first = block * self._size
+        order = self._outer.at_epoch(self._all_blocks, epoch)
+        cumulative = np.zeros(self._blocks + 1, dtype=np.int64)
+        np.cumsum(self._totals[order], out=cumulative[1:])
+        found = (order, cumulative)
+        self._epochs[epoch] = found
+        while len(self._epochs) > CACHED_EPOCHS:
+            self._epochs.popitem(last=False)
+        return found
+
+    def _block(self, block: int, epoch: int) -> tuple[I64, I64, I64, I64]:
+        """Block ``block``'s documents in epoch ``epoch``'s order, starts, lengths, ends."""
+        found = self._cache.get((epoch, block))
+        if found is not None:
+            self._cache.move_to_end((epoch, block))
+            return found
         last = block == self._blocks - 1
         count = self._last if last else self._size
         perm = self._inner_last if last else self._inner
-        local = perm.at_epoch(np.arange(count, dtype=np.int64), block)
-        lengths = self._corpus.lengths(first, first + count)[local]
-        docs = local + first
-        starts = self._corpus.starts(docs)
-        found = (docs, starts, lengths, np.cumsum(lengths))
-        self._cache[block] = found
-        while len(self._cache) > CACHED_BLOCKS:
+        local = perm.at_epoch(np.arange(count, dtype=np.int64), block + epoch * self._blocks)
+        return self._keep(block, epoch, local)
+
+    def _keep(
+        self, block: int, epoch: int, local: I64, begins: I64 | None = None
+    ) -> tuple[I64, I64, I64, I64]:
+        """Cache block ``block`` of epoch ``epoch`` given its documents' order ``local``.
+
+        ``begins``: the block's document starts in storage order, if already read.
+        """
+        first = block * self._size
+        if begins is None:
+            stored = self._corpus.lengths(first, first + len(local))
+            # The block's documents tile its tokens: each start is the block's first
+            # token plus the lengths before it in storage order (no search per document).
+            begins = np.cumsum(stored) - stored + self._firsts[block]
+        else:
+            stored = np.diff(begins, append=self._firsts[block + 1])
+        lengths = stored[local]
+        found = (local + first, begins[local], lengths, np.cumsum(lengths))
+        self._cache[(epoch, block)] = found
+        while len(self._cache) > max(CACHED_BLOCKS, self._capacity):
             self._cache.popitem(last=False)
         return found
 
-    def pieces(self, start: int, stop: int) -> Pieces:
-        """The pieces of documents making stream tokens ``[start, stop)``, in order."""
-        out: list[tuple[int, int, int, bool]] = []
-        j = int(np.searchsorted(self._cumulative, start, side="right")) - 1
-        while start < stop:
-            docs, starts, lengths, ends = self._block(int(self._order[j]))
-            base = int(self._cumulative[j])
-            i = int(np.searchsorted(ends, start - base, side="right"))
-            while i < len(docs) and start < stop:
-                doc_end = base + int(ends[i])
-                offset = start - (doc_end - int(lengths[i]))
-                take = min(stop, doc_end) - start
-                out.append((int(docs[i]), int(starts[i]) + offset, take, start + take == doc_end))
-                start += take
-                i += 1
-            j += 1
-        docs_, firsts, counts, closes = zip(*out, strict=True) if out else ((), (), (), ())
-        return (
-            np.array(docs_, dtype=np.int64),
-            np.array(firsts, dtype=np.int64),
-            np.array(counts, dtype=np.int64),
-            np.array(closes, dtype=np.bool_),
+    def prepare(self, windows: list[tuple[int, int, int]]) -> None:
+        """Build at once the blocks that the ``(start, stop, epoch)`` windows will read.
+
+        The permutations of every missing full block are one vectorised call of the keyed
+        family (each block at its own ``b + e nb``), not one call per block: a batch of
+        random windows touches a block or two each, and per-call overhead dominates a
+        block's few thousand elements. The orders are the same as :meth:`_block`'s.
+        """
+        wanted: dict[tuple[int, int], None] = {}
+        for start, stop, epoch in windows:
+            order, cumulative = self.index(epoch)
+            j = int(np.searchsorted(cumulative, start, side="right")) - 1
+            k = int(np.searchsorted(cumulative, stop, side="left"))
+            for block in order[j:k].tolist():
+                wanted[(epoch, block)] = None
+        self._capacity = len(wanted)
+        missing = [key for key in wanted if key not in self._cache and key[1] != self._blocks - 1]
+        if len(missing) < 2:
+            return
+        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.uint64)
+        size = self._size
+        # The family's own evaluation at many epochs, with each block's round keys hashed
+        # once and repeated over its documents (hashing them per element costs more than
+        # the network itself).
+        table = self._inner._keys_for(keys)
+        local = self._inner._walk(
+            np.tile(np.arange(size, dtype=np.int64), len(missing)),
+            [np.repeat(row, size) for row in table],
         )
+        # Every missing block's document starts in one read of the boundaries.
+        firsts = np.array([block * size for _, block in missing], dtype=np.int64)
+        begins = self._corpus.starts((firsts[:, None] + np.arange(size)).ravel())
+        for i, (epoch, block) in enumerate(missing):
+            part = slice(i * size, (i + 1) * size)
+            self._keep(block, epoch, local[part], begins[part])
+
+    def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
+        """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""
+        order, cumulative = self.index(epoch)
+        parts: list[Pieces] = []
+        j = int(np.searchsorted(cumulative, start, side="right")) - 1
+        while start < stop:
+            docs, starts, lengths, ends = self._block(int(order[j]), epoch)
+            base = int(cumulative[j])
+            # The documents meeting [start, stop) in this block: i .. last, each cut to it.
+            i = int(np.searchsorted(ends, start - base, side="right"))
+            last = min(int(np.searchsorted(ends, stop - base, side="left")), len(docs) - 1)
+            doc_end = ends[i : last + 1] + base
+            doc_begin = doc_end - lengths[i : last + 1]
+            first = np.maximum(doc_begin, start)
+            end = np.minimum(doc_end, stop)
+            parts.append((docs[i : last + 1], starts[i : last + 1] + (first - doc_begin),
+                          end - first, end == doc_end))  # fmt: skip
+            start = min(stop, base + int(ends[-1]))
+            j += 1
+        if len(parts) == 1:
+            return parts[0]
+        docs_, firsts, counts, closes = zip(*parts, strict=True)
+        return (np.concatenate(docs_), np.concatenate(firsts), np.concatenate(counts),
+                np.concatenate(closes))  # fmt: skip

@@ -353,6 +353,29 @@ class TokenCorpus:
             start, f = upto, f + 1
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
+    def read_pieces(self, firsts: I64, counts: I64) -> I64:
+        """The tokens of the pieces ``[firsts[i], firsts[i] + counts[i])``, concatenated.
+
+        Each piece lies inside one document (so one file): one gather per file touched,
+        not one :meth:`read` per piece. Checked against ``vocab_size`` as :meth:`read`.
+        """
+        total = int(counts.sum())
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        positions = np.repeat(firsts, counts) + offsets
+        if len(self._tokens) == 1:
+            files, first = None, 0
+        else:
+            files = np.searchsorted(self._token_start, positions, side="right") - 1
+            first = int(files[0]) if total else 0
+        if total and (files is None or not (files != first).any()):
+            out = np.asarray(self._tokens[first][positions - self._token_start[first]])
+            out = out.astype(np.int64)
+            if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
+                return out
+        # Several files, or a bad token to name: piece by piece.
+        parts = [self.read(f, f + c) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
     def document(self, doc: int) -> I64:
         """The tokens of document ``doc``."""
         doc = check_int("doc", doc, minimum=0, below=self.num_documents, below_name="num_documents")

@@ -6,28 +6,34 @@ Sequence ``k`` is window ``k`` of a stream of the corpus's ``T`` tokens, tokens
 
 - ``chunk``: the corpus in storage order (OLMo's fixed-length sequences). No index at
   all: a window's documents are a binary search in the files' boundaries.
-- ``concat``: the documents in a block-hierarchical shuffled order keyed by ``seed``
-  (NOTE [ block-hierarchical concat ]), O(documents / B) integers.
+- ``concat``: the documents in a block-hierarchical shuffled order keyed by
+  ``(seed, epoch)``, a new order each epoch (NOTE [ block-hierarchical concat ]),
+  O(documents / B) integers per epoch.
 
 Either way every token of the stream but its last ``T mod (L + 1)`` appears in exactly
-one sequence, and sequence ``k`` is a pure function of ``(corpus, mode, L, seed, k)``. The
-dataset is random access (``__len__``, ``__getitem__``), so the existing chain does the
-rest: ``DataLoader(sequences, shuffle=True, seed=...)`` reorders the sequences every epoch
-by the keyed permutation of ``(seed, epoch)`` (NOTE [ keyed permutation ]), and
-``get_data_loader`` shards, batches and skips them, so that sequence ``k`` of epoch ``e``
-at any world size, ``num_workers`` and batch size is a function of ``(seed, e, k)`` and a
-resume is O(1) from the loader's few integers.
+one sequence per epoch, and sequence ``k`` of epoch ``e`` is a pure function of
+``(corpus, mode, L, seed, e, k)`` (``chunk`` ignores ``e``). The dataset is random access:
+``__getitem__(k)`` is epoch 0's sequence, and ``getitems_in_epochs`` (the loader's
+opt-in protocol, NOTE [ epoch-aware datasets ]) reads ``(epoch, k)`` pairs, the epoch
+being the pass of the loader's sample stream each record belongs to. So the existing
+chain does the rest: ``DataLoader(sequences, shuffle=True, seed=...)`` reorders the
+sequences every epoch by the keyed permutation of ``(seed, epoch)`` (NOTE [ keyed
+permutation ]), ``get_data_loader`` shards, batches and skips them, and the fetch hands
+each record its epoch, so that what rank ``r`` trains at any world size, ``num_workers``
+and batch size is a function of ``(seed, e, k)`` and a resume is O(1) from the loader's
+few integers.
 
-The loader's state does not know the corpus: ``state_dict()`` here is the dataset's
-fingerprint (the files' names and sizes, how documents end, ``mode``, ``L``, ``seed``,
-``block_documents``), saved beside the loader's; ``load_state_dict`` refuses a state of
-another dataset naming each field that differs.
+The loader's state holds the dataset's fingerprint fields (``data_config()``, the loader's
+hook: the files' names and sizes, how documents end, ``mode``, ``L``, ``seed``,
+``block_documents``), and refuses a state of another dataset naming each field that
+differs. ``state_dict()`` here is the same fingerprint on its own (older checkpoints saved
+it beside the loader's); ``load_state_dict`` checks it the same way.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,7 +62,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode: ``"chunk"``: the corpus in storage order cut into windows; ``"concat"``:
             the documents shuffled (keyed by ``seed``), concatenated and cut
             (NOTE [ token sequences ]).
-        seed: Keys the ``concat`` order; pass the same seed to the DataLoader.
+        seed: Keys the ``concat`` order of each epoch; pass the same seed to the DataLoader.
         block_documents: Documents per block of the ``concat`` shuffle, ``>= 1``: a seek
             costs O(``block_documents``), the index O(documents / ``block_documents``).
 
@@ -66,8 +72,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             or the corpus holds fewer than ``seq_len + 1`` tokens.
 
     Determinism:
-        ``sequences[k]`` depends only on the corpus, ``mode``, ``seq_len``, ``seed``,
-        ``block_documents`` and ``k``.
+        ``sequences.at(k, e)`` depends only on the corpus, ``mode``, ``seq_len``, ``seed``,
+        ``block_documents``, ``k`` and (in ``concat``) the epoch ``e``; ``sequences[k]``
+        is ``at(k, 0)``.
 
     Examples:
         >>> import tempfile, numpy as np
@@ -121,22 +128,48 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
     def __len__(self) -> int:
         return self._length
 
-    def pieces(self, index: int) -> Pieces:
-        """Sequence ``index``'s pieces of documents: (documents, first tokens, counts, closes)."""
+    def pieces(self, index: int, epoch: int = 0) -> Pieces:
+        """Sequence ``index``'s pieces of documents: (documents, first tokens, counts, closes).
+
+        ``epoch`` selects the ``concat`` order of that epoch (``chunk`` ignores it).
+        """
         start = index * (self.seq_len + 1)
         stop = start + self.seq_len + 1
         if self._concat is not None:
-            return self._concat.pieces(start, stop)
+            return self._concat.pieces(start, stop, epoch)
         docs, ends = self.corpus.documents_in(start, stop)
         cut = np.minimum(ends, stop)
         firsts = np.concatenate([[start], cut[:-1]]).astype(np.int64)
         return docs, firsts, cut - firsts, ends <= stop
 
     def __getitem__(self, index: int) -> dict[str, npt.NDArray[Any]]:
-        """Sequence ``index`` as a dict of int arrays (NOTE [ sequence features ]).
+        """Sequence ``index`` of epoch 0 as a dict of int arrays (NOTE [ sequence features ]).
 
         Its keys are ``input_ids``, ``labels``, ``position_ids``, ``document_ids`` and
-        ``cu_seqlens``.
+        ``cu_seqlens``. :meth:`at` reads another epoch's.
+        """
+        return self.at(index)
+
+    def at(self, index: int, epoch: int = 0) -> dict[str, npt.NDArray[Any]]:
+        """Sequence ``index`` of epoch ``epoch`` (in ``chunk`` every epoch's is the same).
+
+        Raises:
+            TypeError: ``index`` or ``epoch`` is not an integer.
+            IndexError: ``index`` is outside ``[0, len(self))``.
+            ValueError: ``epoch`` is negative.
+
+        Examples:
+            >>> import tempfile, numpy as np
+            >>> from pathlib import Path
+            >>> from detsamplers.tokens import TokenCorpus, TokenSequences
+            >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+            >>> np.save(path, np.array([1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0], dtype=np.uint16))
+            >>> sequences = TokenSequences(TokenCorpus(path, eod_id=0), 3, mode="concat",
+            ...                            block_documents=2)
+            >>> [sequences.at(k, epoch=0)["input_ids"].tolist() for k in range(3)]
+            [[6, 0, 5], [1, 0, 2], [3, 0, 4]]
+            >>> [sequences.at(k, epoch=1)["input_ids"].tolist() for k in range(3)]
+            [[5, 0, 6], [1, 0, 2], [4, 0, 3]]
         """
         try:
             index = operator.index(index)
@@ -150,18 +183,30 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
                 f"index should be in [0, {self._length}), but got index={index}; the dataset "
                 f"holds {self._length} sequences"
             )
-        docs, firsts, counts, closes = self.pieces(index)
+        epoch = check_int("epoch", epoch, minimum=0)
+        docs, firsts, counts, closes = self.pieces(index, epoch)
         if self._concat is None:
             start = int(firsts[0])
             tokens = self.corpus.read(start, start + self.seq_len + 1)
         else:
-            tokens = np.concatenate(
-                [
-                    self.corpus.read(first, first + count)
-                    for first, count in zip(firsts.tolist(), counts.tolist(), strict=True)
-                ]
-            )
+            tokens = self.corpus.read_pieces(firsts, counts)
         return features(tokens, docs, counts, closes)
+
+    def getitems_in_epochs(
+        self, pairs: Sequence[tuple[int, int]]
+    ) -> list[dict[str, npt.NDArray[Any]]]:
+        """The sequences at ``(epoch, index)`` pairs (NOTE [ epoch-aware datasets ]).
+
+        The loader calls it with each record's epoch: the pass of its sample stream.
+        """
+        if self._concat is not None and len(pairs) > 1:
+            width = self.seq_len + 1
+            self._concat.prepare([(int(k) * width, (int(k) + 1) * width, int(e)) for e, k in pairs])
+        return [self.at(index, epoch) for epoch, index in pairs]
+
+    def data_config(self) -> dict[str, Any]:
+        """The fields the loader's state keeps and checks (NOTE [ epoch-aware datasets ])."""
+        return self.config()
 
     def config(self) -> dict[str, Any]:
         """The dataset's fingerprint fields: the corpus's, ``mode``, ``seq_len``, ``seed``."""
@@ -176,7 +221,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         return config
 
     def state_dict(self) -> dict[str, Any]:
-        """The dataset's fingerprint, to save beside the loader's state (JSON-able).
+        """The dataset's fingerprint on its own (JSON-able); the loader's state holds it too.
 
         Examples:
             >>> import tempfile, numpy as np

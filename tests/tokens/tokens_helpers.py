@@ -17,10 +17,10 @@ EOD = 0
 corpora = st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=12), min_size=1, max_size=3)
 
 
-def write_unique(folder: Path, files: list[list[int]]) -> TokenCorpus:
-    """Files of documents whose every token is distinct (1, 2, 3, ...), with lengths sidecars."""
+def write_unique(folder: Path, files: list[list[int]], first: int = 1) -> TokenCorpus:
+    """Files of documents whose every token is distinct (first, first + 1, ...), with sidecars."""
     folder.mkdir(parents=True, exist_ok=True)
-    counter = itertools.count(1)
+    counter = itertools.count(first)
     paths, sidecars = [], []
     for i, lengths in enumerate(files):
         tokens = np.array([next(counter) for _ in range(sum(lengths))], dtype=np.uint32)
