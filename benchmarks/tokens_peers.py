@@ -102,7 +102,7 @@ def write_corpus(corpus: Corpus, documents: int, mean: float, full: bool, seq_le
         shutil.rmtree(corpus.folder)
     corpus.folder.mkdir(parents=True)
     lengths = document_lengths(documents, mean)
-    np.save(corpus.lengths, lengths)
+    np.save(corpus.lengths, lengths.astype(np.int32))  # int32, as Megatron's .idx holds them
     megatron = importlib.import_module(MODULES["megatron"])
     started = time.perf_counter()
     if full:

@@ -49,7 +49,7 @@ class Corpus:
 
     @property
     def lengths(self) -> Path:
-        """Our document-lengths sidecar (``.npy``, int64)."""
+        """Our document-lengths sidecar (``.npy``, int32 as in Megatron's ``.idx``)."""
         return self.folder / "corpus.lengths.npy"
 
     @property
