@@ -76,7 +76,7 @@ $(TOKENS_STAMP): pyproject.toml constraints.txt
 tokens-peers: $(TOKENS_STAMP)
 
 # Token streams against Megatron-Core, OLMo-core and litdata (docs/benchmarks-tokens.md):
-# writes about 2 GB of corpora under /tmp and removes them; about 20 minutes.
+# writes about 3.5 GB of corpora under /tmp and removes them; about 20 minutes.
 bench-tokens: $(TOKENS_STAMP)
 	PYTHONPATH=. $(TOKENS_VENV)/bin/python benchmarks/tokens_peers.py --folder /tmp/detsamplers-tokens-bench
 
