@@ -59,6 +59,27 @@ $(MOSAIC_STAMP): pyproject.toml constraints.txt
 
 mosaic: $(MOSAIC_STAMP)
 
+# The token-stream peers in a venv of their own (ai2-olmo-core's cached-path needs
+# huggingface_hub below 1.0, where datasets 5 in .venv needs 2.x): detsamplers, megatron-core
+# (its wheel ships the compiled `helpers_cpp` GPTDataset uses), ai2-olmo-core and litdata,
+# against constraints.txt; torchvision removed as in .venv. benchmarks/tokens_peers.py runs there.
+TOKENS_VENV := .venv-tokens
+TOKENS_STAMP := $(TOKENS_VENV)/.installed
+$(TOKENS_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(TOKENS_VENV)
+	$(TOKENS_VENV)/bin/python -m pip install --quiet -c constraints.txt -e . \
+		'megatron-core==0.16.1' 'ai2-olmo-core==3.0.0' 'litdata==0.2.76'
+	$(TOKENS_VENV)/bin/python -m pip uninstall --quiet --yes torchvision
+	touch $(TOKENS_STAMP)
+
+.PHONY: tokens-peers bench-tokens
+tokens-peers: $(TOKENS_STAMP)
+
+# Token streams against Megatron-Core, OLMo-core and litdata (docs/benchmarks-tokens.md):
+# writes about 3.5 GB of corpora under /tmp and removes them; about 20 minutes.
+bench-tokens: $(TOKENS_STAMP)
+	PYTHONPATH=. $(TOKENS_VENV)/bin/python benchmarks/tokens_peers.py --folder /tmp/detsamplers-tokens-bench
+
 # Debian's nginx-light, for the tests and figures that count the bytes a real web server
 # sends (tests/webdataset/nginx_server.py; they fail under CI without it).
 nginx:
@@ -143,4 +164,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(DOCS_VENV) $(MOSAIC_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) $(DOCS_VENV) $(MOSAIC_VENV) $(TOKENS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
