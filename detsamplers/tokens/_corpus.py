@@ -367,12 +367,13 @@ class TokenCorpus:
         else:
             files = np.searchsorted(self._token_start, positions, side="right") - 1
             first = int(files[0]) if total else 0
-        if total and (files is None or not (files != first).any()):
+        local = isinstance(self._tokens[first], np.ndarray)  # a remote file reads by ranges
+        if total and local and (files is None or not (files != first).any()):
             out = np.asarray(self._tokens[first][positions - self._token_start[first]])
             out = out.astype(np.int64)
             if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
                 return out
-        # Several files, or a bad token to name: piece by piece.
+        # Several files, a remote file (a range each), or a bad token to name: piece by piece.
         parts = [self.read(f, f + c) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
