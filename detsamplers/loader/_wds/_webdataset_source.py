@@ -32,6 +32,7 @@ from .order._shard_order import ShardOrder
 from .read._block_reader import ShardReaders
 from .read._cache_reader import CachedReader
 from .read._node_cache import ShardCache
+from .read._sample_reader import SampleReader
 from .read._shard_reader import ShardReader
 from .remote._remote_reads import make_options
 from .remote._urls import expand_urls, folder_arg
@@ -386,7 +387,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         seed_globals(key)
         return self._stage(sample)
 
-    def _reader(self) -> ShardReader | ShardReaders | CachedReader:
+    def _reader(self) -> SampleReader:
         """A reader of the shards, one per process or DataLoader worker.
 
         With the block shuffle, a :class:`ShardReaders` keeping the block's shards open;
@@ -401,9 +402,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             return ShardReaders(self.shards, capacity, self.remote)
         return ShardReader(self.shards, self.remote)
 
-    def batch_at(
-        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None = None
-    ) -> Any:
+    def batch_at(self, batch: int, reader: SampleReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
 
         Examples:
@@ -419,9 +418,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         """
         return self._batch(batch, reader, *self._order.locate(self._positions(batch)))
 
-    def _batch(
-        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None, *at: Any
-    ) -> Any:
+    def _batch(self, batch: int, reader: SampleReader | None, *at: Any) -> Any:
         """:meth:`batch_at` with the batch's shards and sample indexes, ``at``, located."""
         shards, samples = at
         own = reader is None
@@ -490,8 +487,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         end = self._end()
         batch = self._begin() + worker_id
         reader = self._reader()
-        if isinstance(reader, CachedReader):
-            reader.follow(self._plan(batch, step, end))
+        reader.follow(self._plan(batch, step, end))  # NOTE [ sample readers ]
         try:  # NOTE [ batches located together ]
             for at in located_batches(self._order, self._shape(), batch, step, end):
                 yield self._batch(batch, reader, *at)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 from ...._native import kernel
@@ -364,6 +364,10 @@ class ShardReader:
             cut_sample(sample, data, start, suffixes, offsets, sizes, rows)
         sample["__local_path__"] = self.local[shard]
         return sample
+
+    def follow(self, plan: Iterator[Sequence[int]]) -> None:
+        """Ignore ``plan``: this reader does not prefetch (NOTE [ sample readers ])."""
+        del plan
 
     def close(self) -> None:
         """Close the open shard, if any."""
