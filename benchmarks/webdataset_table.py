@@ -136,17 +136,13 @@ def header_check(enabled: bool) -> Iterator[None]:
     from detsamplers.loader._wds.read import _shard_reader
 
     namespace = vars(_shard_reader)
-    saved = {name: namespace[name] for name in ("BLOCK", "header_mismatch")}
-    checked = _shard_reader.ShardReader._verify_many, _shard_reader.ShardReader._verify_range
+    saved = {name: namespace[name] for name in ("BLOCK", "verify_span")}
     if not enabled:  # read from the data on, compare nothing: the reader before the check
-        namespace.update(BLOCK=0, header_mismatch=lambda *args: None)
-        _shard_reader.ShardReader._verify_many = lambda *args: None  # type: ignore[method-assign]
-        _shard_reader.ShardReader._verify_range = lambda *args: None  # type: ignore[method-assign]
+        namespace.update(BLOCK=0, verify_span=lambda *args: None)
     try:
         yield
     finally:
         namespace.update(saved)
-        _shard_reader.ShardReader._verify_many, _shard_reader.ShardReader._verify_range = checked  # type: ignore[method-assign]
 
 
 #: What issue 21 allows the header check to cost on the source's epoch (CPU time).

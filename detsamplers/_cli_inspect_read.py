@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from ._files_open import NotRegularFileError, file_kind, open_regular_fd
 
 __all__ = [
     "KINDS",
@@ -57,30 +58,17 @@ class InspectError(Exception):
     """A file that cannot be read as a checkpoint or a state; the message names it."""
 
 
-def _what(mode: int) -> str:
-    kinds = [
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
 def _open_regular(path: str, limit: int | None) -> tuple[int, int]:
     """A descriptor of ``path`` and its size, once it is a regular file of at most ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        raise InspectError(f"{path}: cannot be opened ({error.strerror or error})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
+    try:  # NOTE [ regular files only ]
+        fd, info = open_regular_fd(path, stat_first=False)
+    except NotRegularFileError as error:
         raise InspectError(
             f"{path}: should be a regular file (a saved state or a checkpoint's file), but it "
-            f"is {_what(info.st_mode)}; pass the file itself"
-        )
+            f"is {file_kind(error.mode)}; pass the file itself"
+        ) from None
+    except OSError as error:
+        raise InspectError(f"{path}: cannot be opened ({error.strerror or error})") from None
     if limit is not None and info.st_size > limit:
         os.close(fd)
         raise InspectError(

@@ -16,12 +16,13 @@ nothing is allocated from a size the file claims, and the pages are read on dema
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from .._files_open import NotRegularFileError, open_regular_fd, stat_regular
 
 __all__ = [
     "BIN_DTYPES",
@@ -56,19 +57,21 @@ def check_path(value: Any, name: str) -> Path:
 
 def _open_regular(path: Path) -> Any:
     """A binary file object for ``path`` if it is a regular file, never blocking."""
-    try:
-        info = os.stat(path)
-    except OSError as error:
-        raise ValueError(f"token file {path} cannot be read: {error.strerror}") from error
-    if not stat.S_ISREG(info.st_mode):
+    try:  # NOTE [ regular files only ]
+        stat_regular(path)
+    except NotRegularFileError:
         raise ValueError(
             f"token file {path} should be a regular file, but it is a FIFO, device, socket "
             "or directory, which could block or never end; pass the path of a .npy or .bin file"
-        )
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
-        os.close(fd)
-        raise ValueError(f"token file {path} should be a regular file, but it changed to another")
+        ) from None
+    except OSError as error:
+        raise ValueError(f"token file {path} cannot be read: {error.strerror}") from error
+    try:
+        fd, _ = open_regular_fd(path, stat_first=False)
+    except NotRegularFileError:  # swapped for a FIFO after the stat
+        raise ValueError(
+            f"token file {path} should be a regular file, but it changed to another"
+        ) from None
     return os.fdopen(fd, "rb")
 
 

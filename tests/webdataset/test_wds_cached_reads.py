@@ -26,7 +26,7 @@ from wds_helpers import write_small_samples
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDatasetSource
 from detsamplers.loader._wds.order._located_batches import located_batches
-from detsamplers.loader._wds.order._rank_batches import rank_positions
+from detsamplers.loader._wds.order._rank_batches import BatchShape, rank_positions
 from detsamplers.loader._wds.order._shard_order import ShardOrder
 from detsamplers.loader._wds.read._cache_reader import CachedReader
 
@@ -103,7 +103,7 @@ def test_batches_located_a_chunk_at_a_time_are_those_located_one_by_one(
     repeat: bool,
 ) -> None:
     rank = rank_seed % world
-    shape = (batch_size, world, rank, None if repeat else 3 * sum(counts), origin)
+    shape = BatchShape(batch_size, world, rank, None if repeat else 3 * sum(counts), origin)
     end = start + 40 * step if repeat else max(start, -(-(3 * sum(counts)) // (batch_size * world)))
     order = ShardOrder(counts, seed, shuffle_shards, shuffle.get("shuffle_window", 0), **{
         k: v for k, v in shuffle.items() if k != "shuffle_window"

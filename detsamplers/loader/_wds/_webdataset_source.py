@@ -19,22 +19,21 @@ import numpy as np
 import torch.utils.data as tud
 from torch.utils.data import default_collate
 
-from ..._errors import check_bool, check_callable, check_int, check_one_of
+from ..._errors import check_int
 from ..._seeds import stream_keys
 from .._seeding import batch_key, record_base, seed_globals
-from ._decode import make_decoder
+from ._source_options import source_options
 from ._source_parts import adopt_parts, set_parts
 from ._source_state import STATE_VERSION, check_state, summarize_counts
 from .index._index_shards import index_shards
 from .order._located_batches import located_batches
-from .order._rank_batches import pass_batches, rank_batches, rank_positions
+from .order._rank_batches import BatchShape, pass_batches, rank_batches, rank_positions
 from .order._shard_order import ShardOrder
 from .read._block_reader import ShardReaders
 from .read._cache_reader import CachedReader
 from .read._node_cache import ShardCache
+from .read._sample_reader import SampleReader
 from .read._shard_reader import ShardReader
-from .remote._remote_reads import make_options
-from .remote._urls import expand_urls, folder_arg
 
 __all__ = ["WebDatasetSource"]
 
@@ -178,86 +177,79 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         cache_limit: int | None = None,
         prefetch: int = 8,
     ) -> None:
-        seed = check_int("seed", seed)
-        seeding = check_one_of("seeding", seeding, ("batch", "record"))
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        world_size = check_int("world_size", world_size, minimum=1)
-        rank = check_int("rank", rank, minimum=0, below=world_size, below_name="world_size")
-        check_callable("map", map)
-        check_callable("collate_fn", collate_fn)
-        if collate_fn is None:  # torch's meaning of None
-            collate_fn = default_collate
-        shuffle_shards = check_bool("shuffle_shards", shuffle_shards)
-        shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
-        shuffle_block_shards = check_int("shuffle_block_shards", shuffle_block_shards, minimum=0)
-        if shuffle_block_shards > 1 and shuffle_window > 1:
-            raise ValueError(
-                f"shuffle_window should be 0 with shuffle_block_shards > 1, but got "
-                f"shuffle_window={shuffle_window} and shuffle_block_shards="
-                f"{shuffle_block_shards}: the block shuffle already permutes every sample of "
-                "its block; pass one of them"
-            )
-        repeat = check_bool("repeat", repeat)
-        drop_last = check_bool("drop_last", drop_last)
-        skip = check_int("skip", skip, minimum=0)
-        skip_samples = check_int("skip_samples", skip_samples, minimum=0)
-        if skip_samples and not repeat:
-            raise ValueError(
-                f"skip_samples should be 0 with repeat=False, but got skip_samples="
-                f"{skip_samples}: a validation pass is never resumed mid-way"
-            )
-        index_dir = folder_arg("index_dir", index_dir)
-        if parts is not None:
-            parts = check_int("parts", parts, minimum=0)
-        if cache_dir is not False:  # False: no cache (NOTE [ parts chosen at load ])
-            try:
-                cache_dir = folder_arg("cache_dir", cache_dir)
-            except TypeError:
-                raise TypeError(
-                    "cache_dir should be a folder (a str or an os.PathLike), False (no cache) "
-                    f"or None (the default folder), but got cache_dir={cache_dir!r}"
-                ) from None
-        if cache_limit is not None:
-            cache_limit = check_int("cache_limit", cache_limit, minimum=1)
-        prefetch = check_int("prefetch", prefetch, minimum=1)
-        decoder = make_decoder(decode)
-        expanded = expand_urls(urls)
-        self.remote = make_options(timeout, retries, read_ahead, storage_options)
-        shards = index_shards(expanded, index_dir, progress=rank == 0, options=self.remote)
+        options = source_options(  # checked and grouped (NOTE [ source options ])
+            urls,
+            seed=seed,
+            batch_size=batch_size,
+            world_size=world_size,
+            rank=rank,
+            decode=decode,
+            map=map,
+            collate_fn=collate_fn,
+            shuffle_shards=shuffle_shards,
+            shuffle_window=shuffle_window,
+            shuffle_block_shards=shuffle_block_shards,
+            repeat=repeat,
+            drop_last=drop_last,
+            skip=skip,
+            skip_samples=skip_samples,
+            index_dir=index_dir,
+            storage_options=storage_options,
+            timeout=timeout,
+            retries=retries,
+            read_ahead=read_ahead,
+            seeding=seeding,
+            parts=parts,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            prefetch=prefetch,
+        )
+        batches, stages, order, storage = (
+            options.batches,
+            options.stages,
+            options.order,
+            options.storage,
+        )
+        self.remote = storage.remote
+        shards = index_shards(
+            storage.urls, storage.index_dir, progress=batches.rank == 0, options=self.remote
+        )
         total = sum(len(s) for s in shards)
         if total == 0:
             raise ValueError(
                 f"urls should name shards with samples, but all {len(shards)} of them are empty"
             )
         self.shards = shards
-        self.seed = seed
-        self.batch_size = batch_size
-        self.world_size = world_size
-        self.rank = rank
-        self.decoder = decoder
-        self.map = map
-        self.collate_fn = collate_fn
-        self.shuffle_shards = shuffle_shards
-        self.shuffle_window = shuffle_window
-        self.shuffle_block_shards = shuffle_block_shards if shuffle_block_shards > 1 else 0
-        self.repeat = repeat
-        self.drop_last = drop_last
-        self.seeding = seeding
-        self._record_base = record_base(seed)
+        self.seed = batches.seed
+        self.batch_size = batches.batch_size
+        self.world_size = batches.world_size
+        self.rank = batches.rank
+        self.decoder = stages.decoder
+        self.map = stages.map
+        self.collate_fn = stages.collate_fn
+        self.shuffle_shards = order.shuffle_shards
+        self.shuffle_window = order.shuffle_window
+        self.shuffle_block_shards = (
+            order.shuffle_block_shards if order.shuffle_block_shards > 1 else 0
+        )
+        self.repeat = order.repeat
+        self.drop_last = order.drop_last
+        self.seeding = batches.seeding
+        self._record_base = record_base(batches.seed)
         self.num_samples = total
         self._counts = [len(s) for s in shards]
-        self.prefetch = prefetch
-        self.cache_dir, self.cache_limit = cache_dir, cache_limit
+        self.prefetch = storage.prefetch
+        self.cache_dir, self.cache_limit = storage.cache_dir, storage.cache_limit
         #: ``parts=None``: chosen here and from a state loaded (NOTE [ parts chosen at load ]).
-        self.parts_auto = parts is None
-        set_parts(self, 0 if parts is None else parts, "run")
-        if not repeat and skip > self._pass_batches():
+        self.parts_auto = order.parts is None
+        set_parts(self, 0 if order.parts is None else order.parts, "run")
+        if not order.repeat and order.skip > self._pass_batches():
             raise ValueError(
                 f"skip should be at most the {self._pass_batches()} batches of a pass with "
-                f"repeat=False, but got skip={skip}"
+                f"repeat=False, but got skip={order.skip}"
             )
         self._origin = 0
-        self._seek(skip_samples + skip * self.global_batch)
+        self._seek(order.skip_samples + order.skip * self.global_batch)
 
     @property
     def global_batch(self) -> int:
@@ -386,7 +378,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         seed_globals(key)
         return self._stage(sample)
 
-    def _reader(self) -> ShardReader | ShardReaders | CachedReader:
+    def _reader(self) -> SampleReader:
         """A reader of the shards, one per process or DataLoader worker.
 
         With the block shuffle, a :class:`ShardReaders` keeping the block's shards open;
@@ -401,9 +393,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             return ShardReaders(self.shards, capacity, self.remote)
         return ShardReader(self.shards, self.remote)
 
-    def batch_at(
-        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None = None
-    ) -> Any:
+    def batch_at(self, batch: int, reader: SampleReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).
 
         Examples:
@@ -419,9 +409,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         """
         return self._batch(batch, reader, *self._order.locate(self._positions(batch)))
 
-    def _batch(
-        self, batch: int, reader: ShardReader | ShardReaders | CachedReader | None, *at: Any
-    ) -> Any:
+    def _batch(self, batch: int, reader: SampleReader | None, *at: Any) -> Any:
         """:meth:`batch_at` with the batch's shards and sample indexes, ``at``, located."""
         shards, samples = at
         own = reader is None
@@ -490,8 +478,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         end = self._end()
         batch = self._begin() + worker_id
         reader = self._reader()
-        if isinstance(reader, CachedReader):
-            reader.follow(self._plan(batch, step, end))
+        reader.follow(self._plan(batch, step, end))  # NOTE [ sample readers ]
         try:  # NOTE [ batches located together ]
             for at in located_batches(self._order, self._shape(), batch, step, end):
                 yield self._batch(batch, reader, *at)
@@ -499,10 +486,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         finally:
             reader.close()
 
-    def _shape(self) -> tuple[int, int, int, int | None, int]:
+    def _shape(self) -> BatchShape:
         """This rank's batches' shape, as :func:`rank_positions` takes it after the batch."""
         limit = None if self.repeat else self.num_samples
-        return self.batch_size, self.world_size, self.rank, limit, self._origin
+        return BatchShape(self.batch_size, self.world_size, self.rank, limit, self._origin)
 
     def _plan(self, batch: int, step: int, end: int | None) -> Iterator[list[int]]:
         """The shards of this rank's batches ``batch, batch + step, ...`` (for the prefetch)."""

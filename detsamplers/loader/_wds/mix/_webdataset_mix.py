@@ -32,9 +32,8 @@ from ..._seeding import seed_globals
 from .._decode import make_decoder
 from .._webdataset_source import WebDatasetSource
 from ..order._shard_order import ShardOrder
-from ..read._block_reader import ShardReaders
 from ..read._cache_reader import CachedReader
-from ..read._shard_reader import ShardReader
+from ..read._sample_reader import SampleReader
 from ..remote._urls import expand_urls
 from ._mixture_lanes import LaneOrder
 from ._mixture_order import MixOrder
@@ -311,7 +310,7 @@ class WebDatasetMix(WebDatasetSource):
         self._mix_paths = [[s.path for s in part] for part in groups]
         self._mix_summaries: list[dict[str, Any]] | None = None
 
-    def _reader(self) -> ShardReader | ShardReaders | CachedReader:
+    def _reader(self) -> SampleReader:
         """One reader per shard set (NOTE [ mixture readers ]), or the node cache's."""
         if self.cache is not None:
             return CachedReader(self.shards, self.cache, self.prefetch)

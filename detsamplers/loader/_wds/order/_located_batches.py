@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ._rank_batches import BatchShape
 from ._shard_order import ShardOrder
 
 __all__ = ["CHUNK_POSITIONS", "batch_positions", "located_batches"]
@@ -54,22 +55,23 @@ def batch_positions(
 
 def located_batches(
     order: ShardOrder,
-    shape: tuple[int, int, int, int | None, int],
+    shape: BatchShape,
     batch: int,
     step: int,
     end: int | None,
 ) -> Iterator[tuple[I64, I64]]:
     """``(shards, indexes)`` of batches ``batch, batch + step, ...`` (before ``end``).
 
-    ``shape`` is ``(batch_size, world_size, rank, limit, origin)`` as :func:`rank_positions`
-    takes them; ``order`` is used by the caller's thread only.
+    ``shape`` is the :class:`BatchShape` of the rank's batches, as :func:`rank_positions`
+    takes it; ``order`` is used by the caller's thread only.
 
     Examples:
         >>> order = ShardOrder([3, 3], seed=0, shuffle_shards=False, shuffle_window=0)
-        >>> [(s.tolist(), i.tolist()) for s, i in located_batches(order, (2, 1, 0, 6, 0), 1, 1, 3)]
+        >>> shape = BatchShape(batch_size=2, world_size=1, rank=0, limit=6, origin=0)
+        >>> [(s.tolist(), i.tolist()) for s, i in located_batches(order, shape, 1, 1, 3)]
         [([0, 1], [2, 0]), ([1, 1], [1, 2])]
     """
-    chunk = max(1, CHUNK_POSITIONS // shape[0])
+    chunk = max(1, CHUNK_POSITIONS // shape.batch_size)
     for first in itertools.count(batch, step * chunk):
         stop = first + step * chunk if end is None else min(end, first + step * chunk)
         if stop <= first:

@@ -38,11 +38,30 @@ code that runs a collective per step must use ``drop_last=True``. Nothing is eve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["pass_batches", "rank_batches", "rank_positions"]
+__all__ = ["BatchShape", "pass_batches", "rank_batches", "rank_positions"]
+
+
+class BatchShape(NamedTuple):
+    """A rank's batches' shape: :func:`rank_positions`'s arguments after the batch.
+
+    ``limit`` is the pass's sample count with ``repeat=False`` (``None``: no end);
+    ``origin`` where the grid starts (NOTE [ shard stream split ]).
+
+    Examples:
+        >>> shape = BatchShape(batch_size=3, world_size=2, rank=1, limit=None, origin=0)
+        >>> rank_positions(1, *shape).tolist()
+        [7, 9, 11]
+    """
+
+    batch_size: int
+    world_size: int
+    rank: int
+    limit: int | None
+    origin: int
 
 
 def pass_batches(num_samples: int, global_batch: int, drop_last: bool) -> int:

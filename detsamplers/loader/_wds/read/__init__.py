@@ -14,6 +14,10 @@ and ``shard/``. One module a concern:
   blocks of a batch ]);
 - ``_node_cache``: ``ShardCache``: a node-local folder of whole remote shards, shared by every
   process of a node (NOTE [ shard cache ]);
+- ``_sample_reader``: ``SampleReader``: the one protocol of every reader, which the source names
+  (NOTE [ sample readers ]);
+- ``_sample_span``: a sample cut out of a span of its shard's bytes, and the span's tar headers
+  verified, for every reader (NOTE [ one way to read a sample ]);
 - ``_shard_reader``: ``ShardReader``: read indexed samples from local or remote shards, one open
   shard at a time.
 """

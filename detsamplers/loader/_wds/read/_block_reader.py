@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..remote._remote_reads import RemoteOptions, RemoteShard
@@ -108,6 +108,10 @@ class ShardReaders:
         else:
             self._open.move_to_end(shard)
         return reader
+
+    def follow(self, plan: Iterator[Sequence[int]]) -> None:
+        """Ignore ``plan``: this reader does not prefetch (NOTE [ sample readers ])."""
+        del plan
 
     def close(self) -> None:
         """Close every open shard; the readers are kept for reuse."""

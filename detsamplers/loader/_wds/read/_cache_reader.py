@@ -49,7 +49,8 @@ the first does per sample only what the sample needs: the batch takes its shards
 descriptors under the lock once; a pinned shard's index is resolved once (``_View``:
 its keys and, when its members lie in tar order, checked once per decoded index, the
 packed members), and a sample is then one ``os.pread`` from its first member to the end
-of its last, each member a slice of it: the bytes a sample-by-sample read gives. A shard
+of its last, each member a slice of it (NOTE [ one way to read a sample ]): the bytes a
+sample-by-sample read gives. A shard
 whose members are not in tar order is read sample by sample as before. The cached copy is
 the version indexed (its file name holds the URL, size and ETag; its size is checked
 once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
@@ -74,7 +75,7 @@ from ..shard._packed_members import PackedMembers
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_walk import BLOCK
 from ._node_cache import ShardCache
-from ._shard_reader import check_sample
+from ._sample_span import cut_sample, members_of, verify_span
 
 __all__ = ["CachedReader"]
 
@@ -304,9 +305,7 @@ class CachedReader:
             data = os.pread(fd, end - start, start)
             if len(data) != end - start:
                 self._short(view.info)
-            for j in range(low, high):
-                at = offsets[j] - start
-                sample[suffixes[j]] = data[at : at + sizes[j]]
+            cut_sample(sample, data, start, suffixes, offsets, sizes, range(low, high))
         return sample
 
     def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
@@ -317,8 +316,9 @@ class CachedReader:
         sample: dict[str, Any] = {"__key__": keys[index], "__url__": info.url}
         parts = members[index]
         if parts:
-            start = min(m[1] for m in parts)
-            end = max(m[1] + m[2] for m in parts)
+            found = members_of(keys[index], parts)
+            start = min(found.offsets)
+            end = max(o + n for o, n in zip(found.offsets, found.sizes, strict=True))
             checking = shard not in self.checked  # NOTE [ set index ]: once per shard pinned
             if checking:
                 start = max(0, start - BLOCK)
@@ -329,10 +329,10 @@ class CachedReader:
             if len(data) != end - start:
                 self._short(info)
             if checking:
-                check_sample(info, data, start, keys[index], parts)
+                verify_span(info, data, start, found)
                 self.checked.add(shard)
-            for suffix, offset, size in parts:
-                sample[suffix] = data[offset - start : offset - start + size]
+            rows = range(len(parts))
+            cut_sample(sample, data, start, found.suffixes, found.offsets, found.sizes, rows)
         return sample
 
     def _short(self, info: ShardInfo) -> NoReturn:

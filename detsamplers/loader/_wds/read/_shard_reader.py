@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
 
 from ...._native import kernel
 from ..index._shard_index_file import resolved
@@ -13,11 +13,12 @@ from ..remote._urls import is_remote
 from ..shard._file_checks import open_regular, stamp_mismatch
 from ..shard._packed_members import PackedMembers
 from ..shard._shard_info import ShardInfo
-from ..shard._tar_check import HeaderTable, header_mismatch
+from ..shard._tar_check import HeaderTable
 from ..shard._tar_walk import BLOCK
 from ._first_blocks import AHEAD, fetch_first_blocks
+from ._sample_span import Members, cut_sample, members_of, verify_span
 
-__all__ = ["ShardReader", "check_sample", "refuse"]
+__all__ = ["ShardReader"]
 
 #: Local shards are read unbuffered: every read is one span (a sample, or a run of them,
 #: NOTE [ runs of samples ]), so a buffer only copies, and a jump of a shuffle would refill
@@ -28,45 +29,6 @@ _READ_BUFFER = 0
 RUN_BYTES = 8 << 20
 #: Bytes of unwanted samples a run reads through rather than seeking past them.
 RUN_GAP = 64 << 10
-
-
-def refuse(info: ShardInfo, key: str, suffix: str, offset: int, size: int, why: str) -> NoReturn:
-    """Raise the error for a member whose tar header is not what the shard's index says."""
-    where = f"sample {key!r} (member {suffix!r}, {size} bytes at byte {offset})"
-    owner = getattr(info.keys, "owner", None)  # an index known from a set index
-    embedded = getattr(owner, "file", "") if info.path == info.url else ""
-    if info.index_file:
-        fix = (
-            f"its index file {info.index_file!r} is wrong or the shard changed: delete the "
-            f"index file and rebuild it with `python -m detsamplers index {info.url}`"
-        )
-    elif embedded:
-        fix = (
-            f"the index the set index {embedded!r} embeds for it is another shard's, or the "
-            "shard changed: delete the set index and rebuild it with "
-            "`python -m detsamplers index`"
-        )
-    else:
-        fix = "it changed since it was indexed: build the source again"
-    raise ValueError(
-        f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
-    )
-
-
-def check_sample(
-    info: ShardInfo, data: bytes, base: int, key: str, members: Sequence[list[Any]]
-) -> None:
-    """Check the tar headers of one sample of a remote (or cached) shard against its index.
-
-    ``data`` holds the shard's bytes from ``base``, the header before the sample's first
-    member included. Run on the first sample read of each shard opened (NOTE [ set index ]):
-    an index of another shard of the same size, embedded by mistake, names other keys.
-    """
-    suffixes, offsets, sizes = zip(*members, strict=True)
-    found = header_mismatch(data, base, [key] * len(members), suffixes, offsets, sizes)
-    if found is not None:
-        row, why = found
-        refuse(info, key, suffixes[row], offsets[row], sizes[row], why)
 
 
 class ShardReader:
@@ -115,36 +77,29 @@ class ShardReader:
         info = self.shards[shard]
         self._select(shard)
         sample: dict[str, Any] = {"__key__": self.keys[index], "__url__": info.url}
-        if self.packed is not None and not self.remote[shard]:
-            return self._read_packed(sample, self.packed, index, shard)
+        packed = self.packed
+        if packed is not None and not self.remote[shard]:
+            rows = range(packed.starts[index], packed.starts[index + 1])
+            return self._read_local(
+                shard, sample, packed.suffixes, packed.offsets, packed.sizes, rows
+            )
         members = self.members[index]
-        if self.remote[shard]:  # checked by its ETag and size instead (NOTE [ index verification ])
-            if self.stream is None:
-                self.stream = RemoteShard(info.url, info.size, info.version, self.options)
-            start = min(m[1] for m in members) if members else 0
-            end = max(m[1] + m[2] for m in members) if members else 0
-            if self.stream is not self.checked and members:  # its first sample: the headers
-                base = max(0, start - BLOCK)  # in the stream's first block (NOTE [ set index ])
-                data = self.stream.read(base, end)
-                check_sample(info, data, base, sample["__key__"], members)
-                self.checked, data = self.stream, data[start - base :]
-            else:
-                data = self.stream.read(start, end)
-            for suffix, offset, size in members:
-                sample[suffix] = data[offset - start : offset - start + size]
-            return sample
-        if members:  # one read per sample: its members are consecutive in the tar
-            # From the block before the first member: its header (NOTE [ index verification ]).
-            start = max(0, min(m[1] for m in members) - BLOCK)
-            end = max(m[1] + m[2] for m in members)
-            data = self._span(shard, start, end)
-            suffixes, offsets, sizes = zip(*members, strict=True)
-            keys = [sample["__key__"]] * len(members)
-            self._verify(shard, data, start, keys, suffixes, offsets, sizes)
-            for suffix, offset, size in members:
-                sample[suffix] = data[offset - start : offset - start + size]
-        sample["__local_path__"] = self.local[shard]
-        return sample
+        found = members_of(sample["__key__"], members)
+        rows = range(len(members))
+        if not self.remote[shard]:
+            return self._read_local(shard, sample, found.suffixes, found.offsets, found.sizes, rows)
+        # Checked by its ETag and size instead (NOTE [ index verification ]).
+        if self.stream is None:
+            self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+        start = min(found.offsets) if members else 0
+        end = max(o + n for o, n in zip(found.offsets, found.sizes, strict=True)) if members else 0
+        checking = self.stream is not self.checked and bool(members)
+        base = max(0, start - BLOCK) if checking else start  # its first sample: the headers
+        data = self.stream.read(base, end)  # in the stream's first block (NOTE [ set index ])
+        if checking:
+            verify_span(info, data, base, found)
+            self.checked = self.stream
+        return cut_sample(sample, data, base, found.suffixes, found.offsets, found.sizes, rows)
 
     def read_many(self, shards: Sequence[int], indexes: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``(shards[i], indexes[i])``, in that order, as :meth:`read` gives them.
@@ -288,14 +243,14 @@ class ShardReader:
                 last += 1
             base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
             data = self._span(shard, base, end) if begin >= 0 else b""
+            table = self._table()
             run = [indexes[i] for i in order[position:last]]
-            self._verify_samples(shard, data, base, run)
+            verify_span(self.shards[shard], data, base, table, table.members_of(run))
             for i in order[position:last]:
                 index = indexes[i]
                 sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-                for j in range(starts[index], starts[index + 1]):
-                    at = offsets[j] - base
-                    sample[suffixes[j]] = data[at : at + sizes[j]]
+                rows = range(starts[index], starts[index + 1])
+                cut_sample(sample, data, base, suffixes, offsets, sizes, rows)
                 sample["__local_path__"] = local
                 out[i] = sample
             position = last
@@ -323,18 +278,14 @@ class ShardReader:
             return False
         base = max(0, begin - BLOCK)  # with the first header (NOTE [ index verification ])
         data = self._span(shard, base, end)
-        self._verify_range(shard, data, base, head, tail)  # while the bytes are in the cache
-        blobs = [
-            data[at - base : at - base + size]
-            for at, size in zip(offsets[head:tail], sizes[head:tail], strict=True)
-        ]
-        suffixes, keys = packed.suffixes, self.keys
-        url, local = self.shards[shard].url, self.local[shard]
+        info = self.shards[shard]  # checked while the bytes are in the cache
+        verify_span(info, data, base, self._table(), range(head, tail))
+        suffixes, keys, url, local = packed.suffixes, self.keys, info.url, self.local[shard]
         for i in range(first, stop):
             index = indexes[i]
             sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-            for j in range(starts[index], starts[index + 1]):
-                sample[suffixes[j]] = blobs[j - head]
+            rows = range(starts[index], starts[index + 1])
+            cut_sample(sample, data, base, suffixes, offsets, sizes, rows)
             sample["__local_path__"] = local
             out[i] = sample
         return True
@@ -367,51 +318,6 @@ class ShardReader:
             self.table = table
         return table
 
-    def _verify_samples(self, shard: int, data: bytes, base: int, samples: Sequence[int]) -> None:
-        """:meth:`_verify_many` of the members of ``samples`` of the open shard."""
-        self._verify_many(shard, data, base, self._table().members_of(samples))
-
-    def _verify_many(self, shard: int, data: bytes, base: int, members: Any) -> None:
-        """Check the tar headers of ``members`` of the open shard (NOTE [ index verification ])."""
-        table = self._table()
-        found = table.mismatch(data, base, members)
-        if found is not None:
-            j, why = found
-            key, suffix = table.key_of(j), table.suffixes[j]
-            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
-
-    def _verify_range(self, shard: int, data: bytes, base: int, first: int, stop: int) -> None:
-        """:meth:`_verify_many` of the members ``first, ..., stop - 1`` of the open shard."""
-        table = self._table()
-        found = table.range_mismatch(data, base, first, stop)
-        if found is not None:
-            j, why = found
-            key, suffix = table.key_of(j), table.suffixes[j]
-            self._refuse(shard, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
-
-    def _verify(
-        self,
-        shard: int,
-        data: bytes,
-        base: int,
-        keys: Sequence[str],
-        suffixes: Sequence[str],
-        offsets: Sequence[int],
-        sizes: Sequence[int],
-    ) -> None:
-        """Check the tar header of each member read (NOTE [ index verification ])."""
-        found = header_mismatch(data, base, keys, suffixes, offsets, sizes)
-        if found is None:
-            return
-        row, why = found
-        self._refuse(shard, keys[row], suffixes[row], offsets[row], sizes[row], why)
-
-    def _refuse(
-        self, shard: int, key: str, suffix: str, offset: int, size: int, why: str
-    ) -> NoReturn:
-        """Raise the error for a member whose tar header is not what the index says."""
-        refuse(self.shards[shard], key, suffix, offset, size, why)
-
     def _span(self, shard: int, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` of a local shard: one read, its length checked."""
         handle = self._open(shard)
@@ -429,33 +335,39 @@ class ShardReader:
             )
         return data
 
-    def _read_packed(
-        self, sample: dict[str, Any], packed: PackedMembers, index: int, shard: int
+    def _read_local(
+        self,
+        shard: int,
+        sample: dict[str, Any],
+        suffixes: Sequence[str],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        rows: range,
     ) -> dict[str, Any]:
-        """:meth:`read` of a local sample from a decoded index file's flat lists."""
-        first, stop = packed.starts[index], packed.starts[index + 1]
-        if stop > first:
-            offsets, sizes, suffixes = packed.offsets, packed.sizes, packed.suffixes
+        """:meth:`read` of a local sample, its members the ``rows`` of the columns given.
+
+        One span from the header before its first member (NOTE [ index verification ]) to
+        the end of its last, verified and cut (NOTE [ one way to read a sample ]).
+        """
+        if rows:  # one read per sample: its members are consecutive in the tar
+            first, stop = rows.start, rows.stop
             start = max(0, min(offsets[first:stop]) - BLOCK)  # with the first member's header
             end = max(o + n for o, n in zip(offsets[first:stop], sizes[first:stop], strict=True))
             data = self._span(shard, start, end)
-            if kernel is not None:  # one compiled call over the shard's table, built once
-                self._verify_range(shard, data, start, first, stop)
+            info = self.shards[shard]
+            if self.packed is not None and kernel is not None:  # one compiled call over the
+                verify_span(info, data, start, self._table(), rows)  # table, built once
             else:
-                self._verify(
-                    shard,
-                    data,
-                    start,
-                    [sample["__key__"]] * (stop - first),
-                    suffixes[first:stop],
-                    offsets[first:stop],
-                    sizes[first:stop],
-                )
-            for j in range(first, stop):
-                at = offsets[j] - start
-                sample[suffixes[j]] = data[at : at + sizes[j]]
+                key = [sample["__key__"]] * len(rows)
+                found = Members(key, suffixes[first:stop], offsets[first:stop], sizes[first:stop])
+                verify_span(info, data, start, found)
+            cut_sample(sample, data, start, suffixes, offsets, sizes, rows)
         sample["__local_path__"] = self.local[shard]
         return sample
+
+    def follow(self, plan: Iterator[Sequence[int]]) -> None:
+        """Ignore ``plan``: this reader does not prefetch (NOTE [ sample readers ])."""
+        del plan
 
     def close(self) -> None:
         """Close the open shard, if any."""

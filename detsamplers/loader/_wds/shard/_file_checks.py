@@ -55,6 +55,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ...._files_open import NotRegularFileError, open_regular_fd
 from ._tar_walk import BLOCK
 
 __all__ = [
@@ -130,15 +131,11 @@ def open_regular(path: str, what: str, shard: str, buffering: int = -1) -> Binar
         ...
         ValueError: shard '/dev/null' is a character device, not a regular file; ...
     """
-    mode = os.stat(path).st_mode  # cheap, and no device is opened on the common refusals
-    if not stat.S_ISREG(mode):
-        raise not_regular(path, what, mode, _fix(what, shard))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:  # NOTE [ regular files only ]
+        fd, _ = open_regular_fd(path)
+    except NotRegularFileError as error:
+        raise not_regular(path, what, error.mode, _fix(what, shard)) from None
     try:
-        mode = os.fstat(fd).st_mode  # what was opened, if the path was swapped meanwhile
-        if not stat.S_ISREG(mode):
-            raise not_regular(path, what, mode, _fix(what, shard))
-        os.set_blocking(fd, True)
         return os.fdopen(fd, "rb", buffering=buffering)
     except BaseException:
         os.close(fd)
