@@ -60,21 +60,22 @@ def features(
     """
     length = len(tokens) - 1
     ends = np.cumsum(counts)
-    starts = ends - counts
     labels = tokens[1:].copy()
     last = ends[closes] - 1
     labels[last[last < length]] = IGNORE_INDEX
-    piece = np.repeat(np.arange(len(counts)), counts)[:length]
+    # The inner ends are the offsets below L, already sorted and (pieces holding a token)
+    # distinct: no np.unique. Positions and document ids are each one np.repeat over the
+    # pieces, no per-token gather.
+    inner = ends[(ends < length) & (counts > 0)]
     cu = np.full(length + 1, length, dtype=np.int32)
-    inner = np.minimum(ends, length)
-    inner = np.unique(inner[inner < length])
     cu[0] = 0
     cu[1 : 1 + len(inner)] = inner
+    positions = np.arange(length + 1, dtype=np.int64) - np.repeat(ends - counts, counts)
     return {
         "input_ids": tokens[:length].copy(),
         "labels": labels,
-        "position_ids": np.arange(length, dtype=np.int64) - starts[piece],
-        "document_ids": docs[piece],
+        "position_ids": positions[:length],
+        "document_ids": np.repeat(docs, counts)[:length],
         "cu_seqlens": cu,
     }
 
