@@ -85,6 +85,15 @@ def _megatron(files: list[Path | str], dtype: str | None, eod_id: Any, lengths: 
     return True
 
 
+def _plain(array: Any) -> Any:
+    """A memory map as a plain ndarray view of the same pages (its base keeps the map open).
+
+    Slicing and gathering a ``np.memmap`` goes through its Python ``__getitem__`` and
+    ``__array_wrap__`` on every read; the view reads the same bytes without them.
+    """
+    return array.view(np.ndarray) if isinstance(array, np.memmap) else array
+
+
 class TokenCorpus:
     """Pretokenized token files, memory-mapped, as one sequence of documents.
 
@@ -216,7 +225,7 @@ class TokenCorpus:
         )
         with bar:
             self._ends = [
-                self._boundaries(tokens, path, sidecar, bar, cache)
+                _plain(self._boundaries(tokens, path, sidecar, bar, cache))
                 for tokens, path, sidecar in zip(
                     self._tokens, files, sidecars or files, strict=True
                 )
@@ -226,7 +235,8 @@ class TokenCorpus:
 
     def _open(self, path: Path | str, dtype: str | None) -> Any:
         if isinstance(path, Path):
-            return megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
+            tokens = megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
+            return _plain(tokens)
         from ._remote import open_remote
 
         assert self._remote is not None
