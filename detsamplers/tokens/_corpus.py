@@ -370,19 +370,24 @@ class TokenCorpus:
         not one :meth:`read` per piece. Checked against ``vocab_size`` as :meth:`read`.
         """
         total = int(counts.sum())
+        if not all(isinstance(tokens, np.ndarray) for tokens in self._tokens):
+            return self._read_each(firsts, counts)  # a remote file reads ranges, not gathers
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = np.repeat(firsts, counts) + offsets
         if len(self._tokens) == 1:
-            files, first = None, 0
+            out = np.asarray(self._tokens[0][positions]).astype(np.int64)
         else:
+            out = np.empty(total, dtype=np.int64)
             files = np.searchsorted(self._token_start, positions, side="right") - 1
-            first = int(files[0]) if total else 0
-        if total and (files is None or not (files != first).any()):
-            out = np.asarray(self._tokens[first][positions - self._token_start[first]])
-            out = out.astype(np.int64)
-            if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
-                return out
-        # Several files, or a bad token to name: piece by piece.
+            for f in np.unique(files).tolist():  # one gather per file touched
+                mask = files == f
+                out[mask] = self._tokens[f][positions[mask] - self._token_start[f]]
+        if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
+            return out
+        return self._read_each(firsts, counts)  # a bad token to name, as read() names it
+
+    def _read_each(self, firsts: I64, counts: I64) -> I64:
+        """The pieces' tokens by one :meth:`read` each."""
         parts = [self.read(f, f + c) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
