@@ -193,11 +193,14 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
     }
     total = length * len(samples)
     cu = np.full(total + 1, total, dtype=np.int32)
-    offsets = np.unique(
-        np.concatenate(
-            [_boundaries(np.asarray(s["cu_seqlens"])) + i * length for i, s in enumerate(samples)]
-        )
+    offsets = np.concatenate(
+        [_boundaries(np.asarray(s["cu_seqlens"])) + i * length for i, s in enumerate(samples)]
     )
+    step = np.diff(offsets)
+    if (step >= 0).all():  # rows in order: only the joins repeat (row i's end, row i+1's 0)
+        offsets = offsets[np.concatenate([[True], step > 0])]
+    else:
+        offsets = np.unique(offsets)
     cu[: len(offsets)] = offsets
     out["cu_seqlens"] = torch.from_numpy(cu)
     return out
