@@ -300,7 +300,9 @@ class TokenCorpus:
         """The corpus token where each document of ``docs`` starts (``num_documents``: the end)."""
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
         files = np.searchsorted(self._doc_start, docs, side="right") - 1
-        for f in np.unique(files[docs < self.num_documents]).tolist():
+        inside = docs < self.num_documents
+        touched = [0] if len(self._ends) == 1 else np.unique(files[inside]).tolist()
+        for f in touched if inside.any() else []:
             mask = files == f
             local = docs[mask] - self._doc_start[f]
             before = np.asarray(self._ends[f], np.int64)[np.maximum(local - 1, 0)]
