@@ -140,8 +140,14 @@ class ConcatOrder:
         else:
             stored = np.diff(begins, append=self._firsts[block + 1])
         lengths = stored[local]
-        found = (local + first, begins[local], lengths, np.cumsum(lengths))
-        self._cache[(epoch, block)] = found
+        return self._store((epoch, block), (local + first, begins[local], lengths,
+                                            np.cumsum(lengths)))  # fmt: skip
+
+    def _store(
+        self, key: tuple[int, int], found: tuple[I64, I64, I64, I64]
+    ) -> tuple[I64, I64, I64, I64]:
+        """Keep a built block in the cache, dropping the least recently used beyond it."""
+        self._cache[key] = found
         while len(self._cache) > max(CACHED_BLOCKS, self._capacity):
             self._cache.popitem(last=False)
         return found
@@ -175,12 +181,23 @@ class ConcatOrder:
             np.tile(np.arange(size, dtype=np.int64), len(missing)),
             [np.repeat(row, size) for row in table],
         )
-        # Every missing block's document starts in one read of the boundaries.
-        firsts = np.array([block * size for _, block in missing], dtype=np.int64)
-        begins = self._corpus.starts((firsts[:, None] + np.arange(size)).ravel())
-        for i, (epoch, block) in enumerate(missing):
-            part = slice(i * size, (i + 1) * size)
-            self._keep(block, epoch, local[part], begins[part])
+        # Every missing block's document starts in one read of the boundaries, and its
+        # lengths, permuted starts and running ends in one array operation each (rows of
+        # a (blocks, size) table), not a handful of small calls per block.
+        blocks = np.array([block for _, block in missing], dtype=np.int64)
+        begins = self._corpus.starts((blocks[:, None] * size + np.arange(size)).ravel())
+        stored = np.empty_like(begins)
+        stored[:-1] = begins[1:]
+        stored[size - 1 :: size] = self._firsts[blocks + 1]
+        stored -= begins
+        local = local.reshape(len(missing), size)
+        rows = local + (np.arange(len(missing), dtype=np.int64) * size)[:, None]
+        lengths = stored[rows]
+        docs = local + (blocks * size)[:, None]
+        ends = np.cumsum(lengths, axis=1)
+        starts = begins[rows]
+        for i, key in enumerate(missing):
+            self._store(key, (docs[i], starts[i], lengths[i], ends[i]))
 
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""

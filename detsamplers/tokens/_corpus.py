@@ -85,6 +85,15 @@ def _megatron(files: list[Path | str], dtype: str | None, eod_id: Any, lengths: 
     return True
 
 
+def _plain(array: Any) -> Any:
+    """A memory map as a plain ndarray view of the same pages (its base keeps the map open).
+
+    Slicing and gathering a ``np.memmap`` goes through its Python ``__getitem__`` and
+    ``__array_wrap__`` on every read; the view reads the same bytes without them.
+    """
+    return array.view(np.ndarray) if isinstance(array, np.memmap) else array
+
+
 class TokenCorpus:
     """Pretokenized token files, memory-mapped, as one sequence of documents.
 
@@ -216,7 +225,7 @@ class TokenCorpus:
         )
         with bar:
             self._ends = [
-                self._boundaries(tokens, path, sidecar, bar, cache)
+                _plain(self._boundaries(tokens, path, sidecar, bar, cache))
                 for tokens, path, sidecar in zip(
                     self._tokens, files, sidecars or files, strict=True
                 )
@@ -226,7 +235,8 @@ class TokenCorpus:
 
     def _open(self, path: Path | str, dtype: str | None) -> Any:
         if isinstance(path, Path):
-            return megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
+            tokens = megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
+            return _plain(tokens)
         from ._remote import open_remote
 
         assert self._remote is not None
@@ -290,7 +300,9 @@ class TokenCorpus:
         """The corpus token where each document of ``docs`` starts (``num_documents``: the end)."""
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
         files = np.searchsorted(self._doc_start, docs, side="right") - 1
-        for f in np.unique(files[docs < self.num_documents]).tolist():
+        inside = docs < self.num_documents
+        touched = [0] if len(self._ends) == 1 else np.unique(files[inside]).tolist()
+        for f in touched if inside.any() else []:
             mask = files == f
             local = docs[mask] - self._doc_start[f]
             before = np.asarray(self._ends[f], np.int64)[np.maximum(local - 1, 0)]
@@ -360,20 +372,24 @@ class TokenCorpus:
         not one :meth:`read` per piece. Checked against ``vocab_size`` as :meth:`read`.
         """
         total = int(counts.sum())
+        if not all(isinstance(tokens, np.ndarray) for tokens in self._tokens):
+            return self._read_each(firsts, counts)  # a remote file reads ranges, not gathers
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         positions = np.repeat(firsts, counts) + offsets
         if len(self._tokens) == 1:
-            files, first = None, 0
+            out = np.asarray(self._tokens[0][positions]).astype(np.int64)
         else:
+            out = np.empty(total, dtype=np.int64)
             files = np.searchsorted(self._token_start, positions, side="right") - 1
-            first = int(files[0]) if total else 0
-        local = isinstance(self._tokens[first], np.ndarray)  # a remote file reads by ranges
-        if total and local and (files is None or not (files != first).any()):
-            out = np.asarray(self._tokens[first][positions - self._token_start[first]])
-            out = out.astype(np.int64)
-            if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
-                return out
-        # Several files, a remote file (a range each), or a bad token to name: piece by piece.
+            for f in np.unique(files).tolist():  # one gather per file touched
+                mask = files == f
+                out[mask] = self._tokens[f][positions[mask] - self._token_start[f]]
+        if self.vocab_size is None or not ((out >= self.vocab_size) | (out < 0)).any():
+            return out
+        return self._read_each(firsts, counts)  # a bad token to name, as read() names it
+
+    def _read_each(self, firsts: I64, counts: I64) -> I64:
+        """The pieces' tokens by one :meth:`read` each."""
         parts = [self.read(f, f + c) for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 

@@ -44,7 +44,7 @@ from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
 from ._corpus import TokenCorpus
-from ._features import features
+from ._features import features, features_rows
 
 __all__ = ["MODES", "TokenSequences"]
 
@@ -171,6 +171,16 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             >>> [sequences.at(k, epoch=1)["input_ids"].tolist() for k in range(3)]
             [[5, 0, 6], [1, 0, 2], [4, 0, 3]]
         """
+        index, epoch = self._checked(index, epoch)
+        docs, firsts, counts, closes = self.pieces(index, epoch)
+        if self._concat is None:
+            start = int(firsts[0])
+            tokens = self.corpus.read(start, start + self.seq_len + 1)
+        else:
+            tokens = self.corpus.read_pieces(firsts, counts)
+        return features(tokens, docs, counts, closes)
+
+    def _checked(self, index: Any, epoch: Any) -> tuple[int, int]:
         try:
             index = operator.index(index)
         except TypeError:
@@ -183,26 +193,34 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
                 f"index should be in [0, {self._length}), but got index={index}; the dataset "
                 f"holds {self._length} sequences"
             )
-        epoch = check_int("epoch", epoch, minimum=0)
-        docs, firsts, counts, closes = self.pieces(index, epoch)
-        if self._concat is None:
-            start = int(firsts[0])
-            tokens = self.corpus.read(start, start + self.seq_len + 1)
-        else:
-            tokens = self.corpus.read_pieces(firsts, counts)
-        return features(tokens, docs, counts, closes)
+        return index, check_int("epoch", epoch, minimum=0)
 
     def getitems_in_epochs(
         self, pairs: Sequence[tuple[int, int]]
     ) -> list[dict[str, npt.NDArray[Any]]]:
         """The sequences at ``(epoch, index)`` pairs (NOTE [ epoch-aware datasets ]).
 
-        The loader calls it with each record's epoch: the pass of its sample stream.
+        The loader calls it with each record's epoch: the pass of its sample stream. The
+        same arrays as :meth:`at` gives one by one, computed for the batch at once: one
+        table of windows and one pass of :func:`features_rows`.
         """
-        if self._concat is not None and len(pairs) > 1:
-            width = self.seq_len + 1
-            self._concat.prepare([(int(k) * width, (int(k) + 1) * width, int(e)) for e, k in pairs])
-        return [self.at(index, epoch) for epoch, index in pairs]
+        checked = [self._checked(index, epoch) for epoch, index in pairs]
+        if len(checked) < 2:
+            return [self.at(index, epoch) for index, epoch in checked]
+        width = self.seq_len + 1
+        if self._concat is not None:
+            self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
+        parts = [self.pieces(index, epoch) for index, epoch in checked]
+        columns = zip(*parts, strict=True)
+        docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
+        pieces = np.array([len(part[0]) for part in parts], dtype=np.int64)
+        if self._concat is not None:
+            tokens = self.corpus.read_pieces(firsts, counts).reshape(len(checked), width)
+        else:
+            tokens = np.empty((len(checked), width), dtype=np.int64)
+            for row, (index, _) in zip(tokens, checked, strict=True):
+                row[:] = self.corpus.read(index * width, (index + 1) * width)
+        return features_rows(tokens, docs, counts, closes, pieces)
 
     def data_config(self) -> dict[str, Any]:
         """The fields the loader's state keeps and checks (NOTE [ epoch-aware datasets ])."""

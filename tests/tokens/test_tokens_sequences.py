@@ -109,6 +109,34 @@ def golden_corpus(folder: Path) -> TokenCorpus:
     return TokenCorpus(path, dtype="uint32", eod_id=0, cache=False, progress=False)
 
 
+@given(files=corpora, seq_len=st.integers(1, 16), mode=modes, seed=st.integers(0, 99),
+       block=st.integers(1, 6), data=st.data())  # fmt: skip
+def test_a_batch_read_at_once_equals_its_sequences_read_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    mode: str,
+    seed: int,
+    block: int,
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    if corpus.num_tokens < seq_len + 1:
+        return
+    sequences = TokenSequences(corpus, seq_len, mode=mode, seed=seed, block_documents=block)
+    pairs = data.draw(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(sequences) - 1)), max_size=9)
+    )
+    batch = sequences.getitems_in_epochs(pairs)
+    assert len(batch) == len(pairs)
+    for (epoch, index), got in zip(pairs, batch, strict=True):
+        one = sequences.at(index, epoch)
+        assert set(got) == set(one)
+        for key, value in one.items():
+            assert got[key].dtype == value.dtype, key
+            assert got[key].tolist() == value.tolist(), key
+
+
 def test_golden_the_first_sequences_of_seed_0_are_pinned(tmp_path: Path) -> None:
     corpus = golden_corpus(tmp_path)
     chunk = TokenSequences(corpus, 8, mode="chunk")
