@@ -106,12 +106,23 @@ class TokenMixture(tud.ConcatDataset[dict[str, npt.NDArray[Any]]]):
     def getitems_in_epochs(
         self, pairs: Sequence[tuple[int, int]]
     ) -> list[dict[str, npt.NDArray[Any]]]:
-        """Each ``(epoch, index)``'s sequence, read from its component at that epoch."""
-        out = []
-        for epoch, index in pairs:
+        """Each ``(epoch, index)``'s sequence, read from its component at that epoch.
+
+        The pairs are grouped by component and each group is read by the component's
+        batch path (:meth:`TokenSequences.getitems_in_epochs`); the records come back in
+        the order of ``pairs``, the same arrays as one :meth:`TokenSequences.at` each.
+        """
+        groups: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
+        for row, (epoch, index) in enumerate(pairs):
             c = bisect_right(self.cumulative_sizes, index)
             local = index - (self.cumulative_sizes[c - 1] if c else 0)
-            out.append(self.sequences[c].at(local, epoch))
+            rows, wanted = groups.setdefault(c, ([], []))
+            rows.append(row)
+            wanted.append((epoch, local))
+        out: list[dict[str, npt.NDArray[Any]]] = [{} for _ in pairs]
+        for c, (rows, wanted) in groups.items():
+            for row, record in zip(rows, self.sequences[c].getitems_in_epochs(wanted), strict=True):
+                out[row] = record
         return out
 
     def data_config(self) -> dict[str, Any]:

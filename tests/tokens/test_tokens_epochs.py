@@ -335,6 +335,45 @@ def test_a_batch_read_at_once_equals_its_sequences_read_one_by_one(
         }
 
 
+@settings(max_examples=20, deadline=None)
+@given(web=corpora, code=corpora, seed=st.integers(0, 2**32),
+       picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=1,
+                      max_size=12))  # fmt: skip
+def test_a_mixture_batch_read_by_component_equals_its_sequences_read_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    web: list[list[int]],
+    code: list[list[int]],
+    seed: int,
+    picks: list[tuple[int, int]],
+) -> None:
+    folder = tmp_path_factory.mktemp("mb")
+    first, second = write_unique(folder / "web", web), write_unique(folder / "code", code)
+    if min(first.num_tokens, second.num_tokens) < 3:
+        return
+    mixture = TokenMixture([TokenSequences(first, 2, mode="concat", seed=seed, block_documents=2),
+                            TokenSequences(second, 2, mode="chunk", seed=seed + 1)],
+                           weights=[0.5, 0.5], seed=seed)  # fmt: skip
+    calls: list[int] = []
+    for c, part in enumerate(mixture.sequences):
+        batch_path = part.getitems_in_epochs
+
+        def counted(pairs: Any, c: int = c, batch_path: Any = batch_path) -> Any:
+            calls.append(c)
+            return batch_path(pairs)
+
+        part.getitems_in_epochs = counted  # type: ignore[method-assign]
+    pairs = [(epoch, k % len(mixture)) for epoch, k in picks]
+    got = mixture.getitems_in_epochs(pairs)
+    assert sorted(calls) == sorted({int(k >= len(mixture.sequences[0])) for _, k in pairs})
+    assert len(got) == len(pairs)
+    for (epoch, k), item in zip(pairs, got, strict=True):
+        c = int(k >= len(mixture.sequences[0]))
+        want = mixture.sequences[c].at(k - c * len(mixture.sequences[0]), epoch)
+        assert {key: value.tolist() for key, value in item.items()} == {
+            key: value.tolist() for key, value in want.items()
+        }
+
+
 def test_a_token_at_or_above_vocab_size_in_a_concat_sequence_names_the_file(
     tmp_path: Path,
 ) -> None:
