@@ -110,7 +110,8 @@ class TokenCorpus:
             (exclusive with ``eod_id``).
         vocab_size: If given, every token read is checked to lie in ``[0, vocab_size)``.
         cache: Read and write the end-of-document index beside each file (a remote
-            file's: read beside it, kept in ``cache_dir``).
+            file's: read beside it, kept in ``cache_dir``), and a local lengths
+            sidecar's document ends beside it (NOTE [ cached document ends ]).
         progress: Show a progress bar while scanning for ``eod_id`` (``None``: only on a
             terminal).
         storage_options: Arguments of the fsspec filesystem of remote files (``http(s)://``,
@@ -251,7 +252,7 @@ class TokenCorpus:
         if self.eod_id is not None and isinstance(path, Path):
             return eod_ends(tokens, path, self.eod_id, bar, cache)
         if self.eod_id is None and isinstance(sidecar, Path):
-            return lengths_ends(tokens, path, sidecar)
+            return lengths_ends(tokens, path, sidecar, cache)
         from ._remote import remote_eod_ends, remote_lengths_ends
 
         assert self._remote is not None

@@ -303,6 +303,8 @@ class TokenWriter:
             entries.append((f"{name}.bin", f"{name}.lengths.npy", count, docs))
         keep = {self.folder / name for e in entries for name in e[:2]}
         for path in stale:
+            # A sidecar's cached ends (NOTE [ cached document ends ]) go with the old files.
+            path.with_name(f"{path.name}.ends.npy").unlink(missing_ok=True)
             if path not in keep:
                 path.unlink(missing_ok=True)
         manifest = {
