@@ -9,6 +9,9 @@ Sequence ``k`` is window ``k`` of a stream of the corpus's ``T`` tokens, tokens
 - ``concat``: the documents in a block-hierarchical shuffled order keyed by
   ``(seed, epoch)``, a new order each epoch (NOTE [ block-hierarchical concat ]),
   O(documents / B) integers per epoch.
+- ``pack``: not a stream but bins: whole documents (or ``L + 1``-token pieces of longer
+  ones) packed by best-fit-decreasing inside windows of a shuffled document order, each
+  bin padded to ``L + 1`` tokens (NOTE [ packed sequences ]); the same bins every epoch.
 
 Either way every token of the stream but its last ``T mod (L + 1)`` appears in exactly
 one sequence per epoch, and sequence ``k`` of epoch ``e`` is a pure function of
@@ -44,11 +47,12 @@ from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
 from ._corpus import TokenCorpus
-from ._features import features, features_rows
+from ._features import IGNORE_INDEX, features, features_rows
+from ._pack import LONG_DOCUMENTS, PackOrder
 
 __all__ = ["MODES", "TokenSequences"]
 
-MODES = ("chunk", "concat")
+MODES = ("chunk", "concat", "pack")
 STATE_VERSION = 1
 
 
@@ -65,11 +69,19 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         seed: Keys the ``concat`` order of each epoch; pass the same seed to the DataLoader.
         block_documents: Documents per block of the ``concat`` shuffle, ``>= 1``: a seek
             costs O(``block_documents``), the index O(documents / ``block_documents``).
+        window: Documents per window of the ``pack`` mode, ``>= 1``: a larger window pads
+            less, a seek re-packs one window (O(``window`` log ``window``)), the index
+            holds O(documents / ``window``) integers (NOTE [ packed sequences ]).
+        long_documents: In ``pack``, a document over ``seq_len + 1`` tokens is cut into
+            pieces of ``seq_len + 1`` (``"split"``) or keeps only its first ``seq_len + 1``
+            tokens (``"truncate"``: the rest are never trained on; :meth:`stats` counts
+            them).
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``seq_len`` or ``block_documents`` is below 1, ``mode`` is unknown,
-            or the corpus holds fewer than ``seq_len + 1`` tokens.
+        ValueError: ``seq_len``, ``block_documents`` or ``window`` is below 1, ``mode`` or
+            ``long_documents`` is unknown, or (``chunk``, ``concat``) the corpus holds fewer
+            than ``seq_len + 1`` tokens.
 
     Determinism:
         ``sequences.at(k, e)`` depends only on the corpus, ``mode``, ``seq_len``, ``seed``,
@@ -100,6 +112,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode: str = "chunk",
         seed: int = 0,
         block_documents: int = 1024,
+        window: int = 1000,
+        long_documents: str = "split",
     ) -> None:
         if not isinstance(corpus, TokenCorpus):
             raise TypeError(
@@ -109,7 +123,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode = check_one_of("mode", mode, MODES)
         seed = check_int("seed", seed)
         block_documents = check_int("block_documents", block_documents, minimum=1)
-        if corpus.num_tokens < seq_len + 1:
+        window = check_int("window", window, minimum=1)
+        long_documents = check_one_of("long_documents", long_documents, LONG_DOCUMENTS)
+        if mode != "pack" and corpus.num_tokens < seq_len + 1:
             raise ValueError(
                 f"seq_len should leave at least one sequence of seq_len + 1 tokens, but got "
                 f"seq_len={seq_len} for a corpus of {corpus.num_tokens} tokens; lower seq_len "
@@ -121,9 +137,15 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         self.seed = seed
         self.block_documents = block_documents
         self._length = corpus.num_tokens // (seq_len + 1)
+        self.window = window
+        self.long_documents = long_documents
         self._concat: ConcatOrder | None = None
+        self._pack: PackOrder | None = None
         if mode == "concat":
             self._concat = ConcatOrder(corpus, seed, block_documents)
+        if mode == "pack":
+            self._pack = PackOrder(corpus, seq_len, seed, window, long_documents)
+            self._length = len(self._pack)
 
     def __len__(self) -> int:
         return self._length
@@ -131,8 +153,11 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
     def pieces(self, index: int, epoch: int = 0) -> Pieces:
         """Sequence ``index``'s pieces of documents: (documents, first tokens, counts, closes).
 
-        ``epoch`` selects the ``concat`` order of that epoch (``chunk`` ignores it).
+        ``epoch`` selects the ``concat`` order of that epoch (``chunk`` and ``pack`` ignore
+        it). In ``pack`` the counts sum to at most ``L + 1``: the rest is padding.
         """
+        if self._pack is not None:
+            return self._pack.pieces(index)
         start = index * (self.seq_len + 1)
         stop = start + self.seq_len + 1
         if self._concat is not None:
@@ -173,6 +198,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         """
         index, epoch = self._checked(index, epoch)
         docs, firsts, counts, closes = self.pieces(index, epoch)
+        if self._pack is not None:
+            return self._padded([(docs, firsts, counts, closes)])[0]
         if self._concat is None:
             start = int(firsts[0])
             tokens = self.corpus.read(start, start + self.seq_len + 1)
@@ -211,6 +238,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         if self._concat is not None:
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
         parts = [self.pieces(index, epoch) for index, epoch in checked]
+        if self._pack is not None:
+            return self._padded(parts)
         columns = zip(*parts, strict=True)
         docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
         pieces = np.array([len(part[0]) for part in parts], dtype=np.int64)
@@ -221,6 +250,65 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             for row, (index, _) in zip(tokens, checked, strict=True):
                 row[:] = self.corpus.read(index * width, (index + 1) * width)
         return features_rows(tokens, docs, counts, closes, pieces)
+
+    def _padded(self, parts: list[Pieces]) -> list[dict[str, npt.NDArray[Any]]]:
+        """Packed sequences' features: each bin's pieces, then padding to ``L + 1`` tokens.
+
+        The padding is one more piece of token 0 and document ``-1``: its positions restart
+        at 0, ``cu_seqlens`` closes the last document before it, and its labels are
+        ``IGNORE_INDEX`` (NOTE [ sequence features ]).
+        """
+        width = self.seq_len + 1
+        firsts = np.concatenate([part[1] for part in parts])
+        counts = np.concatenate([part[2] for part in parts])
+        real = self.corpus.read_pieces(firsts, counts)
+        tokens = np.zeros((len(parts), width), dtype=np.int64)
+        docs, all_counts, closes, pieces = [], [], [], []
+        at = 0
+        for row, (d, _, c, e) in zip(tokens, parts, strict=True):
+            used = int(c.sum())
+            row[:used] = real[at : at + used]
+            at += used
+            pad = [width - used] if used < width else []
+            docs.append(np.concatenate([d, [-1] * len(pad)]).astype(np.int64))
+            all_counts.append(np.concatenate([c, pad]).astype(np.int64))
+            closes.append(np.concatenate([e, [True] * len(pad)]).astype(bool))
+            pieces.append(len(d) + len(pad))
+        rows = features_rows(tokens, np.concatenate(docs), np.concatenate(all_counts),
+                             np.concatenate(closes), np.array(pieces, dtype=np.int64))  # fmt: skip
+        for out in rows:
+            out["labels"][out["document_ids"] < 0] = IGNORE_INDEX
+        return rows
+
+    def stats(self) -> dict[str, Any]:
+        """What the mode makes of the corpus: sequences, padding and tokens left out.
+
+        ``padding_tokens`` fill bins in ``pack``; ``truncated_tokens`` are lost by
+        ``long_documents="truncate"``; ``dropped_tokens`` are the tail of the stream under
+        one sequence in ``chunk`` and ``concat``.
+
+        Examples:
+            >>> import tempfile, numpy as np
+            >>> from pathlib import Path
+            >>> from detsamplers.tokens import TokenCorpus, TokenSequences
+            >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+            >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 3, 3, 0, 4, 0], dtype=np.uint16))
+            >>> stats = TokenSequences(TokenCorpus(path, eod_id=0), 4, mode="pack").stats()
+            >>> stats["sequences"], stats["padding_tokens"], stats["truncated_tokens"]
+            (3, 4, 0)
+        """
+        if self._pack is not None:
+            return {**self._pack.stats(), "dropped_tokens": 0}
+        width = self.seq_len + 1
+        return {
+            "sequences": self._length,
+            "documents": self.corpus.num_documents,
+            "tokens": self.corpus.num_tokens,
+            "padding_tokens": 0,
+            "truncated_tokens": 0,
+            "dropped_tokens": self.corpus.num_tokens - self._length * width,
+            "padding_fraction": 0.0,
+        }
 
     def data_config(self) -> dict[str, Any]:
         """The fields the loader's state keeps and checks (NOTE [ epoch-aware datasets ])."""
@@ -236,6 +324,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         }
         if self.mode == "concat":
             config["block_documents"] = self.block_documents
+        if self.mode == "pack":
+            config["window"] = self.window
+            config["long_documents"] = self.long_documents
         return config
 
     def state_dict(self) -> dict[str, Any]:

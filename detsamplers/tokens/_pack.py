@@ -1,0 +1,349 @@
+"""The ``pack`` order: whole documents packed by best-fit-decreasing, window by window.
+
+NOTE [ packed sequences ]
+Concatenating documents and cutting the stream (``chunk``, ``concat``) splits most
+documents across two sequences; packing keeps each whole and pads what is left of a
+sequence. With capacity ``C = L + 1`` tokens a sequence (the other modes read ``L + 1``
+tokens too: the inputs and the shifted labels):
+
+- **Pieces.** A document of ``n <= C`` tokens is one piece. A longer one is cut into
+  ``ceil(n / C)`` pieces of ``C`` tokens but the last (``long_documents="split"``), or
+  kept as its first ``C`` tokens (``"truncate"``: its other tokens are never trained
+  on; ``TokenSequences.stats()`` counts them).
+- **Windows.** The ``D`` documents in a keyed shuffled order (NOTE [ keyed permutation ],
+  key hashed from the seed, NOTE [ seed mixing ]) are cut into windows of ``W``
+  consecutive documents of that order (``window``); window ``w`` holds the documents at
+  positions ``[wW, min((w + 1)W, D))``, each with all its pieces.
+- **Bins.** Each window's pieces, sorted by decreasing size (ties in window order), go
+  one by one into the open bin with the least room that fits them (ties: the bin opened
+  first), or into a new bin: best-fit-decreasing. Bin ``b`` of a window keeps its pieces
+  in window order, then padding up to ``C``. Sorting groups similar lengths (the first
+  bins hold the longest pieces), so the bins of window ``w`` are read in the order of a
+  keyed permutation of their count, evaluated at ``w``.
+- **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
+  ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
+  order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
+  then a loop over the pieces in Python), built once per (corpus, ``L``, ``W``,
+  ``long_documents``, seed) and cached beside the corpus's first file as
+  ``<file>.pack-<digest>.npy`` (a header binding it to the files' names, sizes and
+  modification times and to the settings, then ``N``). A cache that fails its checks
+  (not a regular ``.npy`` of int64, a size unlike its header, another binding, ``N`` not
+  increasing) is rebuilt and rewritten; one whose counts lie in a way these checks miss
+  is found when a window re-packs to another count, an error naming the file. A seek
+  re-packs one window, O(W log W); the last ``CACHED_WINDOWS`` are kept.
+
+Every piece once per epoch: the document order is a bijection, the windows partition it,
+and best-fit places every piece of a window in exactly one of its bins; no bin holds more
+than ``C`` tokens, and a piece never crosses bins, so a document of at most ``C`` tokens
+is whole in one sequence. The bins are the same every epoch (as in OLMo-core's offline
+packing): making new ones per epoch would change their number, the dataset's length,
+and cost a pass over every document per epoch. The loader's own per-epoch shuffle
+(``DataLoader(sequences, shuffle=True, seed=...)``) reorders them every epoch, so each
+epoch sees the same sequences in a new order. Sequence ``k`` is a pure function of
+``(corpus, L, W, long_documents, seed, k)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import stat
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._permute import FeistelPermutation
+from .._seeds import derive
+from ._boundaries import store_ends
+from ._concat import Pieces
+from ._corpus import TokenCorpus
+from ._files import open_npy
+
+__all__ = [
+    "LONG_DOCUMENTS",
+    "PackOrder",
+    "best_fit_decreasing",
+    "count_bins",
+]
+
+I64 = npt.NDArray[np.int64]
+#: What to do with a document longer than ``L + 1`` tokens.
+LONG_DOCUMENTS = ("split", "truncate")
+#: Windows whose packed bins are kept (a batch of a shuffled loader touches several).
+CACHED_WINDOWS = 16
+#: Documents whose shuffled positions are evaluated per step of the index build.
+BUILD_BLOCK = 1 << 20
+#: Values before the cumulative bin counts in ``<file>.pack-<digest>.npy``.
+PACK_HEADER = 8
+_PACK_MAGIC = 0x64657470616B3031  # "detpak01"
+
+
+def best_fit_decreasing(sizes: list[int], capacity: int) -> tuple[list[int], int]:
+    """Best-fit of ``sizes`` (already in decreasing order) into bins of ``capacity``.
+
+    Each size goes into the open bin with the least room that fits it, the bin opened
+    first among equals, or into a new bin. A bin's room is kept as ``room * scale + bin``
+    in one sorted list, so one ``bisect`` finds the best bin and its number.
+
+    Returns:
+        The bin of each size, and the number of bins.
+
+    Examples:
+        >>> best_fit_decreasing([5, 4, 3, 2, 1], capacity=6)
+        ([0, 1, 2, 1, 0], 3)
+    """
+    scale = len(sizes) + 1
+    rooms: list[int] = []  # room * scale + bin, sorted: bisect finds the tightest fit
+    out: list[int] = []
+    opened = 0
+    left, insort, pop = bisect.bisect_left, bisect.insort, rooms.pop
+    for size in sizes:
+        need = size * scale
+        i = left(rooms, need)
+        if i == len(rooms):
+            value = (capacity - size) * scale + opened
+            opened += 1
+        else:
+            value = pop(i) - need
+        out.append(value % scale)
+        if value >= scale:  # some room left
+            insort(rooms, value)
+    return out, opened
+
+
+def count_bins(sizes: list[int], bounds: list[int], capacity: int) -> list[int]:
+    """The bins best-fit makes of each slice ``sizes[bounds[w]:bounds[w + 1]]``.
+
+    Each slice must be in decreasing order. The count depends only on the rooms left,
+    not on which of two equal rooms takes a piece, so no bin numbers are kept.
+
+    Examples:
+        >>> count_bins([5, 4, 3, 2, 1, 6, 6], [0, 5, 7], capacity=6)
+        [3, 2]
+    """
+    out: list[int] = []
+    left, insort = bisect.bisect_left, bisect.insort
+    for w in range(len(bounds) - 1):
+        rooms: list[int] = []
+        opened = 0
+        for size in sizes[bounds[w] : bounds[w + 1]]:
+            i = left(rooms, size)
+            if i == len(rooms):
+                room = capacity - size
+                opened += 1
+            else:
+                room = rooms.pop(i) - size
+            if room:
+                insort(rooms, room)
+        out.append(opened)
+    return out
+
+
+def _pieces_of(lengths: I64, capacity: int, split: bool) -> tuple[I64, I64, I64]:
+    """Each document's pieces: (its document's position, its offset in it, its size)."""
+    per = -(-lengths // capacity) if split else np.ones_like(lengths)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), per)
+    offset = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+    offset *= capacity
+    return owner, offset, np.minimum(capacity, lengths[owner] - offset)
+
+
+class PackOrder:
+    """The bins of ``corpus``'s documents packed window by window (NOTE [ packed sequences ]).
+
+    Args:
+        corpus: The documents.
+        seq_len: ``L``; a bin holds ``L + 1`` tokens.
+        seed: Keys the document order and each window's bin order.
+        window: ``W``, documents per window.
+        long_documents: ``"split"`` or ``"truncate"``.
+        cache: Read and write the bin counts beside the corpus's first local file.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 3, 3, 0, 4, 0], dtype=np.uint16))
+        >>> order = PackOrder(TokenCorpus(path, eod_id=0), 4, seed=0, window=4)
+        >>> len(order), order.stats()["padding_tokens"]
+        (3, 4)
+        >>> sorted(int(order.pieces(k)[2].sum()) for k in range(3))
+        [2, 4, 5]
+    """
+
+    def __init__(
+        self,
+        corpus: TokenCorpus,
+        seq_len: int,
+        seed: int,
+        window: int,
+        long_documents: str = "split",
+        cache: bool = True,
+    ) -> None:
+        self._corpus = corpus
+        self._capacity = seq_len + 1
+        self._window = window
+        self._split = long_documents == "split"
+        documents = corpus.num_documents
+        self._documents = documents
+        self._windows = -(-documents // window)
+        self._order = FeistelPermutation(documents, derive(seed, "tokens-pack-documents"))
+        self._bin_key = derive(seed, "tokens-pack-bins")
+        binding = {
+            **corpus.config(),
+            "seq_len": seq_len,
+            "seed": seed,
+            "window": window,
+            "long_documents": long_documents,
+            "mtimes": [os.stat(p).st_mtime_ns if isinstance(p, Path) else 0 for p in corpus.paths],
+        }
+        digest = hashlib.blake2b(json.dumps(binding, sort_keys=True).encode(), digest_size=8)
+        self._digest = int.from_bytes(digest.digest(), "little", signed=True)
+        first = corpus.paths[0]
+        self.path: Path | None = None
+        if cache and all(isinstance(p, Path) for p in corpus.paths) and isinstance(first, Path):
+            self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
+        self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
+        self._packed = OrderedDict()
+        header = self._load() if self.path is not None else None
+        if header is None:
+            header = self._build()
+            if self.path is not None:
+                store_ends(self.path, header)
+        self._header = header[:PACK_HEADER].copy()
+        self._cumulative = np.array(header[PACK_HEADER:], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self._cumulative[-1])
+
+    def stats(self) -> dict[str, Any]:
+        """What packing does to the corpus: sequences, pieces, padding and lost tokens."""
+        bins, pieces, packed = (int(v) for v in self._header[[4, 6, 7]])
+        room = bins * self._capacity
+        return {
+            "sequences": bins,
+            "documents": self._documents,
+            "pieces": pieces,
+            "tokens": self._corpus.num_tokens,
+            "padding_tokens": room - packed,
+            "truncated_tokens": self._corpus.num_tokens - packed,
+            "padding_fraction": (room - packed) / room,
+        }
+
+    def _positions(self, start: int, stop: int) -> I64:
+        """The documents at shuffled positions ``[start, stop)``."""
+        return self._order.at_epoch(np.arange(start, stop, dtype=np.int64), 0)
+
+    def _build(self) -> I64:
+        """The header and the cumulative bin counts, by one best-fit pass per window."""
+        lengths = self._corpus.lengths(0, self._documents)
+        shuffled = np.concatenate([
+            lengths[self._positions(a, min(a + BUILD_BLOCK, self._documents))]
+            for a in range(0, self._documents, BUILD_BLOCK)
+        ])  # fmt: skip
+        del lengths
+        capacity = self._capacity
+        if self._split:
+            per = -(-shuffled // capacity)
+            full, rest = shuffled // capacity, shuffled % capacity
+        else:
+            per = np.ones_like(shuffled)
+            full = (shuffled >= capacity).astype(np.int64)
+            rest = np.where(shuffled >= capacity, 0, shuffled)
+        windows = np.arange(len(shuffled), dtype=np.int64) // self._window
+        # A full piece fills a bin on its own; the rest are best-fit per window, each
+        # window's sizes decreasing (one lexsort for all windows).
+        full_bins = np.bincount(windows, weights=full, minlength=self._windows).astype(np.int64)
+        kept = rest > 0
+        sizes, owners = rest[kept], windows[kept]
+        order = np.lexsort((-sizes, owners))
+        bounds = np.searchsorted(owners[order], np.arange(self._windows + 1), side="left")
+        bins = full_bins + np.array(
+            count_bins(sizes[order].tolist(), bounds.tolist(), capacity), dtype=np.int64
+        )
+        packed = self._corpus.num_tokens
+        if not self._split:
+            packed = int(np.minimum(shuffled, capacity).sum())
+        out = np.empty(PACK_HEADER + self._windows + 1, dtype=np.int64)
+        out[:PACK_HEADER] = self._binding(int(bins.sum()), int(per.sum()), packed)
+        out[PACK_HEADER] = 0
+        np.cumsum(bins, out=out[PACK_HEADER + 1 :])
+        return out
+
+    def _binding(self, bins: int, pieces: int, packed: int) -> list[int]:
+        return [_PACK_MAGIC, 1, self._digest, self._windows, bins, self._documents, pieces, packed]
+
+    def _load(self) -> I64 | None:
+        """The cached header and counts if they pass NOTE [ packed sequences ]'s checks."""
+        assert self.path is not None
+        try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return None
+            stored = np.array(open_npy(self.path, ("int64",), what="pack index"))
+        except (OSError, ValueError):
+            return None
+        if len(stored) != PACK_HEADER + self._windows + 1:
+            return None
+        head, cumulative = stored[:PACK_HEADER], stored[PACK_HEADER:]
+        expected = self._binding(int(head[4]), int(head[6]), int(head[7]))
+        if head.tolist() != expected or int(cumulative[0]) != 0:
+            return None
+        if int(cumulative[-1]) != int(head[4]) or not bool((np.diff(cumulative) > 0).all()):
+            return None
+        return stored
+
+    def window(self, w: int) -> tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]:
+        """Window ``w`` packed: ``(offsets, docs, firsts, counts, closes)``.
+
+        The pieces are grouped by sequence: sequence ``N[w] + j`` holds pieces
+        ``offsets[j]:offsets[j + 1]`` (its bin's, in window order).
+        """
+        found = self._packed.get(w)
+        if found is not None:
+            self._packed.move_to_end(w)
+            return found
+        capacity = self._capacity
+        docs = self._positions(w * self._window, min((w + 1) * self._window, self._documents))
+        starts = self._corpus.starts(docs)
+        lengths = self._corpus.starts(docs + 1) - starts
+        owner, offset, size = _pieces_of(lengths, capacity, self._split)
+        by_size = np.argsort(-size, kind="stable")
+        placed, count = best_fit_decreasing(size[by_size].tolist(), capacity)
+        expected = int(self._cumulative[w + 1] - self._cumulative[w])
+        if count != expected:
+            where = f"the pack index {self.path}" if self.path is not None else "the pack index"
+            raise ValueError(
+                f"{where} should hold the bins of each window, but window {w} packs into "
+                f"{count} bins where it says {expected}; delete the file to rebuild it"
+            )
+        bin_of = np.empty(len(size), dtype=np.int64)
+        bin_of[by_size] = placed
+        # Sequence j of the window is bin read[j]; its pieces in window order.
+        read = FeistelPermutation(count, self._bin_key).at_epoch(
+            np.arange(count, dtype=np.int64), w
+        )
+        rank = np.empty(count, dtype=np.int64)
+        rank[read] = np.arange(count, dtype=np.int64)
+        grouped = np.argsort(rank[bin_of], kind="stable")
+        offsets = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rank[bin_of], minlength=count), out=offsets[1:])
+        closes = offset + size == lengths[owner]
+        found = (offsets, docs[owner][grouped], (starts[owner] + offset)[grouped],
+                 size[grouped], closes[grouped])  # fmt: skip
+        self._packed[w] = found
+        while len(self._packed) > CACHED_WINDOWS:
+            self._packed.popitem(last=False)
+        return found
+
+    def pieces(self, k: int) -> Pieces:
+        """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""
+        w = int(np.searchsorted(self._cumulative, k, side="right")) - 1
+        offsets, docs, firsts, counts, closes = self.window(w)
+        j = k - int(self._cumulative[w])
+        at = slice(int(offsets[j]), int(offsets[j + 1]))
+        return docs[at], firsts[at], counts[at], closes[at]
