@@ -20,7 +20,7 @@ from tokens_helpers import write_eod, write_unique
 from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
 from detsamplers.testing import Config, check_resume, configs, pause_points
-from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+from detsamplers.tokens import TokenCorpus, TokenMixture, TokenSequences, collate_tokens
 from detsamplers.tokens._pack import PACK_HEADER, best_fit_decreasing, count_bins
 
 #: Files of document lengths, some longer than the sequences they are packed into.
@@ -402,3 +402,22 @@ def test_a_cached_index_whose_counts_lie_consistently_fails_naming_the_file(
                                          r"window, but window 0 packs into \d+ bins where it "
                                          r"says \d+; delete the file to rebuild it"):  # fmt: skip
         lying[0]
+
+
+def test_a_mixture_of_packed_and_concatenated_corpora_resumes_on_another_world_size(
+    tmp_path: Path,
+) -> None:
+    web = TokenSequences(write_eod(tmp_path / "web", FILES), 6, mode="pack", seed=5, window=4)
+    code = TokenSequences(write_eod(tmp_path / "code", FILES[:2], seed=1), 6, mode="concat",
+                          seed=5)  # fmt: skip
+    mixture = TokenMixture([web, code], weights=[0.5, 0.5], seed=5)
+
+    def factory(rank: int, world_size: int, num_workers: int, batch_size: int = 2) -> Any:
+        return DataLoader(mixture, sampler=mixture.sampler, batch_size=batch_size, seed=5,
+                          num_workers=num_workers, collate_fn=collate_tokens)  # fmt: skip
+
+    resume = [Config(world_size=2), Config(world_size=3, batch_size=1)]
+    report = check_resume(factory, [3], batches=8, resume=resume)
+    assert report.pauses == [3]
+    rows = [mixture[k] for k in range(12)]
+    assert any((row["document_ids"] == -1).any() for row in rows)  # packed rows among them
