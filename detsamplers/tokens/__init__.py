@@ -4,7 +4,8 @@
 (``_files``: NOTE [ token files ]; ``_boundaries``: NOTE [ document boundaries ];
 ``_corpus``: NOTE [ token corpus ]). ``TokenSequences`` cuts it into sequences by
 ``mode`` (``_sequences``: NOTE [ token sequences ]; ``_concat``:
-NOTE [ block-hierarchical concat ]; ``_pack``: NOTE [ packed sequences ]), each a dict of what a model consumes, and
+NOTE [ block-hierarchical concat ]; ``_pack``: NOTE [ packed sequences ]), each a dict
+of what a model consumes, and
 ``collate_tokens`` batches them (``_features``: NOTE [ sequence features ]);
 ``TokenWriter`` writes a corpus folder (``_writer``: NOTE [ token writer ]). The dataset
 is map-style: ``detsamplers.loader.DataLoader`` shuffles, shards, batches and resumes it,
@@ -13,7 +14,8 @@ several (``_mixture``: NOTE [ token mixture ]).
 Files named by ``http(s)://`` or ``s3://`` URLs are read through the webdataset source's
 remote layer and node cache (``_remote``: NOTE [ remote token files ]), imported only then.
 Modules import down: ``_files`` < ``_boundaries`` < ``_corpus`` < ``_concat`` <
-``_pack`` < ``_sequences`` < ``_mixture``; ``_writer`` sits on ``_corpus``; ``_features`` stands alone.
+``_pack`` < ``_sequences`` < ``_mixture``; ``_writer`` sits on ``_corpus``; ``_features``
+stands alone.
 Megatron's ``.bin``/``.idx`` pairs are read by ``_megatron`` (NOTE [ megatron files ]),
 which imports ``_files`` and is imported by ``_corpus``.
 
