@@ -177,9 +177,9 @@ def test_seq_len_below_one_and_other_bad_arguments_are_refused_naming_them(tmp_p
     ):
         TokenSequences(corpus, True)
     with pytest.raises(
-        ValueError, match="mode should be one of 'chunk', 'concat', but got mode='pack'"
+        ValueError, match="mode should be one of 'chunk', 'concat', 'pack', but got mode='packed'"
     ):
-        TokenSequences(corpus, 2, mode="pack")
+        TokenSequences(corpus, 2, mode="packed")
     with pytest.raises(
         ValueError,
         match=r"seq_len should leave at least one sequence of seq_len \+ 1 tokens, "
