@@ -284,11 +284,12 @@ class PackOrder:
         try:
             if not stat.S_ISREG(os.stat(self.path).st_mode):
                 return None
-            stored = np.array(open_npy(self.path, ("int64",), what="pack index"))
+            mapped = open_npy(self.path, ("int64",), what="pack index")
         except (OSError, ValueError):
             return None
-        if len(stored) != PACK_HEADER + self._windows + 1:
+        if len(mapped) != PACK_HEADER + self._windows + 1:  # checked before any copy
             return None
+        stored = np.array(mapped)
         head, cumulative = stored[:PACK_HEADER], stored[PACK_HEADER:]
         expected = self._binding(int(head[4]), int(head[6]), int(head[7]))
         if head.tolist() != expected or int(cumulative[0]) != 0:

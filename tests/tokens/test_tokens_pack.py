@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +422,16 @@ def test_a_mixture_of_packed_and_concatenated_corpora_resumes_on_another_world_s
     assert report.pauses == [3]
     rows = [mixture[k] for k in range(12)]
     assert any((row["document_ids"] == -1).any() for row in rows)  # packed rows among them
+
+
+def test_a_cached_index_of_another_length_is_rebuilt_without_reading_it_all(
+    tmp_path: Path,
+) -> None:
+    first = packed(tmp_path)
+    where = index_file(tmp_path)
+    np.lib.format.open_memmap(where, mode="w+", dtype=np.int64, shape=(1 << 27,)).flush()
+    assert where.stat().st_size > 1 << 30  # a gigabyte file, sparse on disk
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    again = packed(tmp_path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # no copy
+    assert len(again) == len(first) and where.stat().st_size < 4096
