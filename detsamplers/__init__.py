@@ -18,15 +18,19 @@ Examples:
     2
 """
 
-from ._chain import make_batch_sampler, make_mixed_batch_sampler
-from ._errors import ReproducibilityError
-from ._grow import GrowingShuffleSampler
-from ._mix import MixSampler
-from ._native import kernel_status
-from ._repeat import RepeatBatchSampler, RepeatSampler
-from ._shard import DistributedBatchSampler, DistributedSampler
-from ._shuffle import ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler
-from ._skip import SkipBatchSampler, SkipSampler
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._chain import make_batch_sampler, make_mixed_batch_sampler
+    from ._errors import ReproducibilityError
+    from ._grow import GrowingShuffleSampler
+    from ._mix import MixSampler
+    from ._native import kernel_status
+    from ._repeat import RepeatBatchSampler, RepeatSampler
+    from ._shard import DistributedBatchSampler, DistributedSampler
+    from ._shuffle import ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler
+    from ._skip import SkipBatchSampler, SkipSampler
 
 __version__ = "0.1.0"
 
@@ -47,3 +51,39 @@ __all__ = [
     "make_batch_sampler",
     "make_mixed_batch_sampler",
 ]
+
+# NOTE [ lazy public names ]
+# ``python -m detsamplers`` imports this package before its ``__main__`` runs, and the
+# stages import torch (about 3 s of CPU): each public name is imported on first use instead
+# (PEP 562), so that ``--help`` and a mistyped argument answer at once. ``import detsamplers``
+# itself imports no torch; ``from detsamplers import X`` and ``detsamplers.X`` import X's
+# module then, as they would have at import time.
+_HOMES = {
+    "DistributedBatchSampler": "._shard",
+    "DistributedSampler": "._shard",
+    "GrowingShuffleSampler": "._grow",
+    "MixSampler": "._mix",
+    "RepeatBatchSampler": "._repeat",
+    "RepeatSampler": "._repeat",
+    "ReproducibilityError": "._errors",
+    "ReproducibleShuffleBatchSampler": "._shuffle",
+    "ReproducibleShuffleSampler": "._shuffle",
+    "SkipBatchSampler": "._skip",
+    "SkipSampler": "._skip",
+    "kernel_status": "._native",
+    "make_batch_sampler": "._chain",
+    "make_mixed_batch_sampler": "._chain",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home, __name__), name)
+    globals()[name] = value  # found once: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 __all__ = ["add_parser", "corpus_stats", "run"]
 
 #: Documents whose lengths are read at once by ``stats``.
@@ -130,6 +128,8 @@ def corpus_stats(corpus: Any, check_ids: bool = False) -> dict[str, Any]:
         >>> [(bin["low"], bin["high"], bin["documents"]) for bin in out["histogram"]]
         [(2, 3, 2), (4, 7, 1)]
     """
+    import numpy as np  # here, not at the top: `--help` answers without numpy or torch
+
     counts = np.zeros(64, dtype=np.int64)
     low, high = None, 0
     for first in range(0, corpus.num_documents, STATS_BLOCK):

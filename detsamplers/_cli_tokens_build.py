@@ -34,9 +34,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # imported where used: `--help` answers without numpy or torch
+    import numpy as np
 
 __all__ = ["BuildError", "add_build_parser", "run_build"]
 
@@ -184,6 +185,8 @@ def _text(where: str, kind: str, field: str, payload: str) -> str:
 
 def tokenize_task(task: Task) -> Result:
     """One chunk's tokens, concatenated as int64, and each document's token count."""
+    import numpy as np
+
     kind, field, items = task
     assert _tokenize is not None, "the tokenizer is loaded by _init in each process"
     name, vocab_size = _check
@@ -369,6 +372,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tu
 
 def run_build(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run ``tokens build``; the exit status (NOTE [ tokens command ])."""
+    import numpy as np
+
     from .tokens import TokenWriter
 
     kind, spec = _check_args(parser, args)

@@ -83,6 +83,8 @@ class _Shard(Stage[T]):
 
     @property
     def pass_length(self) -> int:
+        if self.infinite and (error := self._no_pass()) is not None:
+            raise error
         length = self._inner.pass_length
         if self.indexable:
             return len(range(self._rank, length, self._world))

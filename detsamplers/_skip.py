@@ -172,6 +172,8 @@ class _Skip(Stage[T]):
 
     @property
     def pass_length(self) -> int:
+        if self.infinite and (error := self._no_pass()) is not None:
+            raise error
         return max(0, self._inner.pass_length - self._skip)
 
     def _period(self) -> int:

@@ -124,7 +124,8 @@ class Stage(Node, tud.Sampler[T], metaclass=ABCMeta):
     Positions (each defaults to the inner node's):
 
     - ``_map(positions)``: this stage's positions to its inner node's (the identity).
-    - ``pass_length``: items in one pass (a stage that changes it: shuffle, shard, skip).
+    - ``pass_length``: items in one pass (a stage that changes it: shuffle, shard, skip); a
+      stage made endless by a repeat has none and raises ``TypeError`` naming itself.
     - ``_period()``: positions per pass (``pass_length``).
     - ``_pass_range(epoch)``: the positions of pass ``epoch`` (``[e P, (e + 1) P)``).
     - ``_epoch_of(position)``: the pass a position lies in (``position // P``).
@@ -219,6 +220,41 @@ class Stage(Node, tud.Sampler[T], metaclass=ABCMeta):
         """Checks run when an iteration starts (before the first item)."""
 
     # -- the node protocol -------------------------------------------------------------
+
+    @property
+    def pass_length(self) -> int:
+        """Items in one pass: the inner node's (a stage that changes it overrides this).
+
+        Raises:
+            TypeError: the stage is endless, so it has no pass.
+
+        Examples:
+            >>> from detsamplers import RepeatSampler
+            >>> RepeatSampler(range(3)).pass_length
+            Traceback (most recent call last):
+            ...
+            TypeError: RepeatSampler has no pass_length: it is endless (it repeats its sampler ...
+        """
+        if self.infinite and (error := self._no_pass()) is not None:
+            raise error
+        return self._inner.pass_length
+
+    def _no_pass(self) -> TypeError | None:
+        """The error ``pass_length`` raises when a repeat in the chain makes it endless.
+
+        None when no repeat is in the chain (a mixture is endless but has a pass of its
+        components, NOTE [ mixture law ]).
+        """
+        repeat = next((k for k in chain_of(self) if k.verb == "repeat"), None)
+        if repeat is None:
+            return None
+        name, its = type(self).__name__, type(repeat).__name__
+        why = "it repeats its sampler" if repeat is self else f"the {its} in its chain repeats"
+        return TypeError(
+            f"{name} has no pass_length: it is endless ({why} pass after pass, forever), so "
+            f"a pass of it never ends; ask the finite sampler the {its} wraps for its "
+            "pass_length, or use len() for Determined's length"
+        )
 
     def inner_node(self) -> Node:
         return self._inner

@@ -24,7 +24,7 @@ def test_all_is_sorted_and_lists_exactly_the_public_names() -> None:
     assert ds.__all__ == sorted(ds.__all__)
     public = {
         name
-        for name, value in vars(ds).items()
+        for name, value in ((name, getattr(ds, name)) for name in dir(ds))  # lazy names too
         if not name.startswith("_") and not inspect.ismodule(value)  # subpackages: loader
     }
     assert public - {"annotations"} == set(ds.__all__) - {"__version__"}

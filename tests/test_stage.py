@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import warnings
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
@@ -235,3 +236,79 @@ def test_every_chain_a_stage_accepts_can_be_read_and_saved(source: str, links: l
     items = take(chain, 5)
     assert len(items) <= 5
     json.dumps(chain.state_dict())
+
+
+#: Every shipped stage built over ``inner`` (the loader's with the fields a loader passes).
+BUILD: dict[str, Callable[[Any], Any]] = {
+    "DistributedBatchSampler": lambda s: ds.DistributedBatchSampler(s, 2, 1),
+    "DistributedSampler": lambda s: ds.DistributedSampler(s, 2, 1),
+    "GrowingShuffleSampler": lambda s: ds.GrowingShuffleSampler(
+        s, 0, initial_length=2, growth=[(3, 4)]
+    ),
+    "LoaderBatchSampler": lambda s: dl._batches.LoaderBatchSampler(
+        s, 0, seed=0, dataset_length=6, num_replicas=1, rank=0
+    ),
+    "RepeatBatchSampler": ds.RepeatBatchSampler,
+    "RepeatSampler": ds.RepeatSampler,
+    "ReproducibleShuffleBatchSampler": lambda s: ds.ReproducibleShuffleBatchSampler(s, 0),
+    "ReproducibleShuffleSampler": lambda s: ds.ReproducibleShuffleSampler(s, 0),
+    "SkipBatchSampler": lambda s: ds.SkipBatchSampler(s, 1),
+    "SkipSampler": lambda s: ds.SkipSampler(s, 1),
+}
+
+
+def test_every_stage_over_a_mixture_it_cannot_address_is_refused_when_built_naming_both() -> None:
+    assert set(BUILD) == SHIPPED - {"MixSampler"}  # a mixture wraps no sampler
+    for name, build in BUILD.items():
+        param = "batch_sampler" if "Batch" in name else "sampler"
+        with pytest.raises(ValueError, match=rf"^{name} cannot wrap this {param}\b.* MixSampler"):
+            build(batches_of_batches(mixture()))
+
+
+ENDLESS: dict[str, Callable[[], Any]] = {
+    "RepeatSampler": lambda: ds.RepeatSampler(range(5)),
+    "RepeatBatchSampler": lambda: ds.RepeatBatchSampler(tud.BatchSampler(range(5), 2, False)),
+    "DistributedSampler": lambda: ds.DistributedSampler(ds.RepeatSampler(range(5)), 2, 1),
+    "SkipSampler": lambda: ds.SkipSampler(ds.RepeatSampler(range(5)), 3),
+    "SkipBatchSampler": lambda: ds.SkipBatchSampler(
+        ds.RepeatBatchSampler(tud.BatchSampler(range(5), 2, False)), 1
+    ),
+    "DistributedBatchSampler": lambda: ds.DistributedBatchSampler(
+        ds.RepeatBatchSampler(tud.BatchSampler(range(5), 2, False)), 2, 0
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ENDLESS), ids=list(ENDLESS))
+def test_the_pass_length_of_a_stage_a_repeat_makes_endless_is_a_type_error_naming_it(
+    name: str,
+) -> None:
+    repeat = "RepeatBatchSampler" if "Batch" in name else "RepeatSampler"
+    why = "it repeats its sampler" if name == repeat else f"the {repeat} in its chain repeats"
+    with pytest.raises(
+        TypeError,
+        match=rf"^{name} has no pass_length: it is endless \({why} pass after pass, forever\), "
+        rf"so a pass of it never ends; ask the finite sampler the {repeat} wraps for its "
+        r"pass_length, or use len\(\) for Determined's length$",
+    ):
+        ENDLESS[name]().pass_length  # noqa: B018
+
+
+@given(length=st.integers(0, 20), world=st.integers(1, 4), skip=st.integers(0, 6))
+def test_a_finite_stage_has_the_pass_length_of_what_one_pass_yields(
+    length: int, world: int, skip: int
+) -> None:
+    for chain in (
+        ds.SkipSampler(ds.DistributedSampler(range(length), world, 0), skip),
+        ds.DistributedSampler(ds.ReproducibleShuffleSampler(range(length), 1), world, world - 1),
+        ds.SkipBatchSampler(tud.BatchSampler(range(length), 3, False), skip),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a skip past the end warns (it is pinned elsewhere)
+            assert chain.pass_length == len(list(chain))
+
+
+def test_an_endless_mixture_keeps_the_pass_length_of_its_components_under_a_shard() -> None:
+    assert mixture().pass_length == 6  # NOTE [ mixture law ]: one pass of its components
+    assert ds.DistributedSampler(mixture(), 2, 1).pass_length == 3
+    assert ds.SkipSampler(ds.DistributedSampler(mixture(), 2, 1), 1).pass_length == 2

@@ -31,7 +31,7 @@ _GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 def _refused(path: str, error: Exception) -> str:
     found = _GLOBAL.search(str(error))
-    what = found.group(1) if found else "an object"
+    what = found.group(1) if found else "a class"
     return (
         f"cannot load {path}: it needs {what}, which torch.load(weights_only=True) does not "
         "allow, and checkpoints are read as data, never as code (docs: Security). If you "
@@ -85,7 +85,9 @@ def load_checkpoint_file(path: str, *, weights_only: bool = True, map_location: 
     try:
         return torch.load(path, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as error:
-        if weights_only and "Weights only load failed" in str(error):
+        # Only a named global is a class to allow: a foreign file (JSON, a plain pickle)
+        # also fails the weights-only check, and is damaged, not a class to allow.
+        if weights_only and _GLOBAL.search(str(error)):
             raise ValueError(_refused(path, error)) from error
         raise ValueError(_damaged(path, error)) from error
     except Exception as error:  # a foreign file can make the reader raise anything
