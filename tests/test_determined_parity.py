@@ -89,7 +89,7 @@ def endless_and_empty(det_stages: list[Any]) -> bool:
     return False
 
 
-# A skip past a finite end keeps Determined's output and warns (tests/test_bad_input.py).
+# A skip past a finite end keeps Determined's output and warns (tests/test_samplers_bad_input.py).
 @pytest.mark.filterwarnings("ignore:Skip(Batch)?Sampler skips")
 @pytest.mark.parametrize("source", list(SOURCES), ids=list(SOURCES))
 @given(chain=chains())
