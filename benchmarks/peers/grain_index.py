@@ -4,7 +4,7 @@ grain's shuffle is an index map (O(1) per index, a state of one integer), like o
 
 The resumes read with the ``ReadOptions`` grain's ``options.py`` recommends for data
 already in memory (``num_threads=0``; no prefetch buffer, so the first ``next()`` reads
-one batch), as the main columns; the ``default ReadOptions`` columns (16 threads, a
+one batch), as the main columns; the ``defaults`` columns (16 threads, a
 500-element prefetch buffer that the first ``next()`` fills) are the same resumes with
 grain's defaults.
 """
@@ -271,7 +271,7 @@ PEERS = [
         capability=loader_capability,
     ),
     Peer(
-        name="grain MapDataset, default ReadOptions",
+        name="grain MapDataset, defaults",
         distribution="grain",
         module="grain",
         how="grain MapDataset's resume with to_iter_dataset()'s default ReadOptions (16 "
@@ -279,7 +279,7 @@ PEERS = [
         resume=partial(map_resume, defaults=True),
     ),
     Peer(
-        name="grain IndexSampler, default ReadOptions",
+        name="grain IndexSampler, defaults",
         distribution="grain",
         module="grain",
         how="grain IndexSampler's resume with DataLoader's default ReadOptions (16 threads, "
