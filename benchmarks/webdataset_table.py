@@ -1,7 +1,8 @@
 """WebDatasetSource against a plain webdataset pipeline, on the same local shards (issue 5).
 
 Run ``python benchmarks/webdataset_table.py`` (or ``--quick`` for CI, under 30 s; add
-``--header-check-only ROUNDS`` to run only part 5, with that many paired rounds). It
+``--header-check-only ROUNDS`` to run only part 5, with that many paired rounds, or
+``--table-only`` to run parts 1 to 3, without the writers and the header check). It
 writes shards once into a temporary folder with ``webdataset.ShardWriter`` (full mode: 50
 shards, 100,000 samples of a tiny PNG plus a label), then measures:
 
@@ -10,9 +11,17 @@ shards, 100,000 samples of a tiny PNG plus a label), then measures:
    ``default_collate``: plain ``wds.WebDataset(urls, shardshuffle=False)`` against
    ``WebDatasetSource(shuffle_shards=True)``, in the main process and with 2 workers
    (webdataset's workers split the shards, ours every other batch);
-2. the time to resume in the middle of epoch 3 (global position ``2.5 N``): ours builds a
-   source, loads the state and yields the first batch; the alternative replays the
-   plain pipeline up to that point, which is what resuming webdataset takes;
+   and ours' first pass: the same epoch with no index file yet, so the one-off index scan
+   is inside the timing (webdataset has no one-off cost: its first pass is its epoch);
+2. the time to resume in the middle of epoch 3 (global position ``2.5 N``), each the median
+   of the runs, alternating: ours builds a source, loads the state and yields the first
+   batch; plain webdataset resumes exactly the way its pipeline allows (it shuffles
+   neither shards nor samples): the URL list started at the right shard and
+   ``.slice(k)`` skipping the ``k < per_shard`` samples before the position in that shard,
+   ahead of decoding, then the first batch (checked equal to the replay's). The replay of
+   the plain pipeline up to that point is timed once too, as a reference: what an exact
+   resume costs a webdataset pipeline that shuffles samples (``.shuffle(n)``: its buffer
+   is in no state, so only a replay reproduces it), here without the shuffle's own cost;
 3. the one-off index scan, and loading the cached index; then, on shards already in
    memory, the rate of the tar header walk alone and with the grouping into samples;
 4. writing the same samples with ``webdataset.ShardWriter`` and with our
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import os
 import random
@@ -74,6 +84,34 @@ def plain(urls: str) -> Any:
     )
 
 
+def plain_resume(urls: str, per_shard: int, position: int) -> Any:
+    """Plain webdataset resumed exactly at global ``position``: what its user would write.
+
+    The plain pipeline shuffles neither shards nor samples, so sample ``p`` of an epoch is
+    sample ``p % per_shard`` of shard ``p // per_shard`` (every shard here holds
+    ``per_shard`` samples): the URL list starts at that shard and ``.slice`` skips the
+    samples before it in the shard, ahead of the decoder. ``position`` is at a batch
+    boundary of its epoch, so the batches that follow are those of the uninterrupted run
+    up to the epoch's end.
+    """
+    names = wds.shardlists.expand_urls(urls)
+    shard, skip = divmod(position % (len(names) * per_shard), per_shard)
+    return (
+        wds.WebDataset(names[shard:], shardshuffle=False, empty_check=False)
+        .slice(skip, None)
+        .decode()
+        .map(to_pair)
+        .batched(BATCH, collation_fn=default_collate)
+    )
+
+
+def remove_indexes(folder: str) -> None:
+    """Delete the index files the first scan cached next to the shards (a first pass again)."""
+    for name in os.listdir(folder):
+        if name.endswith(".tar.index.npz"):
+            os.remove(os.path.join(folder, name))
+
+
 def ours(urls: str, **kwargs: Any) -> WebDatasetSource:
     """Our source; ``parts=0``: the plain order and range reads, also over HTTP (the default;
     parts and the node cache are measured by locality_table.py)."""
@@ -85,9 +123,12 @@ def count(batches: Iterable[Any]) -> int:
     return sum(len(batch[1]) for batch in batches)
 
 
-def rate(make: Any, workers: int, total: int, runs: int) -> float:
+def rate(make: Any, workers: int, total: int, runs: int, before: Any = None) -> float:
+    """The median samples/s of ``runs`` epochs; ``before()`` runs ahead of each, untimed."""
     rates = []
     for _ in range(runs):
+        if before is not None:
+            before()
         start = time.perf_counter()
         if workers:
             dataset = make()
@@ -268,6 +309,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples and runs (CI)")
     parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="parts 1 to 3 only: no writers, no header check",
+    )
+    parser.add_argument(
         "--header-check-only",
         type=int,
         metavar="ROUNDS",
@@ -282,7 +328,8 @@ def main() -> None:
             ours(urls)  # the index files, before any timing
             header_check_cost(urls, args.header_check_only, 2)
         return
-    writers(shards, per_shard, runs)
+    if not args.table_only:
+        writers(shards, per_shard, runs)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         urls = write(folder, shards, per_shard)
@@ -300,35 +347,63 @@ def main() -> None:
             f"index of one pass over the shards in memory: header walk {walked:,.0f} samples/s, "
             f"walk and grouping into samples {grouped:,.0f} samples/s (CPU time)"
         )
-        print(f"{'num_workers':>11}  {'webdataset (samples/s)':>22}  {'detsamplers':>11}  ratio")
+        print(
+            f"{'num_workers':>11}  {'webdataset (samples/s)':>22}  {'detsamplers':>11}  ratio  "
+            f"{'first pass':>10}  ratio  (first pass: the index scan inside; load {load_average()})"
+        )
         for workers in (0, 2):
             base = rate(lambda: plain(urls), workers, total, runs)
             mine = rate(lambda: ours(urls, repeat=False), workers, total, runs)
-            print(f"{workers:>11}  {base:>22,.0f}  {mine:>11,.0f}  {mine / base:.2f}x")
+            anew = functools.partial(remove_indexes, folder)
+            first = rate(lambda: ours(urls, repeat=False), workers, total, runs, anew)
+            print(
+                f"{workers:>11}  {base:>22,.0f}  {mine:>11,.0f}  {mine / base:.2f}x  "
+                f"{first:>10,.0f}  {first / base:.2f}x"
+            )
+        ours(urls)  # the index files again, for what follows
 
-        header_check_cost(urls, 5 if args.quick else 9, 2)
+        if not args.table_only:
+            header_check_cost(urls, 5 if args.quick else 9, 2)
+        resume(urls, per_shard, total, max(runs, 3) + 2)
 
-        target = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, at a batch boundary
-        state = {**ours(urls).state_dict(), "position": target}
-        resumes = []
-        for _ in range(runs):
+
+def resume(urls: str, per_shard: int, total: int, runs: int) -> None:
+    """Part 2: ours and webdataset's exact resume in alternating runs; the replay once."""
+    target = 2 * total + total // 2 // BATCH * BATCH  # mid epoch 3, at a batch boundary
+    state = {**ours(urls).state_dict(), "position": target}
+    times: dict[str, list[float]] = {"ours": [], "webdataset": []}
+    firsts = {}
+    for round_ in range(runs):
+        for name in ("ours", "webdataset") if round_ % 2 == 0 else ("webdataset", "ours"):
             start = time.perf_counter()
-            source = ours(urls)
-            source.load_state_dict(state)
-            next(iter(source))
-            resumes.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        replay = iter(plain(urls).repeat(3))
-        skipped = 0
-        while skipped < target:  # each epoch ends with a partial batch: count samples
-            skipped += len(next(replay)[1])
-        next(replay)
-        replayed = time.perf_counter() - start
-        resume = statistics.median(resumes)
-        print(
-            f"resume at sample {target:,} (mid epoch 3): {resume * 1000:.1f} ms, "
-            f"replaying webdataset to it: {replayed:.2f} s ({replayed / resume:,.0f}x)"
-        )
+            if name == "ours":
+                source = ours(urls)
+                source.load_state_dict(state)
+                batch = next(iter(source))
+            else:
+                batch = next(iter(plain_resume(urls, per_shard, target)))
+            times[name].append(time.perf_counter() - start)
+            firsts[name] = batch
+    start = time.perf_counter()
+    replay = iter(plain(urls).repeat(3))
+    skipped = 0
+    while skipped < target:  # each epoch ends with a partial batch: count samples
+        skipped += len(next(replay)[1])
+    replayed_batch = next(replay)
+    replayed = time.perf_counter() - start
+    if firsts["webdataset"][1].tolist() != replayed_batch[1].tolist():
+        raise RuntimeError("webdataset's resume at a shard and offset is not its replay's batch")
+    mine, theirs = statistics.median(times["ours"]), statistics.median(times["webdataset"])
+    shard, skip = divmod(target % total, per_shard)
+    print(
+        f"resume at sample {target:,} (mid epoch 3), median of {runs} alternating runs "
+        f"(load {load_average()}): ours {mine * 1000:.1f} ms; webdataset started at shard "
+        f"{shard} with .slice({skip}) {theirs * 1000:.1f} ms ({theirs / mine:.1f}x ours)"
+    )
+    print(
+        f"replaying the plain pipeline to it, once (what an exact resume of a pipeline that "
+        f"shuffles samples takes, here without the shuffle): {replayed:.2f} s"
+    )
 
 
 if __name__ == "__main__":

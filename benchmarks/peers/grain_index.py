@@ -1,6 +1,12 @@
 """google grain: ``MapDataset.shuffle`` and the ``IndexSampler`` of its ``DataLoader``.
 
 grain's shuffle is an index map (O(1) per index, a state of one integer), like ours.
+
+The resumes read with the ``ReadOptions`` grain's ``options.py`` recommends for data
+already in memory (``num_threads=0``; no prefetch buffer, so the first ``next()`` reads
+one batch), as the main columns; the ``defaults`` columns (16 threads, a
+500-element prefetch buffer that the first ``next()`` fills) are the same resumes with
+grain's defaults.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ import importlib
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from harness.capability import (
@@ -30,6 +37,11 @@ def _grain() -> Any:
     return importlib.import_module("grain")
 
 
+def in_memory() -> Any:
+    """``ReadOptions(num_threads=0, prefetch_buffer_size=0)``: grain's advice for data in memory."""
+    return _grain().ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
 def map_dataset(n: int, world: int, rank: int, batch: int) -> Any:
     """``MapDataset.range(n).shuffle(seed=0).repeat(None)[rank::world].batch(batch)``.
 
@@ -45,12 +57,16 @@ def map_batches(n: int, world: int, rank: int, batch: int) -> Iterator[Sequence[
         yield dataset[i]
 
 
-def map_resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
-    """A fresh ``to_iter_dataset()`` iterator, ``set_state({"next_index": k})``, next batch."""
+def map_resume(
+    n: int, batch: int, position: int, defaults: bool = False
+) -> Callable[[], Sequence[int]]:
+    """A fresh ``to_iter_dataset(read_options)`` iterator, ``set_state({"next_index": k})``,
+    next batch; ``read_options`` is ``in_memory()``, or grain's default with ``defaults``."""
     state = {"next_index": position // batch}
+    read_options = None if defaults else in_memory()
 
     def run() -> Sequence[int]:
-        iterator = iter(map_dataset(n, 1, 0, batch).to_iter_dataset())
+        iterator = iter(map_dataset(n, 1, 0, batch).to_iter_dataset(read_options))
         iterator.set_state(state)
         out: Sequence[int] = next(iterator)
         return out
@@ -94,14 +110,16 @@ class _Records:
         return f"_Records({self.n})"
 
 
-def loader(n: int, batch: int) -> Any:
-    """``grain.DataLoader`` over records ``0..n-1``, IndexSampler, no workers, Batch(batch)."""
+def loader(n: int, batch: int, defaults: bool = False) -> Any:
+    """``grain.DataLoader`` over records ``0..n-1``, IndexSampler, no workers, Batch(batch),
+    ``read_options=in_memory()`` (grain's default ``ReadOptions`` with ``defaults``)."""
     grain = _grain()
     return grain.DataLoader(
         data_source=_Records(n),
         sampler=sampler(n, 1, 0),
         worker_count=0,
         operations=[grain.transforms.Batch(batch)],
+        read_options=None if defaults else in_memory(),
     )
 
 
@@ -119,12 +137,15 @@ def loader_state(n: int, batch: int, position: int) -> str:
     return json.dumps(state, indent=4)
 
 
-def loader_resume(n: int, batch: int, position: int) -> Callable[[], Sequence[int]]:
-    """A fresh ``DataLoader`` iterator, ``set_state(state)``, next batch."""
+def loader_resume(
+    n: int, batch: int, position: int, defaults: bool = False
+) -> Callable[[], Sequence[int]]:
+    """A fresh ``DataLoader`` iterator, ``set_state(state)``, next batch (``loader``'s
+    ``defaults``)."""
     state = loader_state(n, batch, position).encode()
 
     def run() -> Sequence[int]:
-        iterator = iter(loader(n, batch))
+        iterator = iter(loader(n, batch, defaults))
         iterator.set_state(state)
         out: Sequence[int] = next(iterator)
         return out
@@ -229,7 +250,9 @@ PEERS = [
         distribution="grain",
         module="grain",
         how="MapDataset.range(N).shuffle(seed=0).repeat(None)[r::W].batch(B), read by "
-        "dataset[i]; resume: to_iter_dataset() iterator set_state({'next_index': k})",
+        "dataset[i]; resume: to_iter_dataset(ReadOptions(num_threads=0, "
+        "prefetch_buffer_size=0)) iterator set_state({'next_index': k}) (options.py's advice "
+        "for data in memory)",
         index_batches=map_batches,
         resume=map_resume,
         shuffle_first=map_shuffle_first,
@@ -240,10 +263,27 @@ PEERS = [
         distribution="grain",
         module="grain",
         how="IndexSampler(N, ShardOptions(r, W), shuffle=True, num_epochs=None, seed=0) at "
-        "indices r, r+W, ...; resume: DataLoader(worker_count=0, Batch(B)) iterator set_state",
+        "indices r, r+W, ...; resume: DataLoader(worker_count=0, Batch(B), "
+        "read_options=ReadOptions(num_threads=0, prefetch_buffer_size=0)) iterator set_state",
         index_batches=sampler_batches,
         resume=loader_resume,
         shuffle_first=sampler_shuffle_first,
         capability=loader_capability,
+    ),
+    Peer(
+        name="grain MapDataset, defaults",
+        distribution="grain",
+        module="grain",
+        how="grain MapDataset's resume with to_iter_dataset()'s default ReadOptions (16 "
+        "threads, a prefetch buffer of 500 elements, filled by the first next())",
+        resume=partial(map_resume, defaults=True),
+    ),
+    Peer(
+        name="grain IndexSampler, defaults",
+        distribution="grain",
+        module="grain",
+        how="grain IndexSampler's resume with DataLoader's default ReadOptions (16 threads, "
+        "a prefetch buffer of 500)",
+        resume=partial(loader_resume, defaults=True),
     ),
 ]

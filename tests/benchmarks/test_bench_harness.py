@@ -136,6 +136,57 @@ def test_grain_adapters_yield_batches_of_records_of_their_rank() -> None:
     assert sorted(epoch) == list(range(64))
 
 
+@pytest.mark.skipif(not HAVE_GRAIN, reason="grain is not installed")
+def test_grain_resumes_the_same_batch_with_its_in_memory_and_its_default_read_options() -> None:
+    from peers import grain_index
+
+    n, batch, position = 200, 8, 7 * 8
+    iterator = iter(grain_index.map_dataset(n, 1, 0, batch).to_iter_dataset())
+    for _ in range(position // batch):
+        next(iterator)
+    expected = [int(i) for i in next(iterator)]
+    for defaults in (False, True):
+        assert [int(i) for i in grain_index.map_resume(n, batch, position, defaults)()] == expected
+    sampled = [int(i) for i in grain_index.loader_resume(n, batch, position)()]
+    assert sampled == [int(i) for i in grain_index.loader_resume(n, batch, position, True)()]
+    options = grain_index.in_memory()
+    assert (options.num_threads, options.prefetch_buffer_size) == (0, 0)
+
+
+@pytest.mark.skipif(not HAVE_DATASETS, reason="datasets is not installed")
+@pytest.mark.parametrize("world", [1, 8, 64, 128, 1024])
+def test_hf_splits_by_whole_shards_at_every_world_size_of_the_table(world: int) -> None:
+    from peers import hf_datasets
+
+    assert hf_datasets.shards(world) % world == 0
+    assert hf_datasets.shards(world) in (hf_datasets.SHARDS, world)
+
+
+@pytest.mark.skipif(not HAVE_DATASETS, reason="datasets is not installed")
+def test_hf_ranks_beyond_its_64_shards_read_whole_shards_of_their_own() -> None:
+    from peers import hf_datasets
+
+    world, n = 128, 128 * 4
+    firsts = [
+        {int(i) for i in next(iter(hf_datasets.index_batches(n, world, rank, 4)))}
+        for rank in (0, 1, 127)
+    ]
+    # a whole shard each (4 neighbouring rows), not one row in 128 of the whole stream
+    assert all(len(rows) == 4 and max(rows) - min(rows) == 3 for rows in firsts)
+    assert not firsts[0] & firsts[1] and not firsts[1] & firsts[2] and not firsts[0] & firsts[2]
+
+
+@pytest.mark.skipif(not HAVE_DATASETS, reason="datasets is not installed")
+def test_our_arrow_rows_column_reads_the_rows_our_chain_names() -> None:
+    from peers import hf_datasets
+
+    for world, rank in ((1, 0), (8, 3)):
+        rows = hf_datasets.ours_rows(1000, world, rank, 32)
+        indices = iter(ours.index_batches(1000, world, rank, 32))
+        for _ in range(40):
+            assert list(next(rows)) == list(next(indices))
+
+
 @pytest.mark.skipif(not HAVE_DATASETS, reason="datasets is not installed")
 def test_the_hf_adapter_yields_each_record_once_per_epoch() -> None:
     from peers import hf_datasets
