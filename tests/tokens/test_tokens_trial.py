@@ -3,7 +3,8 @@
 torchrun launches examples/tokens_trial.py (a tiny GPT, gloo on CPU, ``chunk`` sequences
 of a corpus of whole sequences, so that every token is in one) on 2 ranks: straight, and
 preempted by SIGTERM to one rank in the middle of the first epoch. The preempted run is
-relaunched from its checkpoint on 2 ranks and, from a copy, on 3. Every rank records the
+run again from its checkpoint on 2 ranks (the three runs in one launch: only the disk
+carries over) and, from a copy, on 3 ranks in a launch of its own. Every rank records the
 sequences it trained; a sequence ``k`` of ``chunk`` is the corpus's tokens
 ``[k(L + 1), (k + 1)(L + 1))`` (NOTE [ token sequences ]), so the records count every
 token by its offset in the corpus.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -74,18 +74,20 @@ def args_for(corpus: Path, ckpt: Path, record: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def launch_tokens(
-    ranks: int, args: list[str], log: Path, env: dict[str, str] | None = None
-) -> None:
-    """torchrun the token trial on ``ranks`` ranks; fail with the log's tail, never hang."""
-    env = {**run_env(), **(env or {})}
-    root = HERE.parents[1]  # this checkout's detsamplers, its examples and the test worker
-    folders = [str(HERE), str(root / "examples"), str(root), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(f for f in folders if f)
+def launch_tokens(ranks: int, runs: list[dict[str, Any]], log: Path) -> None:
+    """torchrun the token trial on ``ranks`` ranks, once per entry of ``runs`` in one launch
+    (tests/trial/in_one_launch.py); fail with the log's tail, never hang."""
+    env = run_env()
+    root = HERE.parents[1]  # this checkout's detsamplers, its examples and the test workers
+    folders = [str(HERE), str(HERE.parent / "trial"), str(root / "examples"), str(root)]
+    env["PYTHONPATH"] = os.pathsep.join(f for f in [*folders, env.get("PYTHONPATH", "")] if f)
     env["PYTHONFAULTHANDLER"] = "1"
+    plan = log.with_name(f"{log.name}-plan-{ranks}.json")
+    module, trial_class = "tokens_trial_worker", "Signalled"
+    plan.write_text(json.dumps({"module": module, "trial_class": trial_class, "runs": runs}))
     with open(log, "a") as out:
         agent = subprocess.Popen(
-            torchrun(ranks, args, "tokens_trial_worker"), stdout=out, stderr=subprocess.STDOUT,
+            torchrun(ranks, [str(plan)], "in_one_launch"), stdout=out, stderr=subprocess.STDOUT,
             env=env,
         )  # fmt: skip
         codes = wait_agents([(agent, log)], 240)
@@ -101,21 +103,26 @@ def test_a_tiny_gpt_on_token_sequences_survives_sigterm_and_a_relaunch_on_3_rank
     log = tmp_path / "log"
     straight, ckpt = tmp_path / "straight", tmp_path / "ckpt"
     weights = tmp_path / "straight.pt"
-    launch_tokens(2, args_for(corpus_path, straight, straight, f"--weights-out={weights}"), log)
-
-    first = tmp_path / "first"
+    first, second, resumed = tmp_path / "first", tmp_path / "second", tmp_path / "resumed.pt"
+    resized = tmp_path / "ckpt-on-3"
     signal = {"TRIAL_SIGNAL_AT": str(SIGNAL_AT), "TRIAL_SIGNAL_RANK": "1"}
-    launch_tokens(2, args_for(corpus_path, ckpt, first), log, signal)
-    metrics = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines()]
+    # One launch on 2 ranks: straight; SIGTERM to rank 1 (its checkpoints copied for the run
+    # on 3); the same command again, resuming from the disk (nothing kept in memory).
+    runs = [
+        {"argv": args_for(corpus_path, straight, straight, f"--weights-out={weights}")},
+        {
+            "argv": args_for(corpus_path, ckpt, first),
+            "env": signal,
+            "copy": [[str(ckpt), str(resized)]],
+        },
+        {"argv": args_for(corpus_path, ckpt, second, f"--weights-out={resumed}")},
+    ]
+    launch_tokens(2, runs, log)
+    metrics = [json.loads(line) for line in (resized / "metrics.jsonl").read_text().splitlines()]
     stops = [row["batches_trained"] for row in metrics if row["type"] == "stop"]
     assert stops == [SIGNAL_AT + 1]  # every rank stopped after the signalled batch
-    resized = tmp_path / "ckpt-on-3"
-    shutil.copytree(ckpt, resized)
-
-    second, resumed = tmp_path / "second", tmp_path / "resumed.pt"
-    launch_tokens(2, args_for(corpus_path, ckpt, second, f"--weights-out={resumed}"), log)
     on_3 = tmp_path / "on-3"
-    launch_tokens(3, args_for(corpus_path, resized, on_3), log)
+    launch_tokens(3, [{"argv": args_for(corpus_path, resized, on_3)}], log)
 
     # Same world size: the preempted run's batches and final weights are the straight run's.
     a = torch.load(weights, weights_only=True)

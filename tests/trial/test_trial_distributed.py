@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from demo_trial import DemoTrial, mixture
 from torch import nn
-from trial_helpers import metrics
+from trial_helpers import launch_runs, metrics
 
 from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
@@ -52,36 +54,6 @@ def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straigh
     assert "resume started at the pause point                       PASS" in table
 
 
-def test_a_killed_rank_relaunched_from_the_latest_checkpoint_ends_bit_identical(
-    demo: tuple[bool, list[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _, _, work = demo
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setenv("TRIAL_KILL_AT", "13")
-    monkeypatch.setenv("TRIAL_KILL_RANK", "1")
-    args = [f"--checkpoint-dir={tmp_path}", *COMMON, f"--weights-out={tmp_path / 'w.pt'}"]
-    with pytest.raises(RuntimeError, match="exited with"):
-        launch(2, args, str(tmp_path / "log"), module="trial_worker")
-    assert not (tmp_path / "w.pt").exists()
-    monkeypatch.delenv("TRIAL_KILL_AT")
-    launch(2, [*args, "--resume"], str(tmp_path / "log"), module="trial_worker")
-    resumes = [row for row in metrics(str(tmp_path)) if row["type"] == "resume"]
-    assert [row["batches_trained"] for row in resumes] == [8]  # the checkpoint before the kill
-    straight = torch.load(work / "reference" / "weights.pt", weights_only=True)
-    relaunched = torch.load(tmp_path / "w.pt", weights_only=True)
-    assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
-
-
-def test_a_resume_on_another_world_size_with_another_seed_is_refused(
-    demo: tuple[bool, list[str], Path], tmp_path: Path
-) -> None:
-    _, _, work = demo
-    shutil.copytree(work / "reference", tmp_path / "ckpt")
-    args = [f"--checkpoint-dir={tmp_path / 'ckpt'}", *COMMON, "--resume", "--seed=2"]
-    with pytest.raises(RuntimeError, match="seed is 1 in the checkpoint but 2 here"):
-        launch(1, args, str(tmp_path / "log"))
-
-
 def test_validation_metrics_are_the_mean_over_every_ranks_records(
     demo: tuple[bool, list[str], Path],
 ) -> None:
@@ -103,81 +75,142 @@ def test_validation_metrics_are_the_mean_over_every_ranks_records(
     assert reported["metrics"]["validation_loss"] == pytest.approx(expected, rel=1e-6)
 
 
+# Runs that share two launches (tests/trial/in_one_launch.py), each in a folder of its own:
+# on 2 ranks, the four runs of FIRSTS, then a run whose rank 1 dies at batch 13 (which
+# fails the launch); on 1 rank, LATERS resume the four, then the demo's reference is
+# resumed with another seed (which fails that launch).
+FIRSTS = {
+    "resized": [
+        "--records=80", "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7",
+    ],
+    "scheduled": [
+        "--records=80", "--global-batch-size=[[0, 16], [40, 24]]", "--max-batches=6",
+        "--checkpoint-every=6",
+    ],
+    "grown": ["--records=80", "--max-batches=3", "--checkpoint-every=3"],
+    "mixed": ["--records=80", "--mixture={}", "--max-batches=3", "--checkpoint-every=3"],
+}  # fmt: skip
+LATERS = {
+    "resized": ["--records=80", "--global-batch-size=24", "--max-batches=12", "--resume"],
+    "scheduled": [
+        "--records=80", "--global-batch-size=[[0, 16], [40, 24], [200, 8]]", "--max-batches=12",
+        "--resume",
+    ],
+    "grown": ["--records=96", "--max-batches=12", "--resume", "--dataset-growth"],
+    "mixed": [
+        "--records=80", '--mixture={"extra": 16, "plan": [[48, [1, 1, 1]]]}', "--max-batches=12",
+        "--resume", "--dataset-growth",
+    ],
+}  # fmt: skip
+
+
+@dataclass
+class Shared:
+    work: Path  # work/NAME: the checkpoints (ckpt/) and records of each run of FIRSTS
+    killed: str  # the 2-rank launch's error (its last run's rank 1 died)
+    refused: str  # the 1-rank launch's error (its last run resumed with seed 2)
+
+
+@pytest.fixture(scope="module")
+def shared(demo: tuple[bool, list[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Shared:
+    work = tmp_path_factory.mktemp("shared")
+
+    def common(name: str) -> list[str]:
+        return [f"--checkpoint-dir={work / name / 'ckpt'}", f"--record-dir={work / name}"]
+
+    runs: list[dict[str, Any]] = [{"argv": [*common(n), *a]} for n, a in FIRSTS.items()]
+    run = work / "killed"
+    killed = [f"--checkpoint-dir={run / 'ckpt'}", *COMMON, f"--weights-out={run / 'w.pt'}"]
+    runs.append({"argv": killed, "env": {"TRIAL_KILL_AT": "13", "TRIAL_KILL_RANK": "1"}})
+    with pytest.raises(RuntimeError, match="exited with") as died:
+        launch_runs(2, runs, work / "on-2", module="trial_worker", trial_class="Injected")
+    shutil.copytree(demo[2] / "reference", work / "seed" / "ckpt")
+    runs = [{"argv": [*common(n), *a]} for n, a in LATERS.items()]
+    runs.append({"argv": [*common("seed"), *COMMON, "--resume", "--seed=2"]})
+    with pytest.raises(RuntimeError, match="exited with") as refused:
+        launch_runs(1, runs, work / "on-1")
+    return Shared(work, str(died.value), str(refused.value))
+
+
+def test_a_killed_rank_relaunched_from_the_latest_checkpoint_ends_bit_identical(
+    demo: tuple[bool, list[str], Path], shared: Shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, work = demo
+    run = shared.work / "killed"
+    assert "exited with" in shared.killed
+    assert not (run / "w.pt").exists()
+    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [f"--checkpoint-dir={run / 'ckpt'}", *COMMON, f"--weights-out={run / 'w.pt'}"]
+    launch(2, [*args, "--resume"], str(run / "log"), module="trial_worker")
+    resumes = [row for row in metrics(str(run / "ckpt")) if row["type"] == "resume"]
+    assert [row["batches_trained"] for row in resumes] == [8]  # the checkpoint before the kill
+    straight = torch.load(work / "reference" / "weights.pt", weights_only=True)
+    relaunched = torch.load(run / "w.pt", weights_only=True)
+    assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
+
+
+def test_a_resume_on_another_world_size_with_another_seed_is_refused(shared: Shared) -> None:
+    assert "seed is 1 in the checkpoint but 2 here" in shared.refused
+
+
 def test_two_ranks_of_8_then_one_rank_of_24_train_every_record_once_per_epoch(
-    tmp_path: Path,
+    shared: Shared,
 ) -> None:
     """A changed global batch (16, then 24) continues at the sample the checkpoint reached."""
-    records, log = tmp_path / "records", str(tmp_path / "log")
-    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
-    launch(2, [*common, "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7"], log)
-    launch(1, [*common, "--global-batch-size=24", "--max-batches=12", "--resume"], log)
+    records = shared.work / "resized"
     stream = global_stream(records, [2] * 7 + [1] * 5)[0]
     assert len(stream) == 7 * 16 + 5 * 24
     for epoch in range(len(stream) // 80):
         assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
     single = DataLoader(range(80), batch_size=1, shuffle=True, seed=1)  # the trial seed
     assert stream == [global_batch(single, k, 1)[0] for k in range(len(stream))]
-    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    metadata = json.loads((records / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert (metadata["samples_trained"], metadata["global_batch_size"]) == (232, 24)
 
 
 def test_a_schedule_switching_mid_run_on_two_ranks_resumed_on_one_trains_every_record_once(
-    tmp_path: Path,
+    shared: Shared,
 ) -> None:
     """2 ranks: 16, then 24 from sample 40 (batch 3, at sample 48); paused after 6 batches
     (120 samples); resumed on 1 rank with the same past and a new switch to 8 at sample 200
     (batch 10, at sample 216). NOTE [ batch size schedule ]."""
-    records, log = tmp_path / "records", str(tmp_path / "log")
-    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
-    first = ["--global-batch-size=[[0, 16], [40, 24]]", "--max-batches=6", "--checkpoint-every=6"]
-    launch(2, [*common, *first], log)
-    later = ["--global-batch-size=[[0, 16], [40, 24], [200, 8]]", "--max-batches=12", "--resume"]
-    launch(1, [*common, *later], log)
+    records = shared.work / "scheduled"
     stream, sizes = global_stream(records, [2] * 6 + [1] * 6)
     assert sizes == [16] * 3 + [24] * 7 + [8] * 2
     for epoch in range(len(stream) // 80):
         assert sorted(stream[epoch * 80 : (epoch + 1) * 80]) == list(range(80))
     single = DataLoader(range(80), batch_size=len(stream), shuffle=True, seed=1)
     assert stream == [int(i) for i in next(iter(single.get_data_loader(repeat=True)))]
-    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    metadata = json.loads((records / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert metadata["batch_segments"] == [[0, 0, 16], [3, 48, 24], [10, 216, 8]]
     assert (metadata["samples_trained"], metadata["epoch_index"]) == (232, 2)
 
 
 def test_a_dataset_grown_at_a_resume_from_two_ranks_onto_one_trains_each_record_once(
-    tmp_path: Path,
+    shared: Shared,
 ) -> None:
     """80 records on 2 ranks, paused after 48 samples; resumed on 1 rank over 96 records with
     dataset_growth=True: the epoch that grew trains the 32 old records not yet trained and
     the 16 new ones, each once, and the next epoch is 96 long. NOTE [ trial growth ]."""
-    records, log = tmp_path / "records", str(tmp_path / "log")
-    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}"]
-    first = ["--records=80", "--max-batches=3", "--checkpoint-every=3"]
-    launch(2, [*common, *first], log)
-    later = ["--records=96", "--max-batches=12", "--resume", "--dataset-growth"]
-    launch(1, [*common, *later], log)
+    records = shared.work / "grown"
     stream = global_stream(records, [2] * 3 + [1] * 9)[0]
     assert len(stream) == 12 * 16
     assert sorted(stream[:48]) == sorted(set(stream[:48])) and max(stream[:48]) < 80
     assert sorted(stream[:96]) == list(range(96))  # the grown epoch: every record once
     assert sorted(stream[96:]) == list(range(96))  # the next epoch is 96 long
-    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    metadata = json.loads((records / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert metadata["dataset_growth"] == [[0, 80], [48, 96]]
     assert (metadata["samples_trained"], metadata["epoch_index"]) == (192, 2)
 
 
 def test_a_dataset_added_to_a_mixture_from_two_ranks_onto_one_follows_the_straight_run(
-    tmp_path: Path,
+    shared: Shared,
 ) -> None:
     """A mixture of two datasets of 40 records on 2 ranks, paused after 48 samples; resumed
     on 1 rank with a third dataset of 16 appended, entering at sample 48 (dataset_growth=True):
     the global stream is the straight run of the three-dataset mixture, whose first 48
     samples are the two-dataset run's. NOTE [ trial mixture ], NOTE [ adding a component ]."""
-    records, log = tmp_path / "records", str(tmp_path / "log")
-    common = [f"--checkpoint-dir={tmp_path / 'ckpt'}", f"--record-dir={records}", "--records=80"]
-    launch(2, [*common, "--mixture={}", "--max-batches=3", "--checkpoint-every=3"], log)
-    added = '--mixture={"extra": 16, "plan": [[48, [1, 1, 1]]]}'
-    launch(1, [*common, added, "--max-batches=12", "--resume", "--dataset-growth"], log)
+    records = shared.work / "mixed"
     stream = global_stream(records, [2] * 3 + [1] * 9)[0]
     spec = {"extra": 16, "plan": [[48, [1, 1, 1]]]}
     straight = mixture(80, spec, 16, 0).sampler
@@ -185,6 +218,6 @@ def test_a_dataset_added_to_a_mixture_from_two_ranks_onto_one_follows_the_straig
     assert stream == straight.records(np.arange(192)).tolist()
     assert stream[:48] == past.records(np.arange(48)).tolist()
     assert set(stream[48:]) & set(range(80, 96))  # the new dataset is trained from sample 48
-    metadata = json.loads((tmp_path / "ckpt" / "batch-000012" / "metadata.json").read_text())
+    metadata = json.loads((records / "ckpt" / "batch-000012" / "metadata.json").read_text())
     assert metadata["dataset_growth"] == [[0, 80], [48, 96]]
     assert metadata["samples_trained"] == 192

@@ -15,7 +15,6 @@ and back-off are covered by test_trial_porting.py instead; float16 and CUDA are 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -24,12 +23,11 @@ from typing import Any
 import pytest
 import torch
 from determined import pytorch as det_pytorch
+from trial_helpers import launch_runs
 from tutorial_trial import main
 
 from detsamplers import ReproducibilityError
-from detsamplers.trial._demo import launch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TOTAL, PAUSE = 14, 7
 CHIEF_ONLY = {"on_checkpoint_save_start", "on_checkpoint_end", "on_checkpoint_write_end"}
 
@@ -89,21 +87,15 @@ def test_single_process_paused_between_steps_resumes_bit_identical(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """2 ranks straight to 14; 2 ranks paused at 7, then resumed on 2."""
+    """2 ranks straight to 14; 2 ranks paused at 7, then resumed on 2: the three runs in one
+    launch (tests/trial/in_one_launch.py), each resuming only from the disk."""
     work = tmp_path_factory.mktemp("tutorial")
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = HERE + os.pathsep + (previous or "")
-    try:
-        log = str(work / "log")
-        launch(2, args(work, "straight", TOTAL), log, module="tutorial_trial")
-        launch(2, args(work, "paused", PAUSE), log, module="tutorial_trial")
-        shutil.copytree(work / "paused", work / "paused-at-7")
-        launch(2, args(work, "paused", TOTAL), log, module="tutorial_trial")
-    finally:
-        if previous is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = previous
+    runs = [
+        {"argv": args(work, "straight", TOTAL)},
+        {"argv": args(work, "paused", PAUSE), "copy": [[f"{work}/paused", f"{work}/paused-at-7"]]},
+        {"argv": args(work, "paused", TOTAL)},
+    ]
+    launch_runs(2, runs, work, module="tutorial_trial")
     return work
 
 

@@ -21,16 +21,15 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from trial_helpers import as_if_saved_by, identical, metrics
+from trial_helpers import as_if_saved_by, identical, launch_runs, metrics
 
 from detsamplers import ReproducibilityError
 from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.trial import Batch, Trainer, Trial, find_latest_checkpoint, init
 from detsamplers.trial._context import TrialContext
-from detsamplers.trial._demo import global_batches, launch
+from detsamplers.trial._demo import global_batches
 from tests.webdataset.wds_helpers import COUNTS, TOTAL, make, noisy_label, write_shards
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 HPARAMS: dict[str, Any] = {"global_batch_size": 8, "data_seed": 7, "num_workers": 0}
 BATCHES = 30  # 240 records: 3 epochs of 71, and part of a fourth
 
@@ -311,19 +310,33 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
 
 
+@pytest.fixture(scope="module")
+def two_then_one(shards: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs paused at 9 on 2 ranks and resumed on 1 (``work/NAME/{first,second,ckpt}``):
+    ``plain`` with the default parts, ``parts`` with parts=12; each launch runs both
+    (tests/trial/in_one_launch.py)."""
+    work = tmp_path_factory.mktemp("two-then-one")
+    extras = {"plain": [], "parts": ["--parts=12"]}
+    for ranks, name, extra in ((2, "first", "--max-batches=9"), (1, "second", "--resume")):
+        runs = [
+            {"argv": [
+                f"--urls={shards}", f"--checkpoint-dir={work / key / 'ckpt'}",
+                f"--record-dir={work / key / name}", extra, *more,
+            ]}
+            for key, more in extras.items()
+        ]  # fmt: skip
+        launch_runs(ranks, runs, work / f"launch-{name}", module="test_trial_webdataset")
+    return work
+
+
 @pytest.mark.distributed
 def test_two_ranks_paused_and_resumed_on_one_see_the_global_batches_of_a_straight_run(
-    shards: str, straight: tuple[ShardTrial, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    straight: tuple[ShardTrial, Path], two_then_one: Path
 ) -> None:
     # Global batch t is the stream positions [8 t, 8 t + 8) on any world size, so the
     # uninterrupted reference is the in-process run (one rank of 8).
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    common = [f"--urls={shards}", f"--checkpoint-dir={tmp_path / 'ckpt'}"]
-    for ranks, name, extra in ((2, "first", "--max-batches=9"), (1, "second", "--resume")):
-        args = [*common, f"--record-dir={tmp_path / name}", extra]
-        launch(ranks, args, str(tmp_path / "log"), module="test_trial_webdataset")
-    first = global_batches(str(tmp_path / "first"), 2)
-    second = global_batches(str(tmp_path / "second"), 1)
+    first = global_batches(str(two_then_one / "plain" / "first"), 2)
+    second = global_batches(str(two_then_one / "plain" / "second"), 1)
     assert sorted(first) == list(range(9))  # paused at 9, the last checkpoint
     assert sorted(second) == list(range(9, 20))
     reference, _ = straight
@@ -344,18 +357,13 @@ def test_a_source_with_the_default_parts_resumes_a_run_saved_with_parts_in_its_o
 
 @pytest.mark.distributed
 def test_with_rank_local_parts_two_ranks_resumed_on_one_see_the_batches_of_a_straight_run(
-    shards: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shards: str, two_then_one: Path, tmp_path: Path
 ) -> None:
     # parts=12 (NOTE [ rank-local parts ]): each of the 2 ranks reads its 6 parts; the
     # resume on 1 rank reads all 12, and the global batches are the straight run's.
     reference = run(tmp_path / "straight", 20, urls=shards, parts=12)
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    common = [f"--urls={shards}", f"--checkpoint-dir={tmp_path / 'ckpt'}", "--parts=12"]
-    for ranks, name, extra in ((2, "first", "--max-batches=9"), (1, "second", "--resume")):
-        args = [*common, f"--record-dir={tmp_path / name}", extra]
-        launch(ranks, args, str(tmp_path / "log"), module="test_trial_webdataset")
-    first = global_batches(str(tmp_path / "first"), 2)
-    second = global_batches(str(tmp_path / "second"), 1)
+    first = global_batches(str(two_then_one / "parts" / "first"), 2)
+    second = global_batches(str(two_then_one / "parts" / "second"), 1)
     assert sorted(first) == list(range(9)) and sorted(second) == list(range(9, 20))
     assert [first.get(b) or second[b] for b in range(20)] == reference.seen
     assert reference.seen != run(tmp_path / "plain", 20, urls=shards).seen  # parts change it

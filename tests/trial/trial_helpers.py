@@ -12,6 +12,7 @@ import torch
 from demo_trial import DemoTrial, unwrapped
 
 from detsamplers.trial import Batch, Trainer, find_latest_checkpoint, init
+from detsamplers.trial._demo import launch
 
 HPARAMS: dict[str, Any] = {"global_batch_size": 8, "lr": 0.1, "records": 40, "num_workers": 0}
 
@@ -65,3 +66,31 @@ def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def metrics(checkpoint_dir: str) -> list[dict[str, Any]]:
     with open(os.path.join(checkpoint_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def launch_runs(
+    ranks: int,
+    runs: list[dict[str, Any]],
+    folder: Path,
+    module: str = "demo_trial",
+    trial_class: str | None = None,
+) -> None:
+    """Run ``module``'s ``main`` once per entry of ``runs`` in one torchrun launch on ``ranks``
+    ranks (tests/trial/in_one_launch.py); its plan and log go to ``folder``.
+
+    Raises:
+        RuntimeError: a run failed (torchrun exited non-zero), with the log's tail.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    plan = folder / f"plan-{ranks}.json"
+    plan.write_text(json.dumps({"module": module, "trial_class": trial_class, "runs": runs}))
+    here = os.path.dirname(os.path.abspath(__file__))
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = here + os.pathsep + (previous or "")
+    try:
+        launch(ranks, [str(plan)], str(folder / "log"), module="in_one_launch")
+    finally:
+        if previous is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = previous
