@@ -93,8 +93,10 @@ SHUFFLES = {
 }
 
 
+# One rank, and several ranks whose batches do not divide the epoch (682 samples, batches of 8):
+# world size 2 took the same path as 3 (every rank reads by ranges, a short last step).
 @pytest.mark.parametrize("shuffle", list(SHUFFLES), ids=list(SHUFFLES))
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 3])
 def test_by_default_the_same_files_give_the_same_stream_on_disk_over_nginx_and_in_s3(
     stores: Stores,
     world_size: int,
