@@ -36,12 +36,14 @@ SLOW = ("distributed", "frameworks", "install", "servers", "subprocess", "worker
 FAST = "not (" + " or ".join(SLOW) + ")"
 
 # Fixtures that start a server or a process: a test that uses one (directly or through another
-# fixture) gets the marker. ``served`` is the nginx fixture of the cache tests.
+# fixture) gets the marker. ``served`` is the nginx fixture of the cache tests, ``nginx_small``
+# the session nginx under it.
 FIXTURE_MARKERS = {
     "http_server": "servers",
     "s3_session": "servers",
     "gcs_session": "servers",
     "served": "servers",
+    "nginx_small": "servers",
     "demo": "distributed",
 }
 

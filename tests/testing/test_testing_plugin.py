@@ -77,23 +77,6 @@ def test_bad_pipeline(resume_check):
 
 
 @pytest.mark.subprocess
-def test_the_fixtures_come_from_the_installed_entry_point(pytester: pytest.Pytester) -> None:
-    # One subprocess for both fixtures: each run of pytest imports torch afresh.
-    pytester.makepyfile(test_user=USER_TESTS, test_trial=TRIAL_TESTS)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:randomly", "-p", "no:cacheprovider", timeout=180
-    )
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "plugins: *detsamplers-*",
-            "*AssertionError: resume check failed*differ in batch 0 on rank 0 at *'x'*: "
-            "tensor element *0*Likely cause: the dataset keeps state between calls: Counting*",
-        ]
-    )
-
-
-@pytest.mark.subprocess
 def test_the_plugin_can_be_turned_off_like_any_other(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user="def test_it(resume_check):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:detsamplers", timeout=180)
@@ -169,20 +152,31 @@ def _report_of(name: str, call: str, message: str, error: str) -> list[str]:
     ]
 
 
+# One run of pytest for the user's passing and failing tests: each run imports torch afresh.
 @pytest.mark.subprocess
-def test_a_failing_check_reports_the_users_test_then_the_kits_message_and_none_of_its_source(
+def test_the_installed_fixtures_pass_a_good_pipeline_and_report_a_failing_one_in_the_users_test(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import detsamplers
 
-    # The subprocess imports this checkout's package (and its plugin), wherever it is.
+    # The subprocess imports this checkout's package (and its plugin, through its entry
+    # point), wherever it is.
     root = str(Path(detsamplers.__file__).parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    pytester.makepyfile(test_failing=FAILING_TESTS)
+    pytester.makepyfile(test_user=USER_TESTS, test_trial=TRIAL_TESTS, test_failing=FAILING_TESTS)
     result = pytester.runpytest_subprocess(
         "-p", "no:randomly", "-p", "no:cacheprovider", timeout=180
     )
-    result.assert_outcomes(failed=4)
+    # test_user: the good pipeline passes, the bad one fails; test_trial passes; the 4 of
+    # test_failing fail.
+    result.assert_outcomes(passed=2, failed=5)
+    result.stdout.fnmatch_lines(
+        [
+            "plugins: *detsamplers-*",
+            "*AssertionError: resume check failed*differ in batch 0 on rank 0 at *'x'*: "
+            "tensor element *0*Likely cause: the dataset keeps state between calls: Counting*",
+        ]
+    )
     for lines in (
         _report_of(
             "test_bad",

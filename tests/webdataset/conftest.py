@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from gcs_server import GCSServer
 from http_server import ShardServer
+from nginx_server import Nginx
 from s3_server import S3Server
-from wds_helpers import write_shards
+from wds_helpers import write_shards, write_small_samples
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,21 @@ def http_server(http_root: Path) -> Iterator[ShardServer]:
     server = ShardServer(http_root)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def nginx_small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nginx, int]]:
+    """One nginx for the session serving ``s/d-00.tar`` to ``s/d-15.tar`` (``write_small_samples``),
+    with their sample count. The modules that count its bytes share it (each with its own
+    ``index_dir``) and read from a :meth:`Nginx.mark` of their own; none changes its files.
+    """
+    root = tmp_path_factory.mktemp("nginx-small")
+    total = write_small_samples(root / "s", 16)
+    nginx = Nginx(root, tmp_path_factory.mktemp("nginx-small-run"))
+    try:
+        yield nginx, total
+    finally:
+        nginx.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nginx_server import Nginx
-from wds_helpers import run_two_agents, simulate, write_small_samples
+from wds_helpers import run_two_agents, simulate
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
 from detsamplers.loader._wds.read._node_cache import ShardCache
@@ -47,16 +46,11 @@ def _label(sample: dict[str, Any]) -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("nginx-root")
-    total = write_small_samples(root / "s", SHARDS)
-    nginx = Nginx(root, tmp_path_factory.mktemp("nginx-run"))
-    try:
-        out = Served(nginx, root, total, str(tmp_path_factory.mktemp("index")))
-        out.make()  # index the shards once (cached in index_dir)
-        yield out
-    finally:
-        nginx.close()
+def served(nginx_small: tuple[Nginx, int], tmp_path_factory: pytest.TempPathFactory) -> Served:
+    nginx, total = nginx_small  # the session's nginx of SHARDS shards (conftest.py)
+    out = Served(nginx, nginx.root, total, str(tmp_path_factory.mktemp("index")))
+    out.make()  # index the shards once (cached in index_dir)
+    return out
 
 
 def one_epoch(served: Served, world: int, **options: Any) -> list[int]:
@@ -186,26 +180,23 @@ def _launch_two_nodes(
     return sorted(results, key=lambda r: str(r["cache"]))
 
 
+# One pair of launches checks both laws: the first launch (epoch 1) reads each node's own
+# parts, the relaunch on the same nodes (epoch 2) downloads nothing. (The c10d rendezvous of
+# run_two_agents is launched by test_wds_mix_cache.py; parts that share a tail, in-process by
+# test_with_a_cache_per_rank_each_rank_downloads_only_its_parts_shards.)
 @pytest.mark.distributed
-def test_two_torchrun_agents_with_a_cache_each_read_their_own_parts(
-    served: Served, tmp_path: Path
-) -> None:
-    mark = served.nginx.mark()
-    results = _launch_two_nodes(served, tmp_path)
-    assert sorted(x for r in results for x in r["labels"]) == list(range(served.total))
-    cached = [len([f for f in os.listdir(r["cache"]) if f.endswith(".tar")]) for r in results]
-    assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
-    sent, _ = served.nginx.served(mark)
-    assert sent <= served.bytes * (SHARDS + 6) / SHARDS
-
-
-@pytest.mark.distributed
-def test_two_torchrun_agents_read_their_own_shards_again_in_epoch_2_downloading_nothing(
+def test_two_torchrun_agents_read_their_own_parts_then_again_in_epoch_2_downloading_nothing(
     served: Served, tmp_path: Path
 ) -> None:
     # parts=22 divides the 682 samples, so no tail is shared (NOTE [ fixed part cover ]).
     assert served.total % 22 == 0
+    mark = served.nginx.mark()
     first = _launch_two_nodes(served, tmp_path, "--parts=22", static=True)
+    assert sorted(x for r in first for x in r["labels"]) == list(range(served.total))
+    cached = [len([f for f in os.listdir(r["cache"]) if f.endswith(".tar")]) for r in first]
+    assert all(n <= SHARDS // 2 + 3 for n in cached), cached  # each node: its half, and edges
+    sent, _ = served.nginx.served(mark)
+    assert sent <= served.bytes * (SHARDS + 6) / SHARDS
     mark = served.nginx.mark()
     steps = served.total // (2 * 8)
     later = (f"--skip-samples={served.total}", f"--steps={steps}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from nginx_server import Nginx
 from s3_server import S3Server
-from wds_helpers import global_stream, label, write_small_samples
+from wds_helpers import global_stream, label
 
 from detsamplers.loader import WebDatasetSource
 from detsamplers.loader._wds import _source_parts
@@ -59,17 +58,17 @@ class Stores:
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory, s3_session: S3Server) -> Iterator[Stores]:
-    root = tmp_path_factory.mktemp("one-order")
-    total = write_small_samples(root / "s", 16)
+def stores(
+    nginx_small: tuple[Nginx, int],
+    tmp_path_factory: pytest.TempPathFactory,
+    s3_session: S3Server,
+) -> Stores:
+    nginx, total = nginx_small  # the session's nginx of 16 shards (conftest.py)
+    root = nginx.root
     s3_session.create_bucket("one-order")
     for shard in sorted((root / "s").glob("*.tar")):
         s3_session.put("one-order", f"s/{shard.name}", shard.read_bytes())
-    nginx = Nginx(root, tmp_path_factory.mktemp("one-order-nginx"))
-    try:
-        yield Stores(root / "s", total, nginx, s3_session, str(tmp_path_factory.mktemp("index")))
-    finally:
-        nginx.close()
+    return Stores(root / "s", total, nginx, s3_session, str(tmp_path_factory.mktemp("index")))
 
 
 def epoch(stores: Stores, where: str, world_size: int, **options: Any) -> list[int]:
@@ -94,8 +93,10 @@ SHUFFLES = {
 }
 
 
+# One rank, and several ranks whose batches do not divide the epoch (682 samples, batches of 8):
+# world size 2 took the same path as 3 (every rank reads by ranges, a short last step).
 @pytest.mark.parametrize("shuffle", list(SHUFFLES), ids=list(SHUFFLES))
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 3])
 def test_by_default_the_same_files_give_the_same_stream_on_disk_over_nginx_and_in_s3(
     stores: Stores,
     world_size: int,

@@ -11,7 +11,6 @@ two nodes over nginx whose second epoch downloads nothing, and the default's cho
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -204,16 +203,11 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("nginx-root")
-    total = write_small_samples(root / "s", 16)
-    nginx = Nginx(root, tmp_path_factory.mktemp("nginx-run"))
-    try:
-        out = Served(nginx, root, total, str(tmp_path_factory.mktemp("index")))
-        out.make(parts=0)  # index the shards once (cached in index_dir)
-        yield out
-    finally:
-        nginx.close()
+def served(nginx_small: tuple[Nginx, int], tmp_path_factory: pytest.TempPathFactory) -> Served:
+    nginx, total = nginx_small  # the session's nginx of 16 shards (conftest.py)
+    out = Served(nginx, nginx.root, total, str(tmp_path_factory.mktemp("index")))
+    out.make(parts=0)  # index the shards once (cached in index_dir)
+    return out
 
 
 @pytest.mark.parametrize("shuffle", [{}, {"shuffle_block_shards": 2}], ids=["tar", "shuffled"])
