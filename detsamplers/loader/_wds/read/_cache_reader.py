@@ -231,6 +231,10 @@ class CachedReader:
             fd = fds.get(shard)
             if fd is None:  # not pinned yet: pin it now (a wait, unless it is in the folder)
                 fd = fds[shard] = self._fd(shard)
+            if shard not in self.checked:  # its first sample read: alone, with the headers
+                out.append(self._read(shard, index, fd))
+                i += 1
+                continue
             stop = i + 1  # a run of the shard's next samples: one pread (NOTE [ cached reads ])
             while (
                 stop < count
@@ -239,7 +243,7 @@ class CachedReader:
                 and stop not in first
             ):
                 stop += 1
-            if stop - i > 1 and shard in self.checked:
+            if stop - i > 1:
                 out.extend(self._read_run(shard, index, stop - i, fd))
             else:
                 for j in range(i, stop):
