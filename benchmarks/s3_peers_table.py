@@ -66,7 +66,7 @@ TESTS = ROOT / "tests" / "webdataset"
 MOSAIC_PYTHON = ROOT / ".venv-mosaic" / "bin" / "python"
 BATCH = 64
 BUCKET = "peers"
-ROWS = {
+ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "ours, parts=720, tar order": ("ours", {"parts": 720}),
     "ours, parts=720, shuffle_block_shards=4": ("ours", {"parts": 720, "shuffle_block_shards": 4}),
     "Mosaic streaming (py1e)": ("mosaic", {}),
