@@ -29,10 +29,15 @@ Rows: ours with ``parts=720`` and the node cache (tar order, and the part block 
 ``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
 local=..., shuffle=True)``: py1e, ``predownload`` and ``cache_limit`` at their defaults),
 run in ``.venv-mosaic`` (``make mosaic``; with ``boto3``) when it exists; litdata
-(``StreamingDataset("s3://...", shuffle=True)``, through boto3: its obstore client
-refuses an ``http://`` endpoint). A peer that is not installed gets a line
-saying why. moto and the proxy run in Python on the same 2 cores as the ranks: the figures
-compare the libraries on one loopback server, not S3's latency.
+(``StreamingDataset("s3://...", shuffle=True)``) through boto3, since its obstore client
+refuses an ``http://`` endpoint and no option of litdata's reaches it (see ``_litdata``),
+and again through obstore with ``allow_http`` patched into litdata's private client
+options (what it would read real S3 with, over HTTPS). Every row collates with torch's
+``default_collate`` (ours after webdataset's default decoding, ``decode=()``, so labels
+are integers as in the peers' formats). ``--worlds 1 --rows litdata`` runs a subset. A
+peer that is not installed gets a line saying why. moto and the proxy run in Python on the
+same 2 cores as the ranks: the figures compare the libraries on one loopback server, not
+S3's latency.
 """
 
 from __future__ import annotations
@@ -61,11 +66,12 @@ TESTS = ROOT / "tests" / "webdataset"
 MOSAIC_PYTHON = ROOT / ".venv-mosaic" / "bin" / "python"
 BATCH = 64
 BUCKET = "peers"
-ROWS = {
+ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "ours, parts=720, tar order": ("ours", {"parts": 720}),
     "ours, parts=720, shuffle_block_shards=4": ("ours", {"parts": 720, "shuffle_block_shards": 4}),
     "Mosaic streaming (py1e)": ("mosaic", {}),
     "litdata": ("litdata", {}),
+    "litdata, obstore (allow_http patched in)": ("litdata", {"obstore": True}),
 }
 SUFFIX = {"ours": ".tar", "mosaic": ".mds", "litdata": ".bin"}
 
@@ -125,6 +131,8 @@ def write_litdata(folder: Path, data: list[tuple[bytes, int]], shards: int) -> N
 
 
 def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
+    from torch.utils.data import default_collate
+
     from detsamplers.loader import WebDatasetSource
 
     importlib.import_module("s3fs")  # the S3 client, imported before any timer as litdata's
@@ -140,7 +148,8 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
             world_size=spec["world"],
             rank=spec["rank"],
             repeat=False,
-            collate_fn=len,
+            decode=(),  # webdataset's default decoding: cls to int, as the peers' formats do
+            collate_fn=default_collate,
             cache_dir=spec["cache"],
             storage_options=spec["storage_options"],
             index_dir=spec["index_dir"],
@@ -150,7 +159,7 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
             source.load_state_dict(state)
         return source
 
-    return build, int  # collate_fn=len: a batch is its sample count
+    return build, lambda batch: len(batch["cls"])
 
 
 def _mosaic(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -178,9 +187,18 @@ def _litdata(spec: dict[str, Any]) -> tuple[Any, Any]:
     import litdata
     from litdata.streaming import downloader
 
-    # Its obstore path builds a client that refuses an http:// endpoint (BadScheme, no
-    # allow_http); its boto3 path, the one it takes without obstore, reads moto's.
-    downloader._OBSTORE_AVAILABLE = False
+    # litdata 0.2.76 builds its obstore S3Store from the boto3 client's endpoint, region and
+    # addressing only, with fixed client options (``_OBSTORE_CLIENT_OPTIONS``, no
+    # ``allow_http``), so no storage option reaches it, and obstore then ignores
+    # ``AWS_ALLOW_HTTP``; nor does obstore trust a local HTTPS endpoint's certificate through
+    # ``SSL_CERT_FILE`` (both tried). Against moto's http:// endpoint its obstore path fails
+    # (BadScheme): the row "litdata" takes its boto3 path; the row "litdata, obstore" adds
+    # allow_http to that private constant, which no user option can do.
+    if spec["config"].get("obstore"):
+        options = downloader._OBSTORE_CLIENT_OPTIONS
+        downloader._OBSTORE_CLIENT_OPTIONS = {**options, "allow_http": "true"}
+    else:
+        downloader._OBSTORE_AVAILABLE = False
 
     def build(state: Any = None) -> Any:
         dataset = litdata.StreamingDataset(
@@ -331,6 +349,8 @@ def upload(server: Any, folder: Path, prefix: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="512 samples in 8 shards, W = 1 (CI)")
+    parser.add_argument("--worlds", default="1,4", help="world sizes, comma-separated")
+    parser.add_argument("--rows", help="only the rows whose name holds this text")
     parser.add_argument("--rank", help=argparse.SUPPRESS)
     parser.add_argument("--write-mds", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -341,7 +361,7 @@ def main() -> None:
         write_mds(Path(args.write_mds[0]), int(args.write_mds[1]), int(args.write_mds[2]))
         return
     total, shards = (512, 8) if args.quick else (8192, 32)
-    worlds = (1,) if args.quick else (1, 4)
+    worlds = (1,) if args.quick else tuple(int(w) for w in args.worlds.split(","))
     sys.path.insert(0, str(TESTS))
     server = importlib.import_module("s3_server").S3Server()
     folder = Path(tempfile.mkdtemp(prefix="s3-peers-"))
@@ -401,6 +421,8 @@ def main() -> None:
         for name, (peer, config) in ROWS.items():
             if args.quick and name == "ours, parts=720, tar order":
                 continue  # CI: the shuffled row only
+            if args.rows and args.rows not in name:
+                continue
             if peer in missing:
                 print(f"| {name} | | {missing[peer]} | | | | | |")
                 continue

@@ -43,7 +43,9 @@ def loader(folder: str, workers: int, batch: int, **options: Any) -> Any:
 
 
 def _labels(batch: Any) -> list[int]:
-    return [int(x) for x in batch["cls"]]
+    """The labels of a batch (default_collate's tensor), as ours: ``.tolist()``."""
+    labels: list[int] = batch["cls"].tolist()
+    return labels
 
 
 def epoch(folder: str, workers: int, batch: int) -> Iterator[list[int]]:

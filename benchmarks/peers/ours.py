@@ -106,9 +106,15 @@ def source(urls: str, batch: int, **kwargs: Any) -> WebDatasetSource:
     return WebDatasetSource(urls, seed=0, batch_size=batch, decode=(), map=_pair, **kwargs)
 
 
+#: Question 4's sample shuffle: samples shuffled within windows of a shard's 2,000 samples,
+#: the work litdata's ``shuffle=True`` (samples permuted within each chunk of 2,000) and
+#: Mosaic's py1e (samples shuffled within blocks) do, so that every side shuffles samples.
+SAMPLE_WINDOW = 2000
+
+
 def shard_epoch(urls: str, workers: int, batch: int) -> Iterator[list[int]]:
-    """One epoch (``repeat=False``) in this process or through ``WebDataLoader``."""
-    stream = source(urls, batch, repeat=False)
+    """One epoch (``repeat=False``, the shard and window shuffles) here or in ``WebDataLoader``."""
+    stream = source(urls, batch, repeat=False, shuffle_window=SAMPLE_WINDOW)
     batches: Iterable[Any] = WebDataLoader(stream, num_workers=workers) if workers else stream
     for _, labels in batches:
         yield labels.tolist()
@@ -116,10 +122,10 @@ def shard_epoch(urls: str, workers: int, batch: int) -> Iterator[list[int]]:
 
 def shard_resume(urls: str, batch: int, position: int) -> Callable[[], list[int]]:
     """``load_state_dict`` of the state at ``position`` into a freshly built source."""
-    state = {**source(urls, batch).state_dict(), "position": position}
+    state = {**source(urls, batch, shuffle_window=SAMPLE_WINDOW).state_dict(), "position": position}
 
     def run() -> list[int]:
-        fresh = source(urls, batch)
+        fresh = source(urls, batch, shuffle_window=SAMPLE_WINDOW)
         fresh.load_state_dict(state)
         labels: list[int] = next(iter(fresh))[1].tolist()
         return labels
@@ -213,8 +219,8 @@ PEERS = [
         name="detsamplers",
         how="make_batch_sampler(range(N), 'training', shuffle_seed=0, num_workers=W, rank=r, "
         "batch_size=B); resume: load_state_dict of the chain's state_dict; shards: "
-        "WebDatasetSource(tar shards, seed=0, batch_size=B, decode=(), shuffle_shards=True), "
-        "WebDataLoader with workers",
+        "WebDatasetSource(tar shards, seed=0, batch_size=B, decode=(), shuffle_shards=True, "
+        "shuffle_window=2,000), WebDataLoader with workers; labels: the batch tensor's .tolist()",
         index_batches=index_batches,
         resume=resume,
         shuffle_first=shuffle_first,

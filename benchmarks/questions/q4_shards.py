@@ -109,7 +109,10 @@ def run(out: Run, quick: bool) -> None:
         "writing them; first open: building the reader and taking its first batch (ours "
         "scans the tars once and caches an index next to them). Samples/s over one shuffled "
         f"epoch, batch {BATCH}, every label checked to come exactly once; median of {rounds} "
-        "runs, peers alternating. resume: build the reader, load the state saved at position "
+        "runs, peers alternating. The same work on every side: samples shuffled within a "
+        "shard's 2,000 (ours shuffle_window=2,000; litdata shuffle=True within each chunk; "
+        "Mosaic py1e within blocks), torch's default_collate, the labels taken with the "
+        "batch tensor's .tolist(). resume: build the reader, load the state saved at position "
         f"{position:,} (mid-epoch 3) and take the first batch, no workers; median of "
         f"{max(3, rounds)}.",
         *how_notes(ready),

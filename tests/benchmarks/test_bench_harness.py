@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -80,7 +81,9 @@ def test_our_shard_adapter_reads_every_sample_once_and_resumes(tmp_path: Path) -
     urls = ours.write_tar(str(tmp_path), 40, 10)
     seen = [i for batch in ours.shard_epoch(urls, 0, 8) for i in batch]
     assert sorted(seen) == list(range(40))
-    endless = ours.source(urls, 8)
+    # Samples shuffled within shards, as the peers' (question 4): not tar order in a shard.
+    assert any(a > b and a // 10 == b // 10 for a, b in itertools.pairwise(seen))
+    endless = ours.source(urls, 8, shuffle_window=ours.SAMPLE_WINDOW)
     stream = [b[1].tolist() for _, b in zip(range(12), endless, strict=False)]
     assert ours.shard_resume(urls, 8, 11 * 8)() == stream[11]
 

@@ -217,3 +217,26 @@ def test_while_the_first_batch_downloads_the_prefetch_starts_a_later_batchs_shar
     ]
     assert (cache.stats.downloaded, cache.stats.waits) == (7, 0)  # each shard once, no wait
     assert bucket.shard_traffic()[1] == 7
+
+
+def test_a_warm_cache_reads_a_batchs_run_of_next_samples_in_one_pread_with_the_same_bytes(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    plain = list(bucket.make(None, shuffle_shards=False))
+    assert list(bucket.make(tmp_path, shuffle_shards=False)) == plain  # fills the cache
+    calls: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        calls.append(size)
+        return real(fd, size, offset)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "pread", counted)
+        warm = list(bucket.make(tmp_path, shuffle_shards=False))
+    assert warm == plain  # byte for byte, in the same order
+    # Tar order: a batch of 8 reads one run per shard it touches, after that shard's first
+    # sample since it was pinned, read alone with its tar header (checked); at most two
+    # reads per shard a batch touches, never one read per sample.
+    runs = sum(len({s["__url__"] for s in batch}) for batch in plain)
+    assert runs <= len(calls) <= 2 * runs < bucket.total / 2

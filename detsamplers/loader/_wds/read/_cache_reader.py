@@ -50,7 +50,9 @@ descriptors under the lock once; a pinned shard's index is resolved once (``_Vie
 its keys and, when its members lie in tar order, checked once per decoded index, the
 packed members), and a sample is then one ``os.pread`` from its first member to the end
 of its last, each member a slice of it (NOTE [ one way to read a sample ]): the bytes a
-sample-by-sample read gives. A shard
+sample-by-sample read gives. A run of a batch's samples that are a shard's next ones (tar
+order, a part's stretch) is one ``os.pread`` from the first's first member to the last's
+end, at most ``_RUN_BYTES``, cut the same way. A shard
 whose members are not in tar order is read sample by sample as before. The cached copy is
 the version indexed (its file name holds the URL, size and ETag; its size is checked
 once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
@@ -86,6 +88,8 @@ _RANGED_THREADS = 16
 #: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
 #: first (and as many for the first batch's shards).
 _DOWNLOADS = 4
+#: A run of a shard's next samples read with one ``pread`` spans at most this many bytes.
+_RUN_BYTES = 8 << 20
 
 
 class _View(NamedTuple):
@@ -217,14 +221,34 @@ class CachedReader:
             pins = self.pins
             fds = {shard: pins[shard] for shard in set(shards) if shard in pins}
         out: list[dict[str, Any]] = []
-        for i, (shard, index) in enumerate(zip(shards, indexes, strict=True)):
+        i, count = 0, len(indexes)
+        while i < count:
             if i in first:
                 out.append(first[i])
+                i += 1
                 continue
+            shard, index = shards[i], indexes[i]
             fd = fds.get(shard)
             if fd is None:  # not pinned yet: pin it now (a wait, unless it is in the folder)
                 fd = fds[shard] = self._fd(shard)
-            out.append(self._read(shard, index, fd))
+            if shard not in self.checked:  # its first sample read: alone, with the headers
+                out.append(self._read(shard, index, fd))
+                i += 1
+                continue
+            stop = i + 1  # a run of the shard's next samples: one pread (NOTE [ cached reads ])
+            while (
+                stop < count
+                and shards[stop] == shard
+                and indexes[stop] == index + stop - i
+                and stop not in first
+            ):
+                stop += 1
+            if stop - i > 1:
+                out.extend(self._read_run(shard, index, stop - i, fd))
+            else:
+                for j in range(i, stop):
+                    out.append(self._read(shard, indexes[j], fd))
+            i = stop
         with self.lock:
             self.done += 1
             for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
@@ -307,6 +331,33 @@ class CachedReader:
                 self._short(view.info)
             cut_sample(sample, data, start, suffixes, offsets, sizes, range(low, high))
         return sample
+
+    def _read_run(self, shard: int, index: int, count: int, fd: int) -> list[dict[str, Any]]:
+        """The samples ``index`` to ``index + count - 1`` of the pinned, checked ``shard``."""
+        view = self.views.get(shard) or self._view(shard)
+        packed, keys = view.packed, view.keys
+        if packed is None or not 0 <= index <= index + count <= len(keys):
+            return [self._read(shard, index + k, fd) for k in range(count)]
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        suffixes = packed.suffixes
+        low, high = starts[index], starts[index + count]
+        if high == low:
+            return [self._read(shard, index + k, fd) for k in range(count)]
+        start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
+        if end - start > _RUN_BYTES:
+            return [self._read(shard, index + k, fd) for k in range(count)]
+        data = os.pread(fd, end - start, start)
+        if len(data) != end - start:
+            self._short(view.info)
+        url = view.info.url
+        out = []
+        for k in range(index, index + count):
+            sample: dict[str, Any] = {"__key__": keys[k], "__url__": url}
+            for j in range(starts[k], starts[k + 1]):
+                at = offsets[j] - start
+                sample[suffixes[j]] = data[at : at + sizes[j]]
+            out.append(sample)
+        return out
 
     def _sample(self, shard: int, index: int, stream: RemoteShard | None = None) -> dict[str, Any]:
         view = self._view(shard)

@@ -246,11 +246,12 @@ class ShardReader:
             table = self._table()
             run = [indexes[i] for i in order[position:last]]
             verify_span(self.shards[shard], data, base, table, table.members_of(run))
-            for i in order[position:last]:
+            for i in order[position:last]:  # cut_sample, inlined (the hot path)
                 index = indexes[i]
                 sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-                rows = range(starts[index], starts[index + 1])
-                cut_sample(sample, data, base, suffixes, offsets, sizes, rows)
+                for j in range(starts[index], starts[index + 1]):
+                    at = offsets[j] - base
+                    sample[suffixes[j]] = data[at : at + sizes[j]]
                 sample["__local_path__"] = local
                 out[i] = sample
             position = last
@@ -281,11 +282,12 @@ class ShardReader:
         info = self.shards[shard]  # checked while the bytes are in the cache
         verify_span(info, data, base, self._table(), range(head, tail))
         suffixes, keys, url, local = packed.suffixes, self.keys, info.url, self.local[shard]
-        for i in range(first, stop):
+        for i in range(first, stop):  # cut_sample, inlined: this loop is the reader's hot path
             index = indexes[i]
             sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-            rows = range(starts[index], starts[index + 1])
-            cut_sample(sample, data, base, suffixes, offsets, sizes, rows)
+            for j in range(starts[index], starts[index + 1]):
+                at = offsets[j] - base
+                sample[suffixes[j]] = data[at : at + sizes[j]]
             sample["__local_path__"] = local
             out[i] = sample
         return True
