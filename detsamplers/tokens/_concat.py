@@ -87,9 +87,7 @@ class ConcatOrder:
         self._outer = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
         self._inner = FeistelPermutation(block_documents, derive(seed, "tokens-concat-docs"))
         self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
-        firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
-        firsts[-1] = documents
-        self._firsts = corpus.starts(firsts)
+        self._firsts = corpus.block_starts(block_documents)
         self._totals = np.diff(self._firsts)
         self._all_blocks = np.arange(self._blocks, dtype=np.int64)
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
