@@ -48,7 +48,7 @@ class EndsCheck:
         tokens: The file's token count (the largest end allowed).
         where: The cache file the ends come from, named in the error.
         checked: Whether the whole array has already been checked.
-        region: Ends per region.
+        region: Ends per region (``None``: ``CHECK_REGION``).
 
     Examples:
         >>> import numpy as np
@@ -63,14 +63,14 @@ class EndsCheck:
     """
 
     def __init__(
-        self, count: int, tokens: int, where: Any, checked: bool, region: int = CHECK_REGION
+        self, count: int, tokens: int, where: Any, checked: bool, region: int | None = None
     ) -> None:
         self._count = count
         self._tokens = tokens
         self._where = where
-        self._region = region
+        self._region = CHECK_REGION if region is None else region
         self._all = checked or count == 0
-        self._done = np.full(-(-count // region), self._all, dtype=np.bool_)
+        self._done = np.full(-(-count // self._region), self._all, dtype=np.bool_)
 
     @property
     def complete(self) -> bool:
