@@ -258,8 +258,8 @@ def test_chunk_sequences_train_over_a_batch_sampler_since_their_epochs_are_all_a
     )
     loader = DataLoader(sequences, batch_sampler=BatchSampler(SequentialSampler(sequences), 2,
                                                               False))  # fmt: skip
-    got = [row.tolist() for _, batch in zip(range(12), loader.get_data_loader(repeat=True))
-           for row in batch["input_ids"]]  # fmt: skip
+    batches = iter(loader.get_data_loader(repeat=True))
+    got = [row.tolist() for _ in range(12) for row in next(batches)["input_ids"]]
     passes = -(-24 // len(sequences))
     want = [sequences.at(k, epoch)["input_ids"].tolist()
             for epoch in range(passes) for k in range(len(sequences))]  # fmt: skip
