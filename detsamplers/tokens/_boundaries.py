@@ -46,9 +46,11 @@ stays inside the file and every length is positive; only where some documents sp
 changes. Writing a file beside the corpus already gives that power (edit the
 sidecar). The positions depend on the binding and not on a random draw, so every rank
 and worker that opens the same files makes the same decision and reads the same
-corpus. The increase check is the one O(documents) step kept. It is a vectorised
-comparison over the mapped pages (no temporary of differences), cheaper than the
-sum it replaces, and it makes an undetected cache harmless.
+corpus. The increase check is what makes an undetected cache harmless. For a cache of
+at most ``CHECK_REGION`` ends it is done at open, a vectorised comparison over the mapped
+pages (no temporary of differences); above that it is done per region on first read
+(NOTE [ lazy ends check ]), so that an open is O(1) and a region that fails names the
+cache in an error instead of being rebuilt.
 """
 
 from __future__ import annotations
