@@ -194,3 +194,20 @@ def test_the_scalar_and_vector_stream_keys_agree_and_distinct_counters_differ(
     assert vector == [stream_key(base, index), stream_key(base, other)]
     assert (vector[0] == vector[1]) == (index == other)
     assert 0 <= vector[0] < 2**64
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    key=st.integers(0, 2**64 - 1),
+    epochs=st.lists(st.integers(0, 2**40), min_size=0, max_size=5),
+)
+def test_feistel_rows_equal_the_permutation_at_each_epoch_evaluated_alone(
+    n: int, key: int, epochs: list[int]
+) -> None:
+    perm = FeistelPermutation(n, key)
+    table = perm.rows(np.array(epochs, dtype=np.int64))
+    assert table.shape == (len(epochs), n)
+    for row, epoch in zip(table, epochs, strict=True):
+        alone = FeistelPermutation(n, key).at_epoch(np.arange(n, dtype=np.int64), epoch)
+        assert row.tolist() == alone.tolist() and sorted(row.tolist()) == list(range(n))

@@ -121,6 +121,7 @@ class LoaderBatchSampler(SkipBatchSampler):
         rank: int,
         record_seed: int | None = None,
         epochs: bool = False,
+        epochs_matter: bool = True,
         data: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(batch_sampler, skip, skip_samples=skip_samples)
@@ -130,14 +131,15 @@ class LoaderBatchSampler(SkipBatchSampler):
         self._epochs: Node | None = None
         if epochs and self.infinite:
             grid = self.grid
-            if grid is None or not stream_epochs(grid.samples):
+            if grid is not None and stream_epochs(grid.samples):
+                self._epochs = grid.samples
+            elif epochs_matter:  # else the records are alike in every epoch: epoch 0's
                 raise ValueError(
                     "dataset reads each record's epoch (it has getitems_in_epochs), but this "
                     "training stream's records have no sample positions to tell the epoch "
                     "(a batch_sampler, or a sampler without passes); build the DataLoader "
                     "with batch_size= and shuffle= or sampler= instead"
                 )
-            self._epochs = grid.samples
         # The loader iteration that counts handed batches (NOTE [ handed batches ]), and
         # whether the next iteration to start is that loader's.
         self._handed: Handed | None = None

@@ -51,7 +51,7 @@ from .._shuffle import ReproducibleShuffleSampler
 from .._source import as_node, chain_of
 from ._batches import LoaderBatchSampler
 from ._check import check_chain
-from ._epochs import data_fields, epoch_aware
+from ._epochs import data_fields, epoch_aware, epochs_matter
 from ._fetch import SeededView, seeded_fetch_supported, seeded_kind
 from ._frameworks import ShardView, attach_shard_view
 from ._inline import InlineCollate
@@ -449,6 +449,7 @@ class DataLoader:
             rank=rank,
             record_seed=record_seed,
             epochs=epoch_aware(self.dataset),  # NOTE [ epoch-aware datasets ]
+            epochs_matter=epochs_matter(self.dataset),
             data=data_fields(self.dataset),
         )
         if repeat:

@@ -25,7 +25,9 @@ Where records have no sample positions the epoch is defined or refused:
 - a validation pass (``repeat=False``) reads epoch 0 (``__getitem__``) every pass, so
   the same records are validated each time;
 - a training stream over a user's ``batch_sampler`` is refused when the loader is built:
-  its batches have no sample positions, so the epoch of a record is not known.
+  its batches have no sample positions, so the epoch of a record is not known. A dataset
+  whose ``epochs_matter`` is false (``chunk`` token sequences: the same records every
+  epoch) is read as any dataset there instead (``__getitem__``).
 
 A ``ConcatDataset`` or ``Subset`` around such a dataset is refused too (it would hide the
 epochs and read epoch 0 forever); ``detsamplers.tokens.TokenMixture`` routes them.
@@ -54,6 +56,7 @@ __all__ = [
     "data_differences",
     "data_fields",
     "epoch_aware",
+    "epochs_matter",
     "record_epochs",
     "stream_epochs",
 ]
@@ -72,6 +75,19 @@ def epoch_aware(dataset: Any) -> bool:
         False
     """
     return callable(getattr(dataset, "getitems_in_epochs", None))
+
+
+def epochs_matter(dataset: Any) -> bool:
+    """Whether an epoch-aware dataset's records change with the epoch (its ``epochs_matter``).
+
+    Examples:
+        >>> class Same:
+        ...     epochs_matter = False
+        ...     def getitems_in_epochs(self, pairs): return [index for _, index in pairs]
+        >>> epochs_matter(Same()), epochs_matter(range(3))
+        (False, True)
+    """
+    return bool(getattr(dataset, "epochs_matter", True))
 
 
 def stream_epochs(node: Node) -> bool:

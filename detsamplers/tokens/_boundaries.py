@@ -46,9 +46,11 @@ stays inside the file and every length is positive; only where some documents sp
 changes. Writing a file beside the corpus already gives that power (edit the
 sidecar). The positions depend on the binding and not on a random draw, so every rank
 and worker that opens the same files makes the same decision and reads the same
-corpus. The increase check is the one O(documents) step kept. It is a vectorised
-comparison over the mapped pages (no temporary of differences), cheaper than the
-sum it replaces, and it makes an undetected cache harmless.
+corpus. The increase check is what makes an undetected cache harmless. For a cache of
+at most ``CHECK_REGION`` ends it is done at open, a vectorised comparison over the mapped
+pages (no temporary of differences); above that it is done per region on first read
+(NOTE [ lazy ends check ]), so that an open is O(1) and a region that fails names the
+cache in an error instead of being rebuilt.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._ends_check import CHECK_REGION
 from ._files import open_npy
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "lengths_ends",
     "scan_ends",
     "scanned_ends",
+    "sidecar_ends",
     "sound_ends",
     "store_ends",
 ]
@@ -96,7 +100,9 @@ def lengths_ends(
     """Document ends from the lengths in ``sidecar`` (NOTE [ document boundaries ]).
 
     With ``cache``, read from ``<sidecar>.ends.npy`` when it passes its checks, else
-    summed and written there (NOTE [ cached document ends ]).
+    summed and written there (NOTE [ cached document ends ]). The ends returned are
+    checked whole; :func:`sidecar_ends` leaves the increase check of a large cache to
+    the reads (NOTE [ lazy ends check ]).
 
     Raises:
         ValueError: the sidecar fails the file checks, holds a length below 1, or its
@@ -114,23 +120,39 @@ def lengths_ends(
         >>> (folder / "t.lengths.npy.ends.npy").exists()
         True
     """
+    ends, checked = sidecar_ends(tokens, path, sidecar, cache)
+    if checked or sound_ends(ends, len(tokens)):
+        return ends
+    lengths = open_npy(sidecar, LENGTH_DTYPES, what="document lengths file")
+    return ends_of_lengths(lengths, len(tokens), path, sidecar)
+
+
+def sidecar_ends(
+    tokens: npt.NDArray[Any], path: Path | str, sidecar: Path, cache: bool = True
+) -> tuple[I64, bool]:
+    """:func:`lengths_ends`, and whether the ends' increase was checked.
+
+    A cache of more than ``CHECK_REGION`` ends is returned with every check of NOTE
+    [ cached document ends ] but the increase, which the corpus makes per region on
+    first read (NOTE [ lazy ends check ]); anything else comes back checked whole.
+    """
     lengths = open_npy(sidecar, LENGTH_DTYPES, what="document lengths file")
     if not cache or len(lengths) == 0:
-        return ends_of_lengths(lengths, len(tokens), path, sidecar)
+        return ends_of_lengths(lengths, len(tokens), path, sidecar), True
     where = sidecar.with_name(f"{sidecar.name}.ends.npy")
     try:
         binding = _binding(sidecar, Path(path))
     except OSError:
-        return ends_of_lengths(lengths, len(tokens), path, sidecar)
-    ends = _cached_lengths_ends(where, binding, lengths, len(tokens))
-    if ends is not None:
-        return ends
+        return ends_of_lengths(lengths, len(tokens), path, sidecar), True
+    found = _cached_lengths_ends(where, binding, lengths, len(tokens))
+    if found is not None:
+        return found
     ends = ends_of_lengths(lengths, len(tokens), path, sidecar)
     stored = np.empty(ENDS_HEADER + len(ends), dtype=np.int64)
     stored[:ENDS_HEADER] = binding
     stored[ENDS_HEADER:] = ends
     store_ends(where, stored)
-    return ends
+    return ends, True
 
 
 def _binding(sidecar: Path, path: Path) -> I64:
@@ -142,8 +164,12 @@ def _binding(sidecar: Path, path: Path) -> I64:
 
 def _cached_lengths_ends(
     where: Path, binding: I64, lengths: npt.NDArray[Any], count: int
-) -> I64 | None:
-    """The ends in ``where`` if it passes NOTE [ cached document ends ]'s checks, else None."""
+) -> tuple[I64, bool] | None:
+    """The ends in ``where`` if they pass NOTE [ cached document ends ]'s checks, else None.
+
+    With them, whether their increase was checked: not above ``CHECK_REGION`` ends
+    (NOTE [ lazy ends check ]).
+    """
     try:
         if not stat.S_ISREG(os.stat(where).st_mode):
             return None
@@ -162,9 +188,11 @@ def _cached_lengths_ends(
         steps = np.asarray(ends[at], np.int64) - np.asarray(ends[at - 1], np.int64)
         if not np.array_equal(steps, np.asarray(lengths[at], np.int64)):
             return None
+    if n > CHECK_REGION:
+        return ends, False
     if not bool((ends[1:] > ends[:-1]).all()):  # no temporary of differences
         return None
-    return ends
+    return ends, True
 
 
 def ends_of_lengths(lengths: npt.NDArray[Any], count: int, path: Any, sidecar: Any) -> I64:

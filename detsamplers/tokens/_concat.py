@@ -87,9 +87,7 @@ class ConcatOrder:
         self._outer = FeistelPermutation(self._blocks, derive(seed, "tokens-concat-blocks"))
         self._inner = FeistelPermutation(block_documents, derive(seed, "tokens-concat-docs"))
         self._inner_last = FeistelPermutation(self._last, derive(seed, "tokens-concat-docs"))
-        firsts = np.arange(self._blocks + 1, dtype=np.int64) * block_documents
-        firsts[-1] = documents
-        self._firsts = corpus.starts(firsts)
+        self._firsts = corpus.block_starts(block_documents)
         self._totals = np.diff(self._firsts)
         self._all_blocks = np.arange(self._blocks, dtype=np.int64)
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
@@ -171,16 +169,11 @@ class ConcatOrder:
         missing = [key for key in wanted if key not in self._cache and key[1] != self._blocks - 1]
         if len(missing) < 2:
             return
-        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.uint64)
+        keys = np.array([block + epoch * self._blocks for epoch, block in missing], np.int64)
         size = self._size
-        # The family's own evaluation at many epochs, with each block's round keys hashed
-        # once and repeated over its documents (hashing them per element costs more than
-        # the network itself).
-        table = self._inner._keys_for(keys)
-        local = self._inner._walk(
-            np.tile(np.arange(size, dtype=np.int64), len(missing)),
-            [np.repeat(row, size) for row in table],
-        )
+        # The family's own evaluation at many epochs, one row per block (its round keys
+        # hashed once, not per element: that costs more than the network itself).
+        local = self._inner.rows(keys)
         # Every missing block's document starts in one read of the boundaries, and its
         # lengths, permuted starts and running ends in one array operation each (rows of
         # a (blocks, size) table), not a handful of small calls per block.
@@ -190,7 +183,6 @@ class ConcatOrder:
         stored[:-1] = begins[1:]
         stored[size - 1 :: size] = self._firsts[blocks + 1]
         stored -= begins
-        local = local.reshape(len(missing), size)
         rows = local + (np.arange(len(missing), dtype=np.int64) * size)[:, None]
         lengths = stored[rows]
         docs = local + (blocks * size)[:, None]

@@ -16,7 +16,9 @@ above ``vocab_size`` (or below 0) fails naming the file and the token's offset i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import mmap
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,7 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import check_bool, check_int
-from ._boundaries import eod_ends, lengths_ends
+from ._boundaries import eod_ends, sidecar_ends
+from ._ends_check import EndsCheck
 from ._files import BIN_DTYPES, check_path, open_tokens
 from ._megatron import megatron_ends, megatron_tokens
 
@@ -52,6 +55,43 @@ def _path_or_url(value: Any, name: str) -> Path | str:
 
         return value if is_remote(value) else Path(local_path(value))
     return check_path(value, name)
+
+
+def _ends_cache(sidecar: Path | str) -> str:
+    """The name of a sidecar's ends cache, for the lazy check's error."""
+    return f"{sidecar}.ends.npy"
+
+
+#: Document ends spanned per window by :meth:`TokenCorpus.block_starts` (4 MB of int64).
+BLOCK_WINDOW = 1 << 19
+
+
+def _release(ends: Any) -> None:
+    """Drop a memory-mapped array's pages from this process's resident set.
+
+    The file's pages stay in the page cache; a later read maps them again. A concat
+    order's build reads every ``B``-th end of the whole array: released a window at a
+    time, its resident memory peaks at a window's pages, not the array's.
+    """
+    base = getattr(ends, "base", None)
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    found = getattr(base, "_mmap", None)
+    if isinstance(found, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        with contextlib.suppress(OSError, ValueError):
+            found.madvise(mmap.MADV_DONTNEED)
+
+
+def _brackets(ends: Any, low: int, high: int, start: int, stop: int) -> bool:
+    """Whether documents ``[low, high)`` meet ``[start, stop)`` as increasing ``ends`` say."""
+    last = len(ends)
+    return (
+        low < high <= last
+        and (low == 0 or int(ends[low - 1]) <= start)
+        and int(ends[low]) > start
+        and (high == last or int(ends[high - 1]) >= stop)
+        and (high - 1 == low or int(ends[high - 2]) < stop)
+    )
 
 
 def _name(path: Path | str) -> str:
@@ -225,12 +265,20 @@ class TokenCorpus:
             leave=False,
         )
         with bar:
-            self._ends = [
-                _plain(self._boundaries(tokens, path, sidecar, bar, cache))
+            found = [
+                self._boundaries(tokens, path, sidecar, bar, cache)
                 for tokens, path, sidecar in zip(
                     self._tokens, files, sidecars or files, strict=True
                 )
             ]
+        self._ends = [_plain(ends) for ends, _ in found]
+        # The regions of each file's ends whose increase is checked (NOTE [ lazy ends check ]).
+        self._checks = [
+            EndsCheck(len(ends), len(tokens), _ends_cache(sidecar), checked)
+            for (ends, checked), tokens, sidecar in zip(
+                found, self._tokens, sidecars or files, strict=True
+            )
+        ]
         self._token_start = np.cumsum([0] + [len(t) for t in self._tokens], dtype=np.int64)
         self._doc_start = np.cumsum([0] + [len(e) for e in self._ends], dtype=np.int64)
 
@@ -245,20 +293,23 @@ class TokenCorpus:
 
     def _boundaries(
         self, tokens: Any, path: Path | str, sidecar: Path | str, bar: Any, cache: bool
-    ) -> Any:
-        """A file's document ends (NOTE [ document boundaries ]), local or remote."""
+    ) -> tuple[Any, bool]:
+        """A file's document ends (NOTE [ document boundaries ]), local or remote.
+
+        With them, whether their increase is checked (NOTE [ lazy ends check ]).
+        """
         if isinstance(path, Path) and path.suffix == ".idx":
-            return megatron_ends(path, tokens)
+            return megatron_ends(path, tokens), True
         if self.eod_id is not None and isinstance(path, Path):
-            return eod_ends(tokens, path, self.eod_id, bar, cache)
+            return eod_ends(tokens, path, self.eod_id, bar, cache), True
         if self.eod_id is None and isinstance(sidecar, Path):
-            return lengths_ends(tokens, path, sidecar, cache)
+            return sidecar_ends(tokens, path, sidecar, cache)
         from ._remote import remote_eod_ends, remote_lengths_ends
 
         assert self._remote is not None
         if self.eod_id is not None:
-            return remote_eod_ends(tokens, self.eod_id, bar, cache, self._remote)
-        return remote_lengths_ends(tokens, path, str(sidecar), self._remote)
+            return remote_eod_ends(tokens, self.eod_id, bar, cache, self._remote), True
+        return remote_lengths_ends(tokens, path, str(sidecar), self._remote), True
 
     @property
     def num_tokens(self) -> int:
@@ -293,12 +344,39 @@ class TokenCorpus:
         f = self._file_of_document(doc)
         local = doc - int(self._doc_start[f])
         ends = self._ends[f]
+        self._checks[f].cover(ends, local, local + 1)
         begin = int(ends[local - 1]) if local else 0
         base = int(self._token_start[f])
         return base + begin, base + int(ends[local])
 
-    def starts(self, docs: I64) -> I64:
-        """The corpus token where each document of ``docs`` starts (``num_documents``: the end)."""
+    def block_starts(self, size: int) -> I64:
+        """The starts of documents ``0, size, 2 size, ...`` and the corpus's end.
+
+        Checked among themselves (increasing) rather than by regions (NOTE [ lazy ends
+        check ]): a ``concat`` order reads every ``size``-th end at build.
+
+        Raises:
+            ValueError: they do not increase (the cache that gave them is named).
+        """
+        docs = np.append(np.arange(0, self.num_documents, size, dtype=np.int64),
+                         np.int64(self.num_documents))  # fmt: skip
+        out = np.empty(len(docs), dtype=np.int64)
+        step = max(1, BLOCK_WINDOW // size)  # block starts per window of ends
+        for first in range(0, len(docs), step):
+            part = docs[first : first + step]
+            out[first : first + len(part)] = self.starts(part, check=False)
+            for ends in self._ends:  # the pages just read leave this process (page cache)
+                _release(ends)
+        if len(out) > 1 and not bool((out[1:] > out[:-1]).all()):
+            for check, ends in zip(self._checks, self._ends, strict=True):
+                check.cover(ends, 0, len(ends))  # names the cache that does not increase
+        return out
+
+    def starts(self, docs: I64, check: bool = True) -> I64:
+        """The corpus token where each document of ``docs`` starts (``num_documents``: the end).
+
+        ``check``: check the regions of the ends read (NOTE [ lazy ends check ]).
+        """
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
         files = np.searchsorted(self._doc_start, docs, side="right") - 1
         inside = docs < self.num_documents
@@ -306,6 +384,8 @@ class TokenCorpus:
         for f in touched if inside.any() else []:
             mask = files == f
             local = docs[mask] - self._doc_start[f]
+            if check:
+                self._checks[f].cover_at(self._ends[f], local)  # each with the end before it
             before = np.asarray(self._ends[f], np.int64)[np.maximum(local - 1, 0)]
             out[mask] = np.where(local > 0, before, 0) + self._token_start[f]
         return out
@@ -317,6 +397,7 @@ class TokenCorpus:
         while doc < stop:
             f = self._file_of_document(doc)
             local, end = doc - int(self._doc_start[f]), min(stop, int(self._doc_start[f + 1]))
+            self._checks[f].cover(self._ends[f], local, end - int(self._doc_start[f]))
             ends = np.asarray(self._ends[f][local : end - int(self._doc_start[f])], np.int64)
             before = int(self._ends[f][local - 1]) if local else 0
             out.append(np.diff(ends, prepend=np.int64(before)))
@@ -334,6 +415,11 @@ class TokenCorpus:
             low = int(np.searchsorted(file_ends, start - base, side="right"))
             high = int(np.searchsorted(file_ends, stop - base, side="left")) + 1
             high = min(high, len(file_ends))
+            check = self._checks[f]
+            if not check.complete:  # the search's answer, in checked regions, must bracket
+                check.cover(file_ends, low, high)
+                if not _brackets(file_ends, low, high, start - base, stop - base):
+                    check.cover(file_ends, 0, len(file_ends))  # not increasing: names it
             docs.append(np.arange(low, high, dtype=np.int64) + int(self._doc_start[f]))
             ends.append(np.asarray(file_ends[low:high], np.int64) + base)
             start = min(stop, int(self._token_start[f + 1]))

@@ -150,6 +150,15 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
     def __len__(self) -> int:
         return self._length
 
+    @property
+    def epochs_matter(self) -> bool:
+        """Whether the sequences change with the epoch: in ``concat``, not in ``chunk``.
+
+        The loader reads ``chunk`` sequences over a user's ``batch_sampler`` too, whose
+        records have no epoch (NOTE [ epoch-aware datasets ]).
+        """
+        return self._concat is not None
+
     def pieces(self, index: int, epoch: int = 0) -> Pieces:
         """Sequence ``index``'s pieces of documents: (documents, first tokens, counts, closes).
 

@@ -190,3 +190,82 @@ def test_a_directory_or_fifo_in_the_caches_place_is_ignored_and_left(
     os.mkfifo(cache_of(sidecar))  # opening it would block: it is never opened
     assert documents(open_corpus(path, sidecar))[1] == [4]
     assert len(sums) == 3
+
+
+def unsampled(sidecar: Path, n: int, every: int = 1) -> int:
+    """A position (a multiple of ``every``, less 1) whose end and the next the open's
+    sampled checks do not read."""
+    binding = np.load(cache_of(sidecar))[:HEADER]
+    key = np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in binding[1:]] + [n])
+    drawn = np.random.default_rng(key).integers(1, n, size=_boundaries.ENDS_SAMPLES)
+    sampled = set(drawn.tolist())
+    return next(at for at in range(n // 2 + every - 1, n - 2, every) if not {at, at + 1} & sampled)
+
+
+def test_a_large_caches_increase_is_checked_per_region_when_read_and_a_break_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sums: list[int]
+) -> None:
+    import detsamplers.tokens._ends_check as ends_check
+
+    monkeypatch.setattr(_boundaries, "CHECK_REGION", 4)  # regions of 4 ends
+    monkeypatch.setattr(ends_check, "CHECK_REGION", 4)
+    n = 400
+    path, sidecar = write(tmp_path, [2] * n)
+    right = documents(open_corpus(path, sidecar))
+    true = np.load(cache_of(sidecar))
+    corpus = open_corpus(path, sidecar)
+    check = corpus._checks[0]
+    assert not check.complete and len(sums) == 1  # opened from the cache, nothing checked
+    assert corpus.document(5).tolist() == right[5]
+    assert np.flatnonzero(check._done).tolist() == [1]  # only document 5's region
+    assert documents(corpus) == right and check.complete
+    # An end past the next one: the open passes, a read of its region names the file.
+    at = unsampled(sidecar, n)
+    forge(sidecar, true, at, 3)
+    corpus = open_corpus(path, sidecar)
+    assert corpus.document(3).tolist() == right[3] and len(sums) == 1
+    first = (at + 1) // 4 * 4 - 1
+    with pytest.raises(ValueError, match=r"document ends cache .*t\.lengths\.npy\.ends\.npy "
+                       rf"should hold increasing ends in \[1, {2 * n}\], but its ends "
+                       rf"{first} to {first + 4} do not; delete it"):  # fmt: skip
+        corpus.document(at + 1)
+    with pytest.raises(ValueError, match="should hold increasing ends"):
+        TokenSequences(corpus, 3, mode="chunk").at((2 * at + 2) // 4)  # meets document at + 1
+    # concat's block starts are read at build, checked among themselves: a block's last
+    # end (the next block's start) moved past the next block's.
+    forge(sidecar, true, unsampled(sidecar, n, every=4), 9)
+    corpus = open_corpus(path, sidecar)
+    assert len(sums) == 1
+    with pytest.raises(ValueError, match="should hold increasing ends"):
+        TokenSequences(corpus, 3, mode="concat", block_documents=4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 9), min_size=9, max_size=40),
+       at=st.integers(0, 39), value=st.integers(-(2**62), 2**62))  # fmt: skip
+def test_a_large_caches_forged_end_gives_the_true_documents_a_partition_or_an_error_naming_it(
+    tmp_path_factory: pytest.TempPathFactory, lengths: list[int], at: int, value: int
+) -> None:
+    import detsamplers.tokens._ends_check as ends_check
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_boundaries, "CHECK_REGION", 4)
+        patch.setattr(ends_check, "CHECK_REGION", 4)
+        path, sidecar = write(tmp_path_factory.mktemp("f"), lengths)
+        right = documents(open_corpus(path, sidecar))
+        stored = np.load(cache_of(sidecar))
+        stored[HEADER + at % len(lengths)] = value
+        np.save(cache_of(sidecar), stored)
+        try:
+            corpus = open_corpus(path, sidecar)
+            got = documents(corpus)
+            sequences = TokenSequences(corpus, 1, mode="concat", seed=0, block_documents=2)
+            seen = [sequences.at(k)["input_ids"].tolist() for k in range(len(sequences))]
+        except ValueError as error:
+            assert "ends.npy should hold increasing ends" in str(error)
+            return
+    assert got == right or (
+        [t for d in got for t in d] == np.arange(1, sum(lengths) + 1).tolist()
+        and all(len(d) >= 1 for d in got)
+    )
+    assert len(seen) == sum(lengths) // 2  # reads stay inside the file

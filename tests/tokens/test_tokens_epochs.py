@@ -248,6 +248,24 @@ def test_a_training_stream_over_a_batch_sampler_is_refused_for_epoch_aware_data(
     assert first["input_ids"][0].tolist() == sequences[0]["input_ids"].tolist()
 
 
+def test_chunk_sequences_train_over_a_batch_sampler_since_their_epochs_are_all_alike(
+    tmp_path: Path,
+) -> None:
+    sequences = TokenSequences(write_eod(tmp_path, FILES), 3, mode="chunk")
+    assert (
+        not sequences.epochs_matter
+        and TokenSequences(sequences.corpus, 3, mode="concat").epochs_matter
+    )
+    loader = DataLoader(sequences, batch_sampler=BatchSampler(SequentialSampler(sequences), 2,
+                                                              False))  # fmt: skip
+    batches = iter(loader.get_data_loader(repeat=True))
+    got = [row.tolist() for _ in range(12) for row in next(batches)["input_ids"]]
+    passes = -(-24 // len(sequences))
+    want = [sequences.at(k, epoch)["input_ids"].tolist()
+            for epoch in range(passes) for k in range(len(sequences))]  # fmt: skip
+    assert len(sequences) % 2 == 0 and got == want[:24]  # epoch 0's, pass after pass
+
+
 # -- the dataset's fingerprint in the loader's state ---------------------------------------
 
 

@@ -1,0 +1,123 @@
+"""The increase check of cached document ends, done per region on first read.
+
+NOTE [ lazy ends check ]
+A cached ``<sidecar>.ends.npy`` (NOTE [ cached document ends ]) is trusted only where its
+ends increase from at least 1 to at most the file's token count: then every document read
+from it is a non-empty range inside the file. Checking all of it at each open is
+O(documents) and touches every page of the map (at 1e6 documents, about half of a resume's
+time). ``EndsCheck`` checks it by regions of ``CHECK_REGION`` ends instead, each the
+first time a read needs it: region ``r`` holds ends ``[r R, (r + 1) R)`` and its check
+covers ``[r R - 1, (r + 1) R)`` (the end before it too), so that a read of the pair
+``(i - 1, i)`` (a document's start and end) needs only the region of ``i``. A region
+passes if its first value is at least 1, its last at most the token count and its values
+increase; the regions checked are kept in a bitmap (one bool per region). Once every
+region has passed, the whole array increases: each region's check includes the last end
+of the region before it.
+
+A file of at most ``CHECK_REGION`` ends is checked whole at open, as before (a failure
+there rebuilds the cache from the sidecar). Past that, a region that fails raises a
+``ValueError`` naming the cache file: the corpus is not switched to rebuilt ends in the
+middle of a run (ranks would disagree on what they read until each reached the region).
+Deleting the file rebuilds it at the next open. A cache that only a forger with the
+files' stat could write (NOTE [ cached document ends ]) is the only way to get there.
+
+The block starts of a ``concat`` order (every ``B``-th end, NOTE [ block-hierarchical
+concat ]) are read without this check: they are checked among themselves (increasing,
+from 0 to the token count), which is what the block totals need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["CHECK_REGION", "EndsCheck"]
+
+I64 = npt.NDArray[np.int64]
+#: Ends per region of the lazy increase check (512 kB of int64).
+CHECK_REGION = 1 << 16
+
+
+class EndsCheck:
+    """Which regions of one file's document ends have passed the increase check.
+
+    Args:
+        count: The ends (documents) of the file.
+        tokens: The file's token count (the largest end allowed).
+        where: The cache file the ends come from, named in the error.
+        checked: Whether the whole array has already been checked.
+        region: Ends per region (``None``: ``CHECK_REGION``).
+
+    Examples:
+        >>> import numpy as np
+        >>> ends = np.array([2, 5, 4, 9])
+        >>> check = EndsCheck(4, 9, "t.lengths.npy.ends.npy", checked=False, region=2)
+        >>> check.cover(ends, 0, 1)  # region 0: ends 0 and 1 increase
+        >>> try:
+        ...     check.cover(ends, 2, 3)  # region 1 and the end before it: 5, 4, 9
+        ... except ValueError as error:
+        ...     print(str(error).split(", but")[1].split(";")[0])
+         its ends 1 to 3 do not
+    """
+
+    def __init__(
+        self, count: int, tokens: int, where: Any, checked: bool, region: int | None = None
+    ) -> None:
+        self._count = count
+        self._tokens = tokens
+        self._where = where
+        self._region = CHECK_REGION if region is None else region
+        self._all = checked or count == 0
+        self._done = np.full(-(-count // self._region), self._all, dtype=np.bool_)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every region has passed."""
+        return self._all
+
+    def cover(self, ends: npt.NDArray[Any], lo: int, hi: int) -> None:
+        """Check the regions holding ends ``[lo, hi)`` (and the end before ``lo``).
+
+        Raises:
+            ValueError: a region's ends do not increase inside ``[1, tokens]``.
+        """
+        if self._all or hi <= lo:
+            return
+        first, last = max(lo, 0) // self._region, (min(hi, self._count) - 1) // self._region
+        if bool(self._done[first : last + 1].all()):
+            return
+        for region in range(first, last + 1):
+            self._check(ends, region)
+
+    def cover_at(self, ends: npt.NDArray[Any], at: I64) -> None:
+        """Check the regions holding the ends ``at`` (each with the end before it)."""
+        if self._all or len(at) == 0:
+            return
+        regions = np.clip(at, 0, self._count - 1) // self._region
+        if bool(self._done[regions].all()):
+            return
+        for region in np.unique(regions).tolist():
+            self._check(ends, region)
+
+    def _check(self, ends: npt.NDArray[Any], region: int) -> None:
+        if self._done[region]:
+            return
+        start = region * self._region
+        part = ends[max(start - 1, 0) : min(start + self._region, self._count)]
+        sound = (
+            int(part[0]) >= 1
+            and int(part[-1]) <= self._tokens
+            and bool((part[1:] > part[:-1]).all())  # no temporary of differences
+        )
+        if not sound:
+            raise ValueError(
+                f"document ends cache {self._where} should hold increasing ends in [1, "
+                f"{self._tokens}], but its ends {max(start - 1, 0)} to "
+                f"{max(start - 1, 0) + len(part) - 1} do not; delete it (the next open "
+                "rebuilds it from the sidecar)"
+            )
+        self._done[region] = True
+        if bool(self._done.all()):
+            self._all = True
