@@ -191,9 +191,11 @@ def tensors(draw: st.DrawFn) -> torch.Tensor:
 
 trees = st.recursive(
     tensors() | st.integers() | st.text(max_size=3),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
