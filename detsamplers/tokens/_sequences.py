@@ -44,7 +44,7 @@ from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
 from ._corpus import TokenCorpus
-from ._features import features, features_rows
+from ._features import KEYS, check_outputs, features, features_rows
 
 __all__ = ["MODES", "TokenSequences"]
 
@@ -65,11 +65,16 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         seed: Keys the ``concat`` order of each epoch; pass the same seed to the DataLoader.
         block_documents: Documents per block of the ``concat`` shuffle, ``>= 1``: a seek
             costs O(``block_documents``), the index O(documents / ``block_documents``).
+        outputs: The arrays each sequence holds, a tuple of names from ``input_ids``,
+            ``labels``, ``position_ids``, ``document_ids``, ``cu_seqlens`` (all by
+            default), ``input_ids`` among them; the others are not computed
+            (NOTE [ sequence features ]). The sequences' tokens do not depend on it.
 
     Raises:
         TypeError: an argument has the wrong type.
         ValueError: ``seq_len`` or ``block_documents`` is below 1, ``mode`` is unknown,
-            or the corpus holds fewer than ``seq_len + 1`` tokens.
+            ``outputs`` names an unknown array, one twice or not ``input_ids``, or the
+            corpus holds fewer than ``seq_len + 1`` tokens.
 
     Determinism:
         ``sequences.at(k, e)`` depends only on the corpus, ``mode``, ``seq_len``, ``seed``,
@@ -100,6 +105,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode: str = "chunk",
         seed: int = 0,
         block_documents: int = 1024,
+        outputs: Sequence[str] = KEYS,
     ) -> None:
         if not isinstance(corpus, TokenCorpus):
             raise TypeError(
@@ -109,6 +115,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode = check_one_of("mode", mode, MODES)
         seed = check_int("seed", seed)
         block_documents = check_int("block_documents", block_documents, minimum=1)
+        self.outputs = check_outputs(outputs)
         if corpus.num_tokens < seq_len + 1:
             raise ValueError(
                 f"seq_len should leave at least one sequence of seq_len + 1 tokens, but got "
@@ -178,7 +185,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             tokens = self.corpus.read(start, start + self.seq_len + 1)
         else:
             tokens = self.corpus.read_pieces(firsts, counts)
-        return features(tokens, docs, counts, closes)
+        return features(tokens, docs, counts, closes, self.outputs)
 
     def _checked(self, index: Any, epoch: Any) -> tuple[int, int]:
         try:
@@ -220,7 +227,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             tokens = np.empty((len(checked), width), dtype=np.int64)
             for row, (index, _) in zip(tokens, checked, strict=True):
                 row[:] = self.corpus.read(index * width, (index + 1) * width)
-        return features_rows(tokens, docs, counts, closes, pieces)
+        return features_rows(tokens, docs, counts, closes, pieces, self.outputs)
 
     def data_config(self) -> dict[str, Any]:
         """The fields the loader's state keeps and checks (NOTE [ epoch-aware datasets ])."""
