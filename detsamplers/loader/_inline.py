@@ -171,7 +171,7 @@ def _packable(tensor: torch.Tensor) -> bool:
         and not tensor.requires_grad
         and not tensor.is_conj()
         and not tensor.is_neg()
-        and not tensor.is_shared()
+        and not tensor.is_shared()  # type: ignore[no-untyped-call]
     )
 
 
@@ -252,7 +252,7 @@ class SharedBatch:
             size = tensor.numel() * tensor.element_size()
             offset += -(-size // _ALIGN) * _ALIGN
         # Allocated in shared memory at once, as torch's default_collate does in a worker.
-        shared = torch.UntypedStorage._new_shared(offset)  # type: ignore[attr-defined]
+        shared = torch.UntypedStorage._new_shared(offset)  # type: ignore[no-untyped-call]
         self.storage = torch.empty(0, dtype=torch.uint8).set_(shared)
         for part, tensor in zip(parts, found, strict=True):
             _view(self.storage, part).copy_(tensor)

@@ -116,7 +116,7 @@ def features(
     """
     length = len(tokens) - 1
     ends = np.cumsum(counts)
-    out = {"input_ids": tokens[:length].copy()}
+    out: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:length].copy()}
     if "labels" in outputs:
         labels = tokens[1:].copy()
         last = ends[closes] - 1
