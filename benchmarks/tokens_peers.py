@@ -65,6 +65,7 @@ MODULES = {
 LABELS = {
     ("ours", "chunk"): "ours chunk",
     ("ours", "concat"): "ours concat",
+    ("ours", "chunk-io"): "ours chunk, inputs+labels",
     ("megatron", ""): "Megatron-Core",
     ("olmo", ""): "OLMo-core",
     ("litdata", ""): "litdata",
@@ -297,7 +298,9 @@ def row_resume(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -
 
 
 def row_rate(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -> None:
-    libs = [("ours", "chunk"), ("ours", "concat"), ("megatron", ""), ("olmo", ""), ("litdata", "")]
+    # "chunk-io" is the equal-work column against litdata: inputs and labels only.
+    libs = [("ours", "chunk"), ("ours", "concat"), ("ours", "chunk-io"), ("megatron", ""),
+            ("olmo", ""), ("litdata", "")]  # fmt: skip
     shape = f"{args.batch} x {args.seq_len}"
     print(f"Row 3. Tokens/s on one rank, batches of {shape} (higher is better)")
     print(machine_line(info, load_end=None))

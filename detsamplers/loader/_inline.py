@@ -1,4 +1,4 @@
-"""Small batches travel from the workers by value instead of through shared memory.
+"""Batches leave the workers by value when small, in one shared storage when large.
 
 NOTE [ inline batches ]
 torch sends every tensor a worker returns through shared memory. With its default
@@ -21,10 +21,28 @@ either way; the tensors of an inline batch are not in shared memory (``is_shared
 false), their storage is numpy's (it cannot be resized), and two tensors that shared a
 storage in the worker arrive as separate copies. In the main process (``num_workers=0``) the
 batch is never pickled and the wrapper returns it untouched.
+
+A larger batch pays the handshake once per tensor, and a token batch of five ``(8, 2048)``
+arrays pays it five times. So a batch at or above :data:`INLINE_BYTES` that holds two or
+more plain CPU tensors not yet in shared memory (a collate that builds its tensors with
+numpy, as ``collate_tokens`` does) is a :class:`SharedBatch`: those tensors are copied, at
+64-byte aligned offsets, into one new shared-memory storage, which travels torch's way
+(one file descriptor, one handshake), and the main process gets them back as views of it.
+That copy replaces the one torch makes to move each tensor into shared memory, so the
+worker copies no more than before. Tensors already in shared memory (torch's
+``default_collate`` allocates them there in a worker) and tensors that cannot be packed
+(requiring grad, sparse, a subclass) travel torch's way as before. The values, dtypes and
+shapes are the same; a packed tensor arrives contiguous, in shared memory, and keeps the
+whole batch's storage alive while it lives. The threshold of 1 MiB: with two workers on
+a shared 2-core machine (load 17 to 18, one run each), a batch of five int64 tensors cost
+the main process 1.4 to 1.6 ms of CPU by value, 1.7 to 2.0 ms in one storage and 3.8 to
+4.7 ms torch's way at 0.66 MB; at 10.5 MB, 22 to 28 ms by value, 4.3 to 4.6 ms in one
+storage and 7.3 to 8.2 ms torch's way.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +50,12 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-__all__ = ["INLINE_BYTES", "InlineBatch", "InlineCollate"]
+__all__ = ["INLINE_BYTES", "InlineBatch", "InlineCollate", "SharedBatch"]
 
-#: Batches whose tensors hold fewer bytes than this travel by value (64 KiB).
-INLINE_BYTES = 64 * 1024
+#: Batches whose tensors hold fewer bytes than this travel by value (1 MiB).
+INLINE_BYTES = 1024 * 1024
+#: Alignment of each tensor inside a :class:`SharedBatch`'s storage, in bytes.
+_ALIGN = 64
 
 _NUMPY_DTYPES = frozenset(
     {
@@ -135,6 +155,113 @@ class InlineBatch:
         return (_unpack, (self.payload,))
 
 
+class _Part:
+    """Where a packed tensor lies in a :class:`SharedBatch`'s storage."""
+
+    __slots__ = ("dtype", "offset", "shape")
+
+    def __init__(self, dtype: torch.dtype, shape: tuple[int, ...], offset: int) -> None:
+        self.dtype, self.shape, self.offset = dtype, shape, offset
+
+
+def _packable(tensor: torch.Tensor) -> bool:
+    return (
+        type(tensor) is torch.Tensor
+        and tensor.layout == torch.strided
+        and tensor.device.type == "cpu"
+        and not tensor.requires_grad
+        and not tensor.is_conj()
+        and not tensor.is_neg()
+        and not tensor.is_shared()  # type: ignore[no-untyped-call]
+    )
+
+
+def _to_parts(data: Any, found: list[torch.Tensor]) -> Any:
+    """``data`` with each packable tensor replaced by a :class:`_Part` (offsets unset)."""
+    if isinstance(data, torch.Tensor):
+        if not _packable(data):
+            return data  # torch's way
+        found.append(data)
+        return _Part(data.dtype, tuple(data.shape), -1)
+    kind = type(data)
+    if kind is list or kind is tuple:
+        return kind(_to_parts(item, found) for item in data)
+    if kind is dict:
+        return {key: _to_parts(value, found) for key, value in data.items()}
+    return data
+
+
+def _parts(data: Any) -> list[_Part]:
+    """The :class:`_Part` leaves of ``data``, in the order :func:`_to_parts` made them."""
+    if type(data) is _Part:
+        return [data]
+    kind = type(data)
+    if kind is list or kind is tuple:
+        return [part for item in data for part in _parts(item)]
+    if kind is dict:
+        return [part for value in data.values() for part in _parts(value)]
+    return []
+
+
+def _view(storage: torch.Tensor, part: _Part) -> torch.Tensor:
+    size = math.prod(part.shape) * part.dtype.itemsize
+    return storage[part.offset : part.offset + size].view(part.dtype).view(part.shape)
+
+
+def _from_parts(data: Any, storage: torch.Tensor) -> Any:
+    if type(data) is _Part:
+        return _view(storage, data)
+    kind = type(data)
+    if kind is list or kind is tuple:
+        return kind(_from_parts(item, storage) for item in data)
+    if kind is dict:
+        return {key: _from_parts(value, storage) for key, value in data.items()}
+    return data
+
+
+def _unpack_shared(payload: Any, storage: torch.Tensor) -> Any:
+    """Rebuild a packed batch (what unpickling a :class:`SharedBatch` returns)."""
+    return _from_parts(payload, storage)
+
+
+class SharedBatch:
+    """A collated batch whose loose tensors travel in one shared-memory storage.
+
+    Raises:
+        _NotInlineError: the batch holds fewer than two tensors that can be packed.
+
+    Examples:
+        >>> import pickle, torch
+        >>> batch = SharedBatch({"x": torch.arange(3), "y": [torch.ones(2, 2), "label"]})
+        >>> batch.storage.is_shared(), batch.storage.numel()
+        (True, 128)
+        >>> pickle.loads(pickle.dumps(batch))
+        {'x': tensor([0, 1, 2]), 'y': [tensor([[1., 1.],
+                [1., 1.]]), 'label']}
+    """
+
+    __slots__ = ("payload", "storage")
+
+    def __init__(self, batch: Any) -> None:
+        found: list[torch.Tensor] = []
+        self.payload = _to_parts(batch, found)
+        if len(found) < 2:
+            raise _NotInlineError
+        parts, offset = _parts(self.payload), 0
+        for part, tensor in zip(parts, found, strict=True):
+            part.offset = offset
+            size = tensor.numel() * tensor.element_size()
+            offset += -(-size // _ALIGN) * _ALIGN
+        # Allocated in shared memory at once, as torch's default_collate does in a worker.
+        shared = torch.UntypedStorage._new_shared(offset)  # type: ignore[no-untyped-call]
+        self.storage = torch.empty(0, dtype=torch.uint8).set_(shared)
+        for part, tensor in zip(parts, found, strict=True):
+            _view(self.storage, part).copy_(tensor)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpack_shared, (self.payload, self.storage))
+
+
 class InlineCollate:
     """Wrap ``collate_fn`` so that small batches leave a worker by value.
 
@@ -158,5 +285,9 @@ class InlineCollate:
             return data
         try:
             return InlineBatch(data)
+        except _NotInlineError:
+            pass
+        try:
+            return SharedBatch(data)
         except _NotInlineError:
             return data

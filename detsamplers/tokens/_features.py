@@ -21,6 +21,12 @@ the last may stop inside its). From it:
 as ``DataCollatorWithFlattening`` does for a batch flattened into one row. A
 block-diagonal causal mask is ``document_ids[:, :, None] == document_ids[:, None, :]`` and
 causal within a row (a document never appears twice in one sequence).
+
+``TokenSequences(outputs=...)`` names the arrays wanted (``input_ids`` always, in
+:data:`KEYS` order whatever order they were given in): the others are not computed at all,
+and ``collate_tokens`` stacks the keys its samples have. ``outputs=("input_ids",
+"labels")`` is the work of a loader that hands out the raw window only, as litdata's
+``TokensLoader`` does, plus the boundary masking of the labels.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import torch
 
 __all__ = [
     "IGNORE_INDEX",
+    "KEYS",
+    "check_outputs",
     "collate_tokens",
     "features",
     "features_rows",
@@ -44,11 +52,51 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 #: The label of a target that is not trained on (PyTorch's cross-entropy default).
 IGNORE_INDEX = -100
+#: Every array a sequence can hold, in the order ``outputs`` are kept.
 KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
 
 
+def check_outputs(outputs: Any) -> tuple[str, ...]:
+    """``outputs`` validated, in :data:`KEYS` order.
+
+    Raises:
+        TypeError: ``outputs`` is not a tuple or list of strings.
+        ValueError: it names an unknown array or one twice, or lacks ``input_ids``.
+
+    Examples:
+        >>> check_outputs(["labels", "input_ids"])
+        ('input_ids', 'labels')
+    """
+    if not isinstance(outputs, (tuple, list)) or not all(isinstance(k, str) for k in outputs):
+        raise TypeError(
+            f"outputs should be a tuple of array names from {', '.join(KEYS)}, but got "
+            f"outputs={outputs!r} of type {type(outputs).__name__}"
+        )
+    unknown = [k for k in outputs if k not in KEYS]
+    if unknown:
+        raise ValueError(
+            f"outputs should name arrays among {', '.join(KEYS)}, but got unknown "
+            f"{', '.join(map(repr, unknown))} in outputs={tuple(outputs)!r}; fix the spelling"
+        )
+    if len(set(outputs)) != len(outputs):
+        raise ValueError(
+            f"outputs should name each array once, but got outputs={tuple(outputs)!r}; "
+            "remove the repeated name"
+        )
+    if "input_ids" not in outputs:
+        raise ValueError(
+            f"outputs should include 'input_ids', but got outputs={tuple(outputs)!r}; add "
+            "'input_ids' (a batch's shape is read from it)"
+        )
+    return tuple(k for k in KEYS if k in outputs)
+
+
 def features(
-    tokens: I64, docs: I64, counts: I64, closes: npt.NDArray[np.bool_]
+    tokens: I64,
+    docs: I64,
+    counts: I64,
+    closes: npt.NDArray[np.bool_],
+    outputs: tuple[str, ...] = KEYS,
 ) -> dict[str, npt.NDArray[Any]]:
     """A sequence's model inputs from its window of tokens and its pieces.
 
@@ -57,6 +105,7 @@ def features(
         docs: Each piece's document.
         counts: Each piece's tokens (they sum to ``L + 1``).
         closes: Whether each piece ends its document.
+        outputs: The arrays to compute, from :func:`check_outputs`.
 
     Examples:
         >>> import numpy as np
@@ -67,28 +116,36 @@ def features(
     """
     length = len(tokens) - 1
     ends = np.cumsum(counts)
-    labels = tokens[1:].copy()
-    last = ends[closes] - 1
-    labels[last[last < length]] = IGNORE_INDEX
-    # The inner ends are the offsets below L, already sorted and (pieces holding a token)
-    # distinct: no np.unique. Positions and document ids are each one np.repeat over the
-    # pieces, no per-token gather.
-    inner = ends[(ends < length) & (counts > 0)]
-    cu = np.full(length + 1, length, dtype=np.int32)
-    cu[0] = 0
-    cu[1 : 1 + len(inner)] = inner
-    positions = np.arange(length + 1, dtype=np.int64) - np.repeat(ends - counts, counts)
-    return {
-        "input_ids": tokens[:length].copy(),
-        "labels": labels,
-        "position_ids": positions[:length],
-        "document_ids": np.repeat(docs, counts)[:length],
-        "cu_seqlens": cu,
-    }
+    out: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:length].copy()}
+    if "labels" in outputs:
+        labels = tokens[1:].copy()
+        last = ends[closes] - 1
+        labels[last[last < length]] = IGNORE_INDEX
+        out["labels"] = labels
+    # Positions and document ids are each one np.repeat over the pieces, no per-token gather.
+    if "position_ids" in outputs:
+        positions = np.arange(length + 1, dtype=np.int64) - np.repeat(ends - counts, counts)
+        out["position_ids"] = positions[:length]
+    if "document_ids" in outputs:
+        out["document_ids"] = np.repeat(docs, counts)[:length]
+    if "cu_seqlens" in outputs:
+        # The inner ends are the offsets below L, already sorted and (pieces holding a
+        # token) distinct: no np.unique.
+        inner = ends[(ends < length) & (counts > 0)]
+        cu = np.full(length + 1, length, dtype=np.int32)
+        cu[0] = 0
+        cu[1 : 1 + len(inner)] = inner
+        out["cu_seqlens"] = cu
+    return out
 
 
 def features_rows(
-    tokens: I64, docs: I64, counts: I64, closes: npt.NDArray[np.bool_], pieces: I64
+    tokens: I64,
+    docs: I64,
+    counts: I64,
+    closes: npt.NDArray[np.bool_],
+    pieces: I64,
+    outputs: tuple[str, ...] = KEYS,
 ) -> list[dict[str, npt.NDArray[Any]]]:
     """:func:`features` of several sequences at once: the same arrays, one numpy pass.
 
@@ -102,6 +159,7 @@ def features_rows(
         counts: Each piece's tokens (each row's sum to ``L + 1``).
         closes: Whether each piece ends its document.
         pieces: How many pieces each row has.
+        outputs: The arrays to compute, from :func:`check_outputs`.
 
     Examples:
         >>> import numpy as np
@@ -118,31 +176,28 @@ def features_rows(
     ends = np.cumsum(counts)  # in the flattened table
     row = np.repeat(np.arange(count, dtype=np.int64), pieces)
     local = ends - row * width
-    labels = tokens[:, 1:].copy()
-    last = local[closes] - 1
-    inside = last < length
-    labels[row[closes][inside], last[inside]] = IGNORE_INDEX
-    flat = np.arange(count * width, dtype=np.int64) - np.repeat(ends - counts, counts)
-    positions = flat.reshape(count, width)[:, :length]
-    document_ids = np.repeat(docs, counts).reshape(count, width)[:, :length]
-    # cu_seqlens: each row's inner ends (below L) at columns 1, 2, ... of its row.
-    inner = (local < length) & (counts > 0)
-    running = np.cumsum(inner)
-    before = np.concatenate([[0], running])[np.cumsum(pieces) - pieces]
-    cu = np.full((count, width), length, dtype=np.int32)
-    cu[:, 0] = 0
-    cu[row[inner], (running - before[row])[inner]] = local[inner]
-    inputs = tokens[:, :length]
-    return [
-        {
-            "input_ids": inputs[j],
-            "labels": labels[j],
-            "position_ids": positions[j],
-            "document_ids": document_ids[j],
-            "cu_seqlens": cu[j],
-        }
-        for j in range(count)
-    ]
+    table: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:, :length]}
+    if "labels" in outputs:
+        labels = tokens[:, 1:].copy()
+        last = local[closes] - 1
+        inside = last < length
+        labels[row[closes][inside], last[inside]] = IGNORE_INDEX
+        table["labels"] = labels
+    if "position_ids" in outputs:
+        flat = np.arange(count * width, dtype=np.int64) - np.repeat(ends - counts, counts)
+        table["position_ids"] = flat.reshape(count, width)[:, :length]
+    if "document_ids" in outputs:
+        table["document_ids"] = np.repeat(docs, counts).reshape(count, width)[:, :length]
+    if "cu_seqlens" in outputs:
+        # Each row's inner ends (below L) at columns 1, 2, ... of its row.
+        inner = (local < length) & (counts > 0)
+        running = np.cumsum(inner)
+        before = np.concatenate([[0], running])[np.cumsum(pieces) - pieces]
+        cu = np.full((count, width), length, dtype=np.int32)
+        cu[:, 0] = 0
+        cu[row[inner], (running - before[row])[inner]] = local[inner]
+        table["cu_seqlens"] = cu
+    return [{key: value[j] for key, value in table.items()} for j in range(count)]
 
 
 def _boundaries(cu: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -163,7 +218,8 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
     Returns:
         ``input_ids``, ``labels``, ``position_ids``, ``document_ids``: int64 ``(B, L)``;
         ``cu_seqlens``: int32 ``(B L + 1,)``, the pieces' offsets in the batch read row
-        after row, padded by repeating ``B L``.
+        after row, padded by repeating ``B L``. Only the keys the samples hold (the
+        sequences' ``outputs``).
 
     Raises:
         ValueError: ``samples`` is empty or its sequences differ in length.
@@ -190,7 +246,10 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
     out = {
         key: torch.as_tensor(np.stack([np.asarray(s[key]) for s in samples]), dtype=torch.int64)
         for key in KEYS[:4]
+        if key in samples[0]
     }
+    if "cu_seqlens" not in samples[0]:
+        return out
     total = length * len(samples)
     cu = np.full(total + 1, total, dtype=np.int32)
     offsets = np.concatenate(

@@ -1,13 +1,20 @@
-"""Small batches come back from workers by value (NOTE [ inline batches ]); the rest torch's way."""
+"""Batches come back from workers by value when small, in one shared storage when large.
+
+NOTE [ inline batches ]; what cannot be packed travels torch's way.
+"""
 
 from __future__ import annotations
 
 import pickle
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import torch.multiprocessing.reductions as reductions
 import torch.utils.data as tud
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loader_helpers import Noisy, take
 
 from detsamplers.loader import DataLoader
@@ -15,6 +22,7 @@ from detsamplers.loader._inline import (
     INLINE_BYTES,
     InlineBatch,
     InlineCollate,
+    SharedBatch,
     _NotInlineError,
 )
 
@@ -66,7 +74,7 @@ def test_small_batches_arrive_by_value_and_large_ones_through_shared_memory() ->
     assert not small["x"].is_shared() and not small["i"].is_shared()
     wide = INLINE_BYTES // 16  # four records of float32 hold INLINE_BYTES: too many
     large = batches(1, Records(8, width=wide), 2)[0][1]
-    assert large["x"].is_shared()
+    assert large["x"].is_shared()  # default_collate's: already shared, sent torch's way
     odd = batches(1, Records(8, dtype=torch.bfloat16), 2)[0][1]  # numpy has no bfloat16
     assert odd["x"].is_shared() and odd["x"].dtype == torch.bfloat16
 
@@ -119,3 +127,125 @@ def test_spawned_workers_get_the_wrapped_collate_and_send_batches_back_by_value(
     assert [b.tolist() for b in got] == take(
         DataLoader(Noisy(6), batch_size=2).get_data_loader(True), 3
     )
+
+
+class Rows(tud.Dataset[Any]):
+    """Records of several numpy arrays, as token sequences are: a collate builds the tensors."""
+
+    def __init__(self, length: int, width: int) -> None:
+        self.length, self.width = length, width
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row = np.arange(self.width, dtype=np.int64) + index
+        return {"a": row, "b": row * 2, "c": (row % 7).astype(np.int32), "n": index}
+
+
+def stack_rows(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack with numpy, as collate_tokens does: the tensors are not in shared memory."""
+    out: dict[str, Any] = {k: torch.from_numpy(np.stack([s[k] for s in samples])) for k in "abc"}
+    out["n"] = [s["n"] for s in samples]
+    return out
+
+
+@pytest.mark.workers
+def test_a_large_batch_of_several_tensors_crosses_in_one_storage_and_one_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    width = INLINE_BYTES // (4 * 8) // 2  # four rows of a, b and c: above INLINE_BYTES
+    received: list[int] = []
+    rebuild = reductions.rebuild_storage_fd
+
+    def counted(*args: Any) -> Any:
+        received.append(1)
+        return rebuild(*args)
+
+    loader = DataLoader(Rows(12, width), batch_size=4, num_workers=2, collate_fn=stack_rows)
+    stream = iter(loader.get_data_loader(repeat=True))  # the workers start here, unpatched
+    monkeypatch.setattr(reductions, "rebuild_storage_fd", counted)  # the main process counts
+    got = [next(stream) for _ in range(5)]
+    expected = batches(0, Rows(12, width), 5, collate_fn=stack_rows)
+    assert same(got, [b for _, b in expected])
+    assert len(received) <= 5, received  # at most one descriptor a batch; torch's way: 15
+    for batch in got:
+        pointers = {batch[k].untyped_storage().data_ptr() for k in "abc"}
+        assert len(pointers) == 1 and batch["a"].is_shared() and batch["c"].dtype == torch.int32
+
+
+_DTYPES = [torch.bool, torch.uint8, torch.int16, torch.int32, torch.int64, torch.float16,
+           torch.bfloat16, torch.float32, torch.float64, torch.complex128]  # fmt: skip
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> torch.Tensor:
+    dtype = draw(st.sampled_from(_DTYPES))
+    shape = tuple(draw(st.lists(st.integers(0, 5), max_size=3)))
+    values = torch.arange(int(np.prod(shape)), dtype=torch.float64).reshape(shape)
+    tensor = (values * 1.5 - 3).to(dtype)
+    if tensor.ndim >= 2 and draw(st.booleans()):
+        tensor = tensor.transpose(0, 1)  # not contiguous
+    return tensor
+
+
+trees = st.recursive(
+    tensors() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def count_tensors(tree: Any) -> int:
+    if isinstance(tree, torch.Tensor):
+        return 1
+    if isinstance(tree, (list, tuple)):
+        return sum(map(count_tensors, tree))
+    if isinstance(tree, dict):
+        return sum(map(count_tensors, tree.values()))
+    return 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(trees)
+def test_a_packed_batch_unpickles_to_the_same_tree_in_one_shared_storage(tree: Any) -> None:
+    if count_tensors(tree) < 2:
+        with pytest.raises(_NotInlineError):
+            SharedBatch(tree)
+        return
+    packed = SharedBatch(tree)
+    assert packed.storage.is_shared()
+    back = pickle.loads(pickle.dumps(packed))  # in-process: the storage by value
+    assert same(back, tree)
+    storages = set()
+    for part in _leaves(back):
+        assert part.is_contiguous()
+        storages.add(part.untyped_storage().data_ptr())
+        assert part.storage_offset() * part.element_size() % 64 == 0
+    assert len(storages) == 1
+
+
+def _leaves(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _leaves(item)]
+    if isinstance(tree, dict):
+        return [t for value in tree.values() for t in _leaves(value)]
+    return []
+
+
+def test_tensors_already_shared_or_needing_grad_are_left_to_torch() -> None:
+    shared = torch.zeros(3).share_memory_()
+    needs_grad = torch.ones(2, requires_grad=True)
+    with pytest.raises(_NotInlineError):  # one loose tensor: nothing to gain
+        SharedBatch([shared, needs_grad, torch.arange(2)])
+    packed = SharedBatch({"s": shared, "g": needs_grad, "a": torch.arange(2), "b": torch.ones(1)})
+    back = pickle.loads(pickle.dumps(packed))
+    assert back["s"].untyped_storage().data_ptr() != back["a"].untyped_storage().data_ptr()
+    assert back["g"].requires_grad and torch.equal(back["b"], torch.ones(1))
+    assert back["a"].untyped_storage().data_ptr() == back["b"].untyped_storage().data_ptr()

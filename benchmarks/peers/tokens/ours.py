@@ -2,7 +2,8 @@
 
 ``TokenSequences(corpus, L, mode=..., seed=0)`` through ``detsamplers.loader.DataLoader``
 (``shuffle=True``, ``collate_tokens``: input_ids, labels, position_ids, document_ids,
-cu_seqlens); a resume loads the loader's state and the dataset's fingerprint.
+cu_seqlens; mode ``chunk-io``: input_ids and labels only, litdata's work); a resume
+loads the loader's state and the dataset's fingerprint.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ def _sequences(corpus: Corpus, seq_len: int, mode: str) -> Any:
     from detsamplers.tokens import TokenCorpus, TokenSequences
 
     tokens = TokenCorpus(corpus.bin, dtype="uint16", lengths=[corpus.lengths], progress=False)
-    return TokenSequences(tokens, seq_len, mode=mode, seed=0)
+    # "chunk-io": litdata's work, the window as inputs and labels only (no positions,
+    # document ids or cu_seqlens).
+    mode, _, io = mode.partition("-")
+    outputs = ("input_ids", "labels") if io else ("input_ids", "labels", "position_ids",
+                                                  "document_ids", "cu_seqlens")  # fmt: skip
+    return TokenSequences(tokens, seq_len, mode=mode, seed=0, outputs=outputs)
 
 
 def _loader(sequences: Any, batch: int, num_workers: int) -> Any:
