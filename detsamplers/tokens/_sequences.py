@@ -47,12 +47,8 @@ from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
 from ._corpus import TokenCorpus
-<<<<<<< HEAD
-from ._features import IGNORE_INDEX, features, features_rows
+from ._features import IGNORE_INDEX, KEYS, check_outputs, features, features_rows
 from ._pack import LONG_DOCUMENTS, PackOrder
-=======
-from ._features import KEYS, check_outputs, features, features_rows
->>>>>>> i38workers
 
 __all__ = ["MODES", "TokenSequences"]
 
@@ -73,7 +69,6 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         seed: Keys the ``concat`` order of each epoch; pass the same seed to the DataLoader.
         block_documents: Documents per block of the ``concat`` shuffle, ``>= 1``: a seek
             costs O(``block_documents``), the index O(documents / ``block_documents``).
-<<<<<<< HEAD
         window: Documents per window of the ``pack`` mode, ``>= 1``: a larger window pads
             less, a seek re-packs one window (O(``window`` log ``window``)), the index
             holds O(documents / ``window``) integers (NOTE [ packed sequences ]).
@@ -81,13 +76,6 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             pieces of ``seq_len + 1`` (``"split"``) or keeps only its first ``seq_len + 1``
             tokens (``"truncate"``: the rest are never trained on; :meth:`stats` counts
             them).
-
-    Raises:
-        TypeError: an argument has the wrong type.
-        ValueError: ``seq_len``, ``block_documents`` or ``window`` is below 1, ``mode`` or
-            ``long_documents`` is unknown, or (``chunk``, ``concat``) the corpus holds fewer
-            than ``seq_len + 1`` tokens.
-=======
         outputs: The arrays each sequence holds, a tuple of names from ``input_ids``,
             ``labels``, ``position_ids``, ``document_ids``, ``cu_seqlens`` (all by
             default), ``input_ids`` among them; the others are not computed
@@ -95,10 +83,10 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``seq_len`` or ``block_documents`` is below 1, ``mode`` is unknown,
-            ``outputs`` names an unknown array, one twice or not ``input_ids``, or the
-            corpus holds fewer than ``seq_len + 1`` tokens.
->>>>>>> i38workers
+        ValueError: ``seq_len``, ``block_documents`` or ``window`` is below 1, ``mode`` or
+            ``long_documents`` is unknown, ``outputs`` names an unknown array, one twice or
+            not ``input_ids``, or (``chunk``, ``concat``) the corpus holds fewer than
+            ``seq_len + 1`` tokens.
 
     Determinism:
         ``sequences.at(k, e)`` depends only on the corpus, ``mode``, ``seq_len``, ``seed``,
@@ -129,12 +117,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode: str = "chunk",
         seed: int = 0,
         block_documents: int = 1024,
-<<<<<<< HEAD
         window: int = 1000,
         long_documents: str = "split",
-=======
         outputs: Sequence[str] = KEYS,
->>>>>>> i38workers
     ) -> None:
         if not isinstance(corpus, TokenCorpus):
             raise TypeError(
@@ -144,14 +129,10 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         mode = check_one_of("mode", mode, MODES)
         seed = check_int("seed", seed)
         block_documents = check_int("block_documents", block_documents, minimum=1)
-<<<<<<< HEAD
         window = check_int("window", window, minimum=1)
         long_documents = check_one_of("long_documents", long_documents, LONG_DOCUMENTS)
-        if mode != "pack" and corpus.num_tokens < seq_len + 1:
-=======
         self.outputs = check_outputs(outputs)
-        if corpus.num_tokens < seq_len + 1:
->>>>>>> i38workers
+        if mode != "pack" and corpus.num_tokens < seq_len + 1:
             raise ValueError(
                 f"seq_len should leave at least one sequence of seq_len + 1 tokens, but got "
                 f"seq_len={seq_len} for a corpus of {corpus.num_tokens} tokens; lower seq_len "
@@ -313,7 +294,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
                              np.concatenate(closes), np.array(pieces, dtype=np.int64))  # fmt: skip
         for out in rows:
             out["labels"][out["document_ids"] < 0] = IGNORE_INDEX
-        return rows
+        if self.outputs == KEYS:
+            return rows
+        return [{key: out[key] for key in self.outputs} for out in rows]
 
     def stats(self) -> dict[str, Any]:
         """What the mode makes of the corpus: sequences, padding and tokens left out.

@@ -14,7 +14,7 @@ from detsamplers.loader import DataLoader
 from detsamplers.tokens import TokenSequences, collate_tokens
 from detsamplers.tokens._features import KEYS
 
-modes = st.sampled_from(["chunk", "concat"])
+modes = st.sampled_from(["chunk", "concat", "pack"])
 subsets = st.lists(st.sampled_from(KEYS[1:]), unique=True).map(lambda rest: ["input_ids", *rest])
 
 
