@@ -8,6 +8,7 @@ lie in the file in order without overlapping.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from typing import Any
 
@@ -115,7 +116,7 @@ def test_ordered_holds_exactly_when_members_follow_each_other_in_the_file_withou
     flat = [member for members in samples for member in members]
     expected = all(size >= 0 for _, _, size in flat) and (not flat or flat[0][1] >= 0)
     expected = expected and all(
-        later[1] >= earlier[1] + earlier[2] for earlier, later in zip(flat, flat[1:], strict=False)
+        later[1] >= earlier[1] + earlier[2] for earlier, later in itertools.pairwise(flat)
     )
     assert packed(samples).ordered is expected
 
