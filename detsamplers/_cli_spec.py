@@ -49,6 +49,11 @@ def load_callable(spec: str, option: str, *, noun: str, scripts: bool = False) -
         sys.path.insert(0, os.path.dirname(os.path.abspath(module_name)))
         loaded.loader.exec_module(module)
     else:
+        if module_name.startswith("."):
+            raise ValueError(
+                f"{option} should name an absolute module, but got the relative {module_name!r}; "
+                "write the package's full dotted name"
+            )
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:

@@ -93,11 +93,8 @@ def test_any_spec_gives_a_callable_or_a_value_error_naming_the_option(
         assert callable(loaded)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="a relative module name reaches importlib; its TypeError names no option (library bug)",
-)
 def test_a_relative_module_name_is_refused_naming_the_option() -> None:
-    with pytest.raises(ValueError, match=r"^--opt"):
+    with pytest.raises(
+        ValueError, match=r"^--opt should name an absolute module, but got the relative '.data'"
+    ):
         load_callable(".data:make", "--opt", noun="factory")
