@@ -35,7 +35,11 @@ setup(
     ext_modules=[
         Extension(
             "detsamplers._kernel",
-            sources=["detsamplers/_kernel.c", "detsamplers/_kernel_headers.c"],
+            sources=[
+                "detsamplers/_kernel.c",
+                "detsamplers/_kernel_headers.c",
+                "detsamplers/_kernel_pack.c",
+            ],
             extra_compile_args=["-O3"],
             optional=True,
         )

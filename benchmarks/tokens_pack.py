@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detsamplers import kernel_status
 from detsamplers.loader import DataLoader
 from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
 
@@ -69,7 +70,7 @@ def main() -> None:
             PackOrder(corpus, seq_len, 0, window, cache=False)
         else:
             ConcatOrder(corpus, 0, window)
-        print(f"{args.mode} index build: {time.perf_counter() - start:.3f} s")
+        print(f"{args.mode} index build: {time.perf_counter() - start:.3f} s ({kernel_status()})")
         return
     TokenSequences(corpus, seq_len, mode=args.mode, window=window)  # the cached index exists
     started = time.perf_counter()
@@ -84,7 +85,8 @@ def main() -> None:
     first = time.perf_counter() - started
     print(
         f"{args.mode}: open corpus and index {opened * 1e3:.1f} ms; first batch of 8 after "
-        f"a resume at {skip} sequences {first * 1e3:.1f} ms, {tuple(batch['input_ids'].shape)}"
+        f"a resume at {skip} sequences {first * 1e3:.1f} ms, {tuple(batch['input_ids'].shape)}; "
+        f"{kernel_status()}"
     )
 
 

@@ -447,11 +447,19 @@ extern const char table_doc[], headers_doc[];
 PyObject *header_table(PyObject *self, PyObject *args);
 PyObject *check_headers(PyObject *self, PyObject *args);
 
+/* -- best-fit-decreasing of the pack mode: in _kernel_pack.c ------------------------------- */
+
+extern const char pack_bins_doc[], pack_counts_doc[];
+PyObject *pack_bins(PyObject *self, PyObject *args);
+PyObject *pack_counts(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
     {"header_table", header_table, METH_VARARGS, table_doc},
     {"check_headers", check_headers, METH_VARARGS, headers_doc},
+    {"pack_bins", pack_bins, METH_VARARGS, pack_bins_doc},
+    {"pack_counts", pack_counts, METH_VARARGS, pack_counts_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,14 +23,19 @@ tokens too: the inputs and the shifted labels):
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
   order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
-  then a loop over the pieces in Python), built once per (corpus, ``L``, ``W``,
+  then the best-fit loop), built once per (corpus, ``L``, ``W``,
   ``long_documents``, seed) and cached beside the corpus's first file as
   ``<file>.pack-<digest>.npy`` (a header binding it to the files' names, sizes and
   modification times and to the settings, then ``N``). A cache that fails its checks
   (not a regular ``.npy`` of int64, a size unlike its header, another binding, ``N`` not
   increasing) is rebuilt and rewritten; one whose counts lie in a way these checks miss
   is found when a window re-packs to another count, an error naming the file. A seek
-  re-packs one window, O(W log W); the last ``CACHED_WINDOWS`` are kept.
+  re-packs one window, O(W log W); the last ``CACHED_WINDOWS`` are kept, and a batch's
+  windows are packed together (one gather, one sort, one grouping for all of them).
+- **Kernel.** The best-fit loop runs in the compiled kernel when it is there
+  (``_kernel_pack.c``, NOTE [ compiled mixture kernel ]): the same sorted keys, search
+  and moves as :func:`best_fit_decreasing`, so the same bins; the Python functions here
+  stay as the fallback and the reference (tests/tokens/test_tokens_pack_kernel.py).
 
 Every piece once per epoch: the document order is a bijection, the windows partition it,
 and best-fit places every piece of a window in exactly one of its bins; no bin holds more
@@ -57,6 +62,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .. import _native
 from .._permute import FeistelPermutation
 from .._seeds import derive
 from ._boundaries import store_ends
@@ -144,6 +150,35 @@ def count_bins(sizes: list[int], bounds: list[int], capacity: int) -> list[int]:
     return out
 
 
+def _best_fit_windows(sizes: I64, edges: I64, capacity: int, out: I64) -> I64:
+    """:func:`best_fit_decreasing` of each ``sizes[edges[i]:edges[i + 1]]``, bins into ``out``.
+
+    In the compiled kernel when it is there (NOTE [ compiled mixture kernel ]); the same
+    bins either way. Returns each slice's number of bins.
+    """
+    kernel = _native.kernel
+    counts = np.empty(len(edges) - 1, dtype=np.int64)
+    cut = edges.tolist()
+    for i in range(len(counts)):
+        a, b = cut[i], cut[i + 1]
+        if kernel is not None:
+            counts[i] = kernel.pack_bins(sizes[a:b], capacity, out[a:b])
+        else:
+            placed, counts[i] = best_fit_decreasing(sizes[a:b].tolist(), capacity)
+            out[a:b] = placed
+    return counts
+
+
+def _count_windows(sizes: I64, bounds: I64, capacity: int) -> I64:
+    """:func:`count_bins`, in the compiled kernel when it is there."""
+    kernel = _native.kernel
+    if kernel is None:
+        return np.array(count_bins(sizes.tolist(), bounds.tolist(), capacity), dtype=np.int64)
+    counts = np.empty(len(bounds) - 1, dtype=np.int64)
+    kernel.pack_counts(sizes, bounds, capacity, counts)
+    return counts
+
+
 def _pieces_of(lengths: I64, capacity: int, split: bool) -> tuple[I64, I64, I64]:
     """Each document's pieces: (its document's position, its offset in it, its size)."""
     per = -(-lengths // capacity) if split else np.ones_like(lengths)
@@ -210,6 +245,7 @@ class PackOrder:
             self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
         self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
         self._packed = OrderedDict()
+        self._bin_orders: dict[int, FeistelPermutation] = {}
         header = self._load() if self.path is not None else None
         if header is None:
             header = self._build()
@@ -263,9 +299,7 @@ class PackOrder:
         sizes, owners = rest[kept], windows[kept]
         order = np.lexsort((-sizes, owners))
         bounds = np.searchsorted(owners[order], np.arange(self._windows + 1), side="left")
-        bins = full_bins + np.array(
-            count_bins(sizes[order].tolist(), bounds.tolist(), capacity), dtype=np.int64
-        )
+        bins = full_bins + _count_windows(sizes[order], bounds.astype(np.int64), capacity)
         packed = self._corpus.num_tokens
         if not self._split:
             packed = int(np.minimum(shuffled, capacity).sum())
@@ -305,40 +339,80 @@ class PackOrder:
         ``offsets[j]:offsets[j + 1]`` (its bin's, in window order).
         """
         found = self._packed.get(w)
-        if found is not None:
-            self._packed.move_to_end(w)
-            return found
-        capacity = self._capacity
-        docs = self._positions(w * self._window, min((w + 1) * self._window, self._documents))
-        starts = self._corpus.starts(docs)
-        lengths = self._corpus.starts(docs + 1) - starts
+        if found is None:
+            self._pack_windows([w])
+            found = self._packed[w]
+        self._packed.move_to_end(w)
+        return found
+
+    def prepare(self, ks: list[int]) -> None:
+        """Pack the windows of sequences ``ks`` not kept yet, all in one pass.
+
+        A batch of a shuffled loader touches several windows; packing them together
+        shares each numpy step among them (the bins are those :meth:`window` makes).
+        """
+        found = np.searchsorted(self._cumulative, np.asarray(ks, dtype=np.int64), side="right")
+        wanted = [w for w in dict.fromkeys((found - 1).tolist()) if w not in self._packed]
+        self._pack_windows(wanted[-CACHED_WINDOWS:])
+
+    def _pack_windows(self, ws: list[int]) -> None:
+        """Pack windows ``ws`` (NOTE [ packed sequences ]) and keep them."""
+        if not ws:
+            return
+        capacity, size_w = self._capacity, self._window
+        first = np.array(ws, dtype=np.int64) * size_w
+        span = np.minimum(first + size_w, self._documents) - first
+        local = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
+        docs = self._order.at_epoch(np.repeat(first, span) + local, 0)
+        bounds = self._corpus.starts(np.concatenate([docs, docs + 1]))
+        starts, lengths = bounds[: len(docs)], bounds[len(docs) :] - bounds[: len(docs)]
         owner, offset, size = _pieces_of(lengths, capacity, self._split)
-        by_size = np.argsort(-size, kind="stable")
-        placed, count = best_fit_decreasing(size[by_size].tolist(), capacity)
-        expected = int(self._cumulative[w + 1] - self._cumulative[w])
-        if count != expected:
-            where = f"the pack index {self.path}" if self.path is not None else "the pack index"
-            raise ValueError(
-                f"{where} should hold the bins of each window, but window {w} packs into "
-                f"{count} bins where it says {expected}; delete the file to rebuild it"
-            )
+        slot = np.repeat(np.arange(len(ws), dtype=np.int64), span)[owner]  # each piece's window
+        by_size = np.lexsort((-size, slot))  # each window's pieces by decreasing size, stably
+        edges = np.searchsorted(slot, np.arange(len(ws) + 1), side="left")
+        placed = np.empty(len(size), dtype=np.int64)
+        counts = _best_fit_windows(size[by_size], edges, capacity, placed)
+        for w, count in zip(ws, counts.tolist(), strict=True):
+            expected = int(self._cumulative[w + 1] - self._cumulative[w])
+            if count != expected:
+                where = f"the pack index {self.path}" if self.path is not None else "the pack index"
+                raise ValueError(
+                    f"{where} should hold the bins of each window, but window {w} packs into "
+                    f"{count} bins where it says {expected}; delete the file to rebuild it"
+                )
+        # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
+        # offset by the sequences of the windows before it in ``ws``.
+        ranks = np.empty(int(counts.sum()), dtype=np.int64)
+        base = np.cumsum(counts) - counts
+        for w, count, at in zip(ws, counts.tolist(), base.tolist(), strict=True):
+            read = self._bin_order(count).at_epoch(np.arange(count, dtype=np.int64), w)
+            ranks[at + read] = np.arange(at, at + count, dtype=np.int64)
         bin_of = np.empty(len(size), dtype=np.int64)
-        bin_of[by_size] = placed
-        # Sequence j of the window is bin read[j]; its pieces in window order.
-        read = FeistelPermutation(count, self._bin_key).at_epoch(
-            np.arange(count, dtype=np.int64), w
-        )
-        rank = np.empty(count, dtype=np.int64)
-        rank[read] = np.arange(count, dtype=np.int64)
-        grouped = np.argsort(rank[bin_of], kind="stable")
-        offsets = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rank[bin_of], minlength=count), out=offsets[1:])
+        bin_of[by_size] = placed + np.repeat(base, np.diff(edges))
+        sequence = ranks[bin_of]
+        grouped = np.argsort(sequence, kind="stable")
+        sizes = np.bincount(sequence, minlength=len(ranks))
         closes = offset + size == lengths[owner]
-        found = (offsets, docs[owner][grouped], (starts[owner] + offset)[grouped],
-                 size[grouped], closes[grouped])  # fmt: skip
-        self._packed[w] = found
+        columns = (docs[owner][grouped], (starts[owner] + offset)[grouped], size[grouped],
+                   closes[grouped])  # fmt: skip
+        docs_of, firsts, sizes_of, closes_of = columns
+        cut = edges.tolist()
+        for i, (w, at) in enumerate(zip(ws, base.tolist(), strict=True)):
+            offsets = np.zeros(int(counts[i]) + 1, dtype=np.int64)
+            np.cumsum(sizes[at : at + int(counts[i])], out=offsets[1:])
+            a, b = cut[i], cut[i + 1]
+            self._packed[w] = (offsets, docs_of[a:b].copy(), firsts[a:b].copy(),
+                               sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
         while len(self._packed) > CACHED_WINDOWS:
             self._packed.popitem(last=False)
+
+    def _bin_order(self, count: int) -> FeistelPermutation:
+        """The keyed permutation of a window's ``count`` bins (kept: counts repeat)."""
+        found = self._bin_orders.get(count)
+        if found is None:
+            found = self._bin_orders[count] = FeistelPermutation(count, self._bin_key)
+            if len(self._bin_orders) > 4 * CACHED_WINDOWS:
+                del self._bin_orders[next(iter(self._bin_orders))]
         return found
 
     def pieces(self, k: int) -> Pieces:

@@ -253,6 +253,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         width = self.seq_len + 1
         if self._concat is not None:
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
+        if self._pack is not None:
+            self._pack.prepare([k for k, _ in checked])
         parts = [self.pieces(index, epoch) for index, epoch in checked]
         if self._pack is not None:
             return self._padded(parts)
