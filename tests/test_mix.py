@@ -514,3 +514,9 @@ def test_counter_of_a_full_window_cycle_matches_the_counts() -> None:
     mix = mixture(LENGTHS, WEIGHTS, 9)
     component, _ = split(take(mix, 20 * 50), LENGTHS)
     assert Counter(component) == {0: 600, 1: 250, 2: 150}
+
+
+def test_a_mixture_whose_records_overflow_int64_is_refused_naming_the_lengths() -> None:
+    samplers = [ds.ReproducibleShuffleSampler(range(n), 0) for n in (2**62, 2**62, 1)]
+    with pytest.raises(ValueError, match=r"^samplers should hold at most 2\*\*63 - 1 records"):
+        ds.MixSampler(samplers, [1, 1, 1], seed=0)

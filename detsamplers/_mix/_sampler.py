@@ -32,6 +32,9 @@ from ._segment import _Segment
 
 __all__ = ["MixSampler"]
 
+#: The records a mixture numbers at most: its global records are one int64 range.
+_MAX_RECORDS = 2**63 - 1
+
 I64 = npt.NDArray[np.int64]
 
 
@@ -126,6 +129,12 @@ class MixSampler(Stage[int]):
         plan = _check_plan(weights, curriculum, k)
         nodes = [_check_component(i, s) for i, s in enumerate(samplers)]
         lengths = [_component_length(node) for node in nodes]
+        if sum(lengths) > _MAX_RECORDS:
+            raise ValueError(
+                f"samplers should hold at most 2**63 - 1 records together (a mixture's records "
+                f"are numbered as one int64 range), but got lengths {lengths} summing to "
+                f"{sum(lengths)}; mix fewer or smaller components"
+            )
         for i, (_, shares) in enumerate(plan):
             name = "weights" if i == 0 else f"curriculum[{i - 1}] weights"
             for c, (share, length) in enumerate(zip(shares, lengths[: len(shares)], strict=True)):
