@@ -94,7 +94,9 @@ def samples_of(reader: ShardReader, reads: list[tuple[int, int]]) -> list[dict[s
         reader.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     window=st.integers(0, 400),
     batches=st.lists(
