@@ -391,7 +391,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             cursors = max(1, self.parts // self.world_size) * max(1, self.shuffle_block_shards)
             capacity = min(2 * cursors, len(self.shards), _OPEN_SHARDS)
             return ShardReaders(self.shards, capacity, self.remote)
-        return ShardReader(self.shards, self.remote)
+        return ShardReader(self.shards, self.remote, self.shuffle_window)
 
     def batch_at(self, batch: int, reader: SampleReader | None = None) -> Any:
         """Build this rank's batch number ``batch`` (counted from position 0).

@@ -29,6 +29,9 @@ _READ_BUFFER = 0
 RUN_BYTES = 8 << 20
 #: Bytes of unwanted samples a run reads through rather than seeking past them.
 RUN_GAP = 64 << 10
+#: A shuffle window of a local shard is read whole and kept when it spans at most this
+#: many bytes (NOTE [ kept windows ]): the memory one reader holds, one window at a time.
+WINDOW_BYTES = 32 << 20
 
 
 class ShardReader:
@@ -55,8 +58,14 @@ class ShardReader:
         ('k0', b'7')
     """
 
-    def __init__(self, shards: Sequence[ShardInfo], options: RemoteOptions | None = None) -> None:
+    def __init__(
+        self, shards: Sequence[ShardInfo], options: RemoteOptions | None = None, window: int = 0
+    ) -> None:
         self.shards = shards
+        #: The source's ``shuffle_window`` (0: none), for NOTE [ kept windows ].
+        self.window = window if window > 1 else 0
+        #: The kept window of the open shard: its number, first byte and bytes.
+        self.kept: tuple[int, int, bytes] | None = None
         self.options = options or RemoteOptions()
         self.remote = [is_remote(s.url) for s in shards]
         self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
@@ -224,6 +233,8 @@ class ShardReader:
         if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
             return
         order = sorted(range(first, stop), key=indexes.__getitem__)
+        if self.window:
+            order = self._from_windows(shard, packed, indexes, order, out)
         position, total = 0, len(order)
         while position < total:
             # One run: samples whose members lie close together (members are in tar order).
@@ -255,6 +266,70 @@ class ShardReader:
                 sample["__local_path__"] = local
                 out[i] = sample
             position = last
+
+    def _from_windows(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        order: list[int],
+        out: list[dict[str, Any]],
+    ) -> list[int]:
+        """Fill ``out[i]`` for the ``order`` whose window can be kept; the rest, still to read.
+
+        NOTE [ kept windows ]
+        With ``shuffle_window = w`` the batches of a shard draw their samples from one
+        window of ``w`` samples at a time (NOTE [ shard stream order ]), scattered over it:
+        a batch of 64 from a window of 2,000 small samples spans most of the window, so the
+        runs of NOTE [ runs of samples ] read through it again for every batch (about
+        ``w / batch`` times the window's bytes), or, when the samples are larger than
+        ``RUN_GAP / 64`` of the window, read sample by sample. Instead, a local window
+        spanning at most ``WINDOW_BYTES`` is read whole, in one read, its tar headers all
+        checked at once (NOTE [ index verification ]), and kept until a batch asks for
+        another window or shard: the shard's bytes are read once per epoch and each
+        sample is a slice. The reader holds one window's bytes at most; a larger window
+        is read in runs as before. The order and the samples are unchanged.
+        """
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        count, window = len(self.keys), self.window
+        rest: list[int] = []
+        base, data, number = 0, b"", -1
+        for i in order:
+            index = indexes[i]
+            wanted = index // window
+            if wanted != number:
+                number = wanted
+                kept = self.kept
+                if kept is not None and kept[0] == number:
+                    base, data = kept[1], kept[2]
+                else:
+                    low, high = (
+                        starts[number * window],
+                        starts[min(count, number * window + window)],
+                    )
+                    head = offsets[low] if high > low else 0
+                    tail = offsets[high - 1] + sizes[high - 1] if high > low else 0
+                    if high == low or tail - head > WINDOW_BYTES:
+                        base, data = -1, b""
+                    else:
+                        self.kept = None  # the old window goes before the new one is read
+                        base = max(0, head - BLOCK)  # with the first header
+                        data = self._span(shard, base, tail)
+                        verify_span(self.shards[shard], data, base, self._table(), range(low, high))
+                        self.kept = (number, base, data)
+            if base < 0:
+                rest.append(i)
+                continue
+            sample: dict[str, Any] = {
+                "__key__": self.keys[index],
+                "__url__": self.shards[shard].url,
+            }
+            for j in range(starts[index], starts[index + 1]):
+                at = offsets[j] - base
+                sample[packed.suffixes[j]] = data[at : at + sizes[j]]
+            sample["__local_path__"] = self.local[shard]
+            out[i] = sample
+        return rest
 
     def _consecutive(
         self,
@@ -374,6 +449,7 @@ class ShardReader:
     def close(self) -> None:
         """Close the open shard, if any."""
         self.checked = None
+        self.kept = None
         if self.handle is not None:
             self.handle.close()
             self.handle = None
