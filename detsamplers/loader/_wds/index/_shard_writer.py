@@ -28,12 +28,16 @@ With ``pack_small=n`` a sample's fields of at most ``n`` bytes, once encoded, ar
 one member (NOTE [ packed small fields ], shard/_small_fields.py): the writer encodes the
 sample with webdataset's encoder itself, packs those fields when there are two or more, and
 writes the result with the tar writer's encoder turned off (an encoded ``.gz`` field would
-otherwise be compressed twice). The index sees the packed member as any other.
+otherwise be compressed twice). The index sees the packed member as any other. Unless
+``mtime`` is given, every member's time is then the writer's start in whole seconds: webdataset
+stamps each member with ``time.time()``, a float, which :mod:`tarfile` can only store in a
+pax record of its own, 1,024 bytes a member.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,7 +73,9 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         pack_small: Write a sample's fields of at most this many bytes (once encoded) as
             one member, ``<key>.packed_fields.msgpack``, when it has two or more (``None``,
             the default: one member per field, as webdataset writes). A member costs 512
-            bytes of header and up to 511 of padding; ``WebDatasetSource`` splits the
+            bytes of header and up to 511 of padding (1,024 more for the pax record of
+            webdataset's fractional ``mtime``, which packing writes in whole seconds unless
+            ``mtime`` is given); ``WebDatasetSource`` splits the
             fields back, and plain webdataset reads them as one value of bytes that
             :meth:`unpack_fields` splits (NOTE [ packed small fields ]).
         **kw: webdataset's ``TarWriter`` options (``encoder``, ``mtime``, ``format``,
@@ -142,6 +148,8 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         if pack_small is not None:
             self._pack_small = check_int("pack_small", pack_small, minimum=0)
             self._encoder = wds.writer.make_encoder(kw.get("encoder", True))
+            if kw.get("mtime") is None:  # a float mtime costs each member a pax record
+                kw["mtime"] = int(time.time())
         if isinstance(maxsize, bool) or not isinstance(maxsize, (int, float)):
             raise TypeError(
                 f"maxsize should be a positive number of bytes, but got maxsize={maxsize!r} "
