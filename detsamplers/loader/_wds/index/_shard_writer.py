@@ -144,7 +144,7 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         _check_pattern(pattern)
         maxcount = check_int("maxcount", maxcount, minimum=1)
         start_shard = check_int("start_shard", start_shard, minimum=0)
-        self._pack_small = None
+        self._pack_small: int | None = None
         if pack_small is not None:
             self._pack_small = check_int("pack_small", pack_small, minimum=0)
             self._encoder = wds.writer.make_encoder(kw.get("encoder", True))
@@ -199,16 +199,16 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
             )
         _check_sample(obj)
         if self._pack_small is not None:
-            obj = self._packed(obj)
+            obj = self._packed(obj, self._pack_small)
         super().write(obj)
 
-    def _packed(self, obj: Any) -> dict[str, Any]:
-        """``obj`` encoded, its fields of at most ``pack_small`` bytes in one member."""
+    def _packed(self, obj: Any, limit: int) -> dict[str, Any]:
+        """``obj`` encoded, its fields of at most ``limit`` bytes in one member."""
         encoded: dict[str, Any] = self._encoder(obj)
         small = {
             name: value
             for name, value in sorted(encoded.items())
-            if name[:1] != "_" and _packable(name) and len(_as_bytes(value)) <= self._pack_small
+            if name[:1] != "_" and _packable(name) and len(_as_bytes(value)) <= limit
         }
         if len(small) < 2:
             return encoded
