@@ -34,6 +34,7 @@ from .read._cache_reader import CachedReader
 from .read._node_cache import ShardCache
 from .read._sample_reader import SampleReader
 from .read._shard_reader import ShardReader
+from .shard._small_fields import unpack_samples
 
 __all__ = ["WebDatasetSource"]
 
@@ -415,7 +416,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         own = reader is None
         reader = reader or self._reader()
         try:
-            items = reader.read_many(shards.tolist(), samples.tolist())
+            items = unpack_samples(reader.read_many(shards.tolist(), samples.tolist()))
         finally:
             if own:
                 reader.close()

@@ -23,11 +23,21 @@ that does not format the shard number (every shard would overwrite the first), a
 ``__key__`` whose last path component is empty or holds a dot and a field name holding a
 ``/`` (the member ``key.field`` would read back under another key, or not at all), and a
 ``write()`` after ``close()``.
+
+With ``pack_small=n`` a sample's fields of at most ``n`` bytes, once encoded, are written as
+one member (NOTE [ packed small fields ], shard/_small_fields.py): the writer encodes the
+sample with webdataset's encoder itself, packs those fields when there are two or more, and
+writes the result with the tar writer's encoder turned off (an encoded ``.gz`` field would
+otherwise be compressed twice). The index sees the packed member as any other. Unless
+``mtime`` is given, every member's time is then the writer's start in whole seconds: webdataset
+stamps each member with ``time.time()``, a float, which :mod:`tarfile` can only store in a
+pax record of its own, 1,024 bytes a member.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +45,7 @@ import webdataset as wds
 
 from ...._errors import check_int
 from ..remote._urls import is_remote, local_path
+from ..shard._small_fields import PACKED_SUFFIX, pack_fields, unpack_fields
 from ._index_shards import INDEX_SUFFIX
 from ._scan_shard import _group, scan_shard
 from ._shard_index_file import encode_index
@@ -59,6 +70,14 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         post: Called with each shard's path once it and its index file are written.
         start_shard: The number of the first shard.
         verbose: Print a line as each shard is started (webdataset's default: 1).
+        pack_small: Write a sample's fields of at most this many bytes (once encoded) as
+            one member, ``<key>.packed_fields.msgpack``, when it has two or more (``None``,
+            the default: one member per field, as webdataset writes). A member costs 512
+            bytes of header and up to 511 of padding (1,024 more for the pax record of
+            webdataset's fractional ``mtime``, which packing writes in whole seconds unless
+            ``mtime`` is given); ``WebDatasetSource`` splits the
+            fields back, and plain webdataset reads them as one value of bytes that
+            :meth:`unpack_fields` splits (NOTE [ packed small fields ]).
         **kw: webdataset's ``TarWriter`` options (``encoder``, ``mtime``, ``format``,
             ``user``, ``group``, ``mode``, ``keep_meta``); ``compress`` must be unset or
             ``False``.
@@ -67,7 +86,7 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         ValueError: ``pattern`` names a remote, piped or compressed shard, or holds no
             ``%d``-style format for the shard number; ``compress`` asks for compression (the
             source seeks into shards, so it needs plain tars); ``maxcount`` is below 1,
-            ``maxsize`` is not positive or ``start_shard`` is negative.
+            ``maxsize`` is not positive, ``start_shard`` or ``pack_small`` is negative.
         TypeError: ``opener`` is given (the index is written next to a local file), or an
             argument has the wrong type.
 
@@ -92,6 +111,7 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         post: Any = None,
         start_shard: int = 0,
         verbose: int = 1,
+        pack_small: int | None = None,
         **kw: Any,
     ) -> None:
         if "opener" in kw:
@@ -124,6 +144,12 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         _check_pattern(pattern)
         maxcount = check_int("maxcount", maxcount, minimum=1)
         start_shard = check_int("start_shard", start_shard, minimum=0)
+        self._pack_small: int | None = None
+        if pack_small is not None:
+            self._pack_small = check_int("pack_small", pack_small, minimum=0)
+            self._encoder = wds.writer.make_encoder(kw.get("encoder", True))
+            if kw.get("mtime") is None:  # a float mtime costs each member a pax record
+                kw["mtime"] = int(time.time())
         if isinstance(maxsize, bool) or not isinstance(maxsize, (int, float)):
             raise TypeError(
                 f"maxsize should be a positive number of bytes, but got maxsize={maxsize!r} "
@@ -154,6 +180,8 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
             members.append((tarinfo.name, tar.offset - padded, tarinfo.size))
 
         tar.addfile = recording_addfile
+        if self._pack_small is not None:  # write() encodes the sample itself
+            self.tarstream.encoder = _as_encoded
 
     def write(self, obj: Any) -> None:
         """Write one sample: a dict with ``__key__`` and one entry per member.
@@ -170,7 +198,26 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
                 "go on with the next shard number"
             )
         _check_sample(obj)
+        if self._pack_small is not None:
+            obj = self._packed(obj, self._pack_small)
         super().write(obj)
+
+    def _packed(self, obj: Any, limit: int) -> dict[str, Any]:
+        """``obj`` encoded, its fields of at most ``limit`` bytes in one member."""
+        encoded: dict[str, Any] = self._encoder(obj)
+        small = {
+            name: value
+            for name, value in sorted(encoded.items())
+            if name[:1] != "_" and _packable(name) and len(_as_bytes(value)) <= limit
+        }
+        if len(small) < 2:
+            return encoded
+        out = {name: value for name, value in encoded.items() if name not in small}
+        out[PACKED_SUFFIX] = pack_fields({name: _as_bytes(v) for name, v in small.items()})
+        return out
+
+    #: A sample read by plain webdataset, its packed fields split back (a copy).
+    unpack_fields = staticmethod(unpack_fields)
 
     def close(self) -> None:
         """Close the last shard (writing its index); closing again does nothing."""
@@ -185,6 +232,24 @@ class ShardWriter(wds.ShardWriter):  # type: ignore[misc]  # webdataset is untyp
         write_index(local_path(fname), self._members)
         if self._user_post is not None:
             self._user_post(fname)
+
+
+def _as_encoded(sample: Any) -> Any:
+    """The tar writer's encoder once :meth:`ShardWriter.write` has encoded the sample."""
+    return sample
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _packable(name: str) -> bool:
+    """Whether a field read back from a packed member keeps its name (it is lower-case)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return name == name.lower()
 
 
 def _check_pattern(pattern: str) -> None:
@@ -239,6 +304,12 @@ def _check_sample(obj: Any) -> None:
             "e.g. key.replace('.', '_')"
         )
     for field in obj:
+        if isinstance(field, str) and field.lower() == PACKED_SUFFIX:
+            raise ValueError(
+                f"sample field names should not be {PACKED_SUFFIX!r}, but sample {key!r} has "
+                f"{field!r}: the source reads that member as a sample's packed fields "
+                "(ShardWriter(pack_small=...)); rename the field"
+            )
         if isinstance(field, str) and not field.startswith("_") and ("/" in field or "\0" in field):
             raise ValueError(
                 f"sample field names should not hold '/' or a NUL byte, but sample {key!r} has "

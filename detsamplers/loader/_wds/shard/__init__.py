@@ -9,6 +9,8 @@ Its modules may import one another and nothing else of ``_wds``. One module a co
   trusted (NOTE [ index verification ]);
 - ``_packed_members``: a shard's members, packed: five flat lists, one sample's lists built when
   it is asked for;
+- ``_small_fields``: a sample's small fields in one tar member: the packed format, written and
+  split back (NOTE [ packed small fields ]);
 - ``_shard_info``: what an index holds for one shard (``ShardInfo``), and the fallback folder of
   index files;
 - ``_tar_check``: the tar header check on read (NOTE [ index verification ], in
