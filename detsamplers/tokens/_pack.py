@@ -51,6 +51,7 @@ import json
 import os
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,7 @@ class PackOrder:
         window: ``W``, documents per window.
         long_documents: ``"split"`` or ``"truncate"``.
         cache: Read and write the bin counts beside the corpus's first local file.
+        progress: Called with the documents packed so far while the bin counts are built.
 
     Examples:
         >>> import tempfile, numpy as np
@@ -184,8 +186,10 @@ class PackOrder:
         window: int,
         long_documents: str = "split",
         cache: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self._corpus = corpus
+        self._progress = progress
         self._capacity = seq_len + 1
         self._window = window
         self._split = long_documents == "split"
@@ -263,9 +267,13 @@ class PackOrder:
         sizes, owners = rest[kept], windows[kept]
         order = np.lexsort((-sizes, owners))
         bounds = np.searchsorted(owners[order], np.arange(self._windows + 1), side="left")
-        bins = full_bins + np.array(
-            count_bins(sizes[order].tolist(), bounds.tolist(), capacity), dtype=np.int64
-        )
+        sizes_list, bounds_list, counted = sizes[order].tolist(), bounds.tolist(), []
+        step = max(1, (1 << 16) // self._window)  # windows per progress report
+        for a in range(0, self._windows, step):
+            counted += count_bins(sizes_list, bounds_list[a : a + step + 1], capacity)
+            if self._progress is not None:
+                self._progress(min(self._documents, (a + step) * self._window))
+        bins = full_bins + np.array(counted, dtype=np.int64)
         packed = self._corpus.num_tokens
         if not self._split:
             packed = int(np.minimum(shuffled, capacity).sum())
