@@ -199,9 +199,9 @@ def pack_stats(
         >>> path = Path(tempfile.mkdtemp()) / "t.bin"
         >>> np.array([5, 0, 6, 7, 0, 1, 2, 3, 4, 0], dtype=np.uint16).tofile(path)
         >>> corpus = TokenCorpus(path, dtype="uint16", eod_id=0)
-        >>> row = pack_stats(corpus, [4], [3], long_documents="truncate")[0]
+        >>> row = pack_stats(corpus, [3], [3], long_documents="truncate")[0]
         >>> row["sequences"], row["padding_tokens"], row["truncated_tokens"]
-        (2, 3, 0)
+        (3, 3, 1)
     """
     from .tokens._pack import PackOrder
 
