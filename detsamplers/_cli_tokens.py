@@ -16,13 +16,15 @@ reader of the output went away.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "corpus_stats", "run"]
+__all__ = ["add_parser", "corpus_stats", "pack_stats", "run"]
 
 #: Documents whose lengths are read at once by ``stats``.
 STATS_BLOCK = 1 << 20
@@ -59,6 +61,18 @@ def add_parser(commands: Any) -> None:
         "--vocab-size", type=int, default=None, help="also check every id is below it (reads all)"
     )
     stats.add_argument("--json", action="store_true", help="print JSON")
+    pack = stats.add_argument_group(
+        "packing", 'the padding mode="pack" would give, for each --seq-len and --window'
+    )
+    pack.add_argument("--seq-len", type=int, nargs="+", default=None, help="L, one or more")
+    pack.add_argument(
+        "--window", type=int, nargs="+", default=[1000], help="documents per window (1000)"
+    )
+    pack.add_argument("--long-documents", choices=("split", "truncate"), default="split")
+    pack.add_argument("--seed", type=int, default=0, help="the seed of the document order")
+    pack.add_argument(
+        "--progress", action="store_true", help="show the progress bar off a terminal too"
+    )
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -157,6 +171,57 @@ def corpus_stats(corpus: Any, check_ids: bool = False) -> dict[str, Any]:
     }
 
 
+def pack_stats(
+    corpus: Any,
+    seq_lens: list[int],
+    windows: list[int],
+    long_documents: str = "split",
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """What ``mode="pack"`` makes of ``corpus`` for each ``L`` and window, as a run would.
+
+    Each row is ``TokenSequences.stats()`` with its settings; the bins are counted by the
+    pass that builds the pack index (NOTE [ packed sequences ]), not cached.
+
+    Args:
+        corpus: A ``TokenCorpus``.
+        seq_lens: The values of ``L``.
+        windows: The values of ``window``.
+        long_documents: ``"split"`` or ``"truncate"``.
+        seed: The seed of the document order.
+        progress: Called with the documents packed since the last call.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> from detsamplers.tokens import TokenCorpus
+        >>> path = Path(tempfile.mkdtemp()) / "t.bin"
+        >>> np.array([5, 0, 6, 7, 0, 1, 2, 3, 4, 0], dtype=np.uint16).tofile(path)
+        >>> corpus = TokenCorpus(path, dtype="uint16", eod_id=0)
+        >>> row = pack_stats(corpus, [3], [3], long_documents="truncate")[0]
+        >>> row["sequences"], row["padding_tokens"], row["truncated_tokens"]
+        (3, 3, 1)
+    """
+    from .tokens._pack import PackOrder
+
+    rows = []
+    for seq_len in seq_lens:
+        for window in windows:
+            done = [0]
+
+            def step(documents: int, done: list[int] = done) -> None:
+                if progress is not None:
+                    progress(documents - done[0])
+                done[0] = documents
+
+            order = PackOrder(corpus, seq_len, seed, window, long_documents, False, step)
+            step(corpus.num_documents)
+            settings = {"seq_len": seq_len, "window": window, "long_documents": long_documents}
+            rows.append({**settings, "seed": seed, **order.stats(), "dropped_tokens": 0})
+    return rows
+
+
 def _print(out: dict[str, Any]) -> None:
     length = out["length"]
     print(f"files      {len(out['files'])}")
@@ -174,12 +239,42 @@ def _print(out: dict[str, Any]) -> None:
         share = 100 * b["documents"] / out["documents"]
         line = f"  {b['low']:>{width},} - {b['high']:>{width},}  {b['documents']:>12,} "
         print(f"{line}{share:5.1f}%  {bar}".rstrip())
+    if out.get("pack"):
+        first = out["pack"][0]
+        print(f"pack       long_documents={first['long_documents']}, seed {first['seed']}")
+        print(f"  {'seq_len':>8} {'window':>9} {'sequences':>13} {'padding':>9} {'truncated':>15}")
+        for row in out["pack"]:
+            padding = f"{100 * row['padding_fraction']:.3f}%"
+            print(
+                f"  {row['seq_len']:>8,} {row['window']:>9,} {row['sequences']:>13,} "
+                f"{padding:>9} {row['truncated_tokens']:>15,}"
+            )
+
+
+def _pack_with_bar(corpus: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
+    total = corpus.num_documents * len(args.seq_len) * len(args.window)
+    disable = False if args.progress else None  # None: only on a terminal
+    with tqdm(total=total, desc="pack", unit="doc", unit_scale=True, disable=disable,
+              file=sys.stderr) as bar:  # fmt: skip
+        return pack_stats(
+            corpus, args.seq_len, args.window, args.long_documents, args.seed, bar.update
+        )
 
 
 def _run_stats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    for name in ("seq_len", "window"):
+        for value in getattr(args, name) or ():
+            if value < 1:
+                option = "--" + name.replace("_", "-")
+                parser.error(
+                    f"{option} should be positive integers, but got {value}; pass 1 or more"
+                )
     try:
         corpus = _open(parser, args)
         out = corpus_stats(corpus, check_ids=args.vocab_size is not None)
+        if args.seq_len is not None:
+            out["pack"] = _pack_with_bar(corpus, args)
     except (ValueError, TypeError, OSError) as error:
         print(f"stats failed: {error}", file=sys.stderr)
         return 1

@@ -105,7 +105,11 @@ class TokensTrial(Trial):
         )
         self.seq_len = context.get_hparam("seq_len")
         self.sequences = TokenSequences(
-            corpus, self.seq_len, mode=context.get_hparam("mode"), seed=context.get_hparam("seed")
+            corpus,
+            self.seq_len,
+            mode=context.get_hparam("mode"),
+            seed=context.get_hparam("seed"),
+            window=context.hparams.get("window", 1000),
         )
         self.model = context.wrap_model(TinyGPT(context.get_hparam("vocab_size"), self.seq_len))
         self.optimizer = context.wrap_optimizer(
@@ -138,6 +142,7 @@ class TokensTrial(Trial):
                 "indices": batch["index"].tolist(),
                 "input_ids": batch["input_ids"].tolist(),
                 "labels": batch["labels"].tolist(),
+                "document_ids": batch["document_ids"].tolist(),
             }
             with open(os.path.join(self.record_dir, f"tokens-rank{rank}.jsonl"), "a") as f:
                 f.write(json.dumps(line) + "\n")
@@ -155,7 +160,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--global-batch-size", type=int, default=6)
     parser.add_argument("--seq-len", type=int, default=16)
     parser.add_argument("--vocab-size", type=int, default=64)
-    parser.add_argument("--mode", default="chunk", choices=["chunk", "concat"])
+    parser.add_argument("--mode", default="chunk", choices=["chunk", "concat", "pack"])
+    parser.add_argument("--window", type=int, default=1000, help="documents per pack window")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help='latest_checkpoint="auto"')
@@ -175,6 +181,7 @@ def main(argv: Sequence[str] | None = None, trial_class: type[TokensTrial] = Tok
         "vocab_size": args.vocab_size,
         "mode": args.mode,
         "seed": args.seed,
+        "window": args.window,
         "num_workers": args.num_workers,
         "record_dir": args.record_dir,
     }

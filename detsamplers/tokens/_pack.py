@@ -56,6 +56,7 @@ import json
 import os
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,7 @@ class PackOrder:
         window: ``W``, documents per window.
         long_documents: ``"split"`` or ``"truncate"``.
         cache: Read and write the bin counts beside the corpus's first local file.
+        progress: Called with the documents packed so far while the bin counts are built.
 
     Examples:
         >>> import tempfile, numpy as np
@@ -219,8 +221,10 @@ class PackOrder:
         window: int,
         long_documents: str = "split",
         cache: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self._corpus = corpus
+        self._progress = progress
         self._capacity = seq_len + 1
         self._window = window
         self._split = long_documents == "split"
@@ -299,7 +303,16 @@ class PackOrder:
         sizes, owners = rest[kept], windows[kept]
         order = np.lexsort((-sizes, owners))
         bounds = np.searchsorted(owners[order], np.arange(self._windows + 1), side="left")
-        bins = full_bins + _count_windows(sizes[order], bounds.astype(np.int64), capacity)
+        sizes, bounds = np.ascontiguousarray(sizes[order]), bounds.astype(np.int64)
+        counted: list[I64] = [np.zeros(0, dtype=np.int64)]
+        step = max(1, (1 << 16) // self._window)  # windows per progress report
+        for a in range(0, self._windows, step):
+            edges = bounds[a : a + step + 1]  # each chunk of windows on its own sizes
+            part = sizes[int(edges[0]) : int(edges[-1])]
+            counted.append(_count_windows(part, edges - edges[0], capacity))
+            if self._progress is not None:
+                self._progress(min(self._documents, (a + step) * self._window))
+        bins = full_bins + np.concatenate(counted)
         packed = self._corpus.num_tokens
         if not self._split:
             packed = int(np.minimum(shuffled, capacity).sum())
