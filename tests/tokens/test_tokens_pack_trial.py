@@ -85,10 +85,10 @@ def test_packed_sequences_give_every_document_once_per_epoch_across_sigterm_and_
 
     first, on_3 = tmp_path / "first", tmp_path / "on-3"
     signal = {"TRIAL_SIGNAL_AT": str(SIGNAL_AT), "TRIAL_SIGNAL_RANK": "1"}
-    launch_tokens(2, args(first), log, signal)
+    launch_tokens(2, [{"argv": args(first), "env": signal}], log)
     metrics = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines()]
     assert [row["batches_trained"] for row in metrics if row["type"] == "stop"] == [SIGNAL_AT + 1]
-    launch_tokens(3, args(on_3), log)
+    launch_tokens(3, [{"argv": args(on_3)}], log)
 
     records = rows(first, 2) + rows(on_3, 3)
     assert {row["rank"] for row in rows(on_3, 3)} == {0, 1, 2}
