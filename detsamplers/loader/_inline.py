@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,37 +100,39 @@ def _inlinable(tensor: torch.Tensor) -> bool:
     )
 
 
-def _to_arrays(data: Any, budget: list[int]) -> Any:
-    """``data`` with its tensors as :class:`_Array`; raise :class:`_NotInlineError` if it cannot."""
-    if isinstance(data, torch.Tensor):
-        if not _inlinable(data):
-            raise _NotInlineError
-        budget[0] -= data.numel() * data.element_size()
-        if budget[0] <= 0:
-            raise _NotInlineError
-        return _Array(data.numpy())
+def _map_leaves(data: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``data`` with each leaf replaced by ``leaf(it)``, visited depth first in order.
+
+    The containers walked are exactly ``list``, ``tuple`` and ``dict`` (not their subclasses,
+    which are leaves: a namedtuple is pickled as usual); each is rebuilt as its own type.
+    """
     kind = type(data)
     if kind is list or kind is tuple:
-        return kind(_to_arrays(item, budget) for item in data)
+        return kind([_map_leaves(item, leaf) for item in data])
     if kind is dict:
-        return {key: _to_arrays(value, budget) for key, value in data.items()}
-    return data
+        return {key: _map_leaves(value, leaf) for key, value in data.items()}
+    return leaf(data)
 
 
-def _to_tensors(data: Any) -> Any:
-    if type(data) is _Array:
-        return torch.from_numpy(data.array)
-    kind = type(data)
-    if kind is list or kind is tuple:
-        return kind(_to_tensors(item) for item in data)
-    if kind is dict:
-        return {key: _to_tensors(value) for key, value in data.items()}
-    return data
+def _to_array(budget: list[int], data: Any) -> Any:
+    """A tensor as an :class:`_Array`; raise :class:`_NotInlineError` if it cannot travel so."""
+    if not isinstance(data, torch.Tensor):
+        return data
+    if not _inlinable(data):
+        raise _NotInlineError
+    budget[0] -= data.numel() * data.element_size()
+    if budget[0] <= 0:
+        raise _NotInlineError
+    return _Array(data.numpy())
+
+
+def _to_tensor(data: Any) -> Any:
+    return torch.from_numpy(data.array) if type(data) is _Array else data
 
 
 def _unpack(payload: Any) -> Any:
     """Rebuild a batch sent inline (what unpickling an :class:`InlineBatch` returns)."""
-    return _to_tensors(payload)
+    return _map_leaves(payload, _to_tensor)
 
 
 class InlineBatch:
@@ -149,7 +152,7 @@ class InlineBatch:
     __slots__ = ("payload",)
 
     def __init__(self, batch: Any) -> None:
-        self.payload = _to_arrays(batch, [INLINE_BYTES])
+        self.payload = _map_leaves(batch, partial(_to_array, [INLINE_BYTES]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_unpack, (self.payload,))
@@ -176,31 +179,23 @@ def _packable(tensor: torch.Tensor) -> bool:
     )
 
 
-def _to_parts(data: Any, found: list[torch.Tensor]) -> Any:
-    """``data`` with each packable tensor replaced by a :class:`_Part` (offsets unset)."""
-    if isinstance(data, torch.Tensor):
-        if not _packable(data):
+class _Parts:
+    """Turns each packable tensor into a :class:`_Part` at the next aligned offset."""
+
+    __slots__ = ("found", "offset")
+
+    def __init__(self) -> None:
+        self.found: list[tuple[_Part, torch.Tensor]] = []
+        self.offset = 0
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, torch.Tensor) or not _packable(data):
             return data  # torch's way
-        found.append(data)
-        return _Part(data.dtype, tuple(data.shape), -1)
-    kind = type(data)
-    if kind is list or kind is tuple:
-        return kind(_to_parts(item, found) for item in data)
-    if kind is dict:
-        return {key: _to_parts(value, found) for key, value in data.items()}
-    return data
-
-
-def _parts(data: Any) -> list[_Part]:
-    """The :class:`_Part` leaves of ``data``, in the order :func:`_to_parts` made them."""
-    if type(data) is _Part:
-        return [data]
-    kind = type(data)
-    if kind is list or kind is tuple:
-        return [part for item in data for part in _parts(item)]
-    if kind is dict:
-        return [part for value in data.values() for part in _parts(value)]
-    return []
+        part = _Part(data.dtype, tuple(data.shape), self.offset)
+        self.found.append((part, data))
+        size = data.numel() * data.element_size()
+        self.offset += -(-size // _ALIGN) * _ALIGN
+        return part
 
 
 def _view(storage: torch.Tensor, part: _Part) -> torch.Tensor:
@@ -208,20 +203,13 @@ def _view(storage: torch.Tensor, part: _Part) -> torch.Tensor:
     return storage[part.offset : part.offset + size].view(part.dtype).view(part.shape)
 
 
-def _from_parts(data: Any, storage: torch.Tensor) -> Any:
-    if type(data) is _Part:
-        return _view(storage, data)
-    kind = type(data)
-    if kind is list or kind is tuple:
-        return kind(_from_parts(item, storage) for item in data)
-    if kind is dict:
-        return {key: _from_parts(value, storage) for key, value in data.items()}
-    return data
+def _from_part(storage: torch.Tensor, data: Any) -> Any:
+    return _view(storage, data) if type(data) is _Part else data
 
 
 def _unpack_shared(payload: Any, storage: torch.Tensor) -> Any:
     """Rebuild a packed batch (what unpickling a :class:`SharedBatch` returns)."""
-    return _from_parts(payload, storage)
+    return _map_leaves(payload, partial(_from_part, storage))
 
 
 class SharedBatch:
@@ -243,19 +231,14 @@ class SharedBatch:
     __slots__ = ("payload", "storage")
 
     def __init__(self, batch: Any) -> None:
-        found: list[torch.Tensor] = []
-        self.payload = _to_parts(batch, found)
-        if len(found) < 2:
+        parts = _Parts()
+        self.payload = _map_leaves(batch, parts)
+        if len(parts.found) < 2:
             raise _NotInlineError
-        parts, offset = _parts(self.payload), 0
-        for part, tensor in zip(parts, found, strict=True):
-            part.offset = offset
-            size = tensor.numel() * tensor.element_size()
-            offset += -(-size // _ALIGN) * _ALIGN
         # Allocated in shared memory at once, as torch's default_collate does in a worker.
-        shared = torch.UntypedStorage._new_shared(offset)  # type: ignore[no-untyped-call]
+        shared = torch.UntypedStorage._new_shared(parts.offset)  # type: ignore[no-untyped-call]
         self.storage = torch.empty(0, dtype=torch.uint8).set_(shared)
-        for part, tensor in zip(parts, found, strict=True):
+        for part, tensor in parts.found:
             _view(self.storage, part).copy_(tensor)
 
     def __reduce__(self) -> tuple[Any, ...]:

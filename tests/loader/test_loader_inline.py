@@ -23,6 +23,7 @@ from detsamplers.loader._inline import (
     InlineBatch,
     InlineCollate,
     SharedBatch,
+    _map_leaves,
     _NotInlineError,
 )
 
@@ -249,3 +250,28 @@ def test_tensors_already_shared_or_needing_grad_are_left_to_torch() -> None:
     assert back["s"].untyped_storage().data_ptr() != back["a"].untyped_storage().data_ptr()
     assert back["g"].requires_grad and torch.equal(back["b"], torch.ones(1))
     assert back["a"].untyped_storage().data_ptr() == back["b"].untyped_storage().data_ptr()
+
+
+@settings(max_examples=40, deadline=None)
+@given(trees)
+def test_a_small_batch_unpickles_by_value_to_the_same_tree(tree: Any) -> None:
+    if any(part.dtype == torch.bfloat16 for part in _leaves(tree)):  # numpy has no bfloat16
+        with pytest.raises(_NotInlineError):
+            InlineBatch(tree)
+        return
+    back = pickle.loads(pickle.dumps(InlineBatch(tree)))
+    assert same(back, tree)
+    assert not any(part.is_shared() for part in _leaves(back))
+
+
+def test_the_walk_visits_leaves_in_order_and_keeps_only_plain_containers_as_containers() -> None:
+    from collections import OrderedDict, namedtuple
+
+    pair = namedtuple("pair", "a b")
+    ordered = OrderedDict(z=1)
+    tree = {"b": [1, (2, pair(3, 4))], "a": ordered, "c": "s"}
+    seen: list[Any] = []
+    back = _map_leaves(tree, lambda leaf: seen.append(leaf) or len(seen))
+    assert seen == [1, 2, pair(3, 4), ordered, "s"]  # insertion order, depth first
+    assert back == {"b": [1, (2, 3)], "a": 4, "c": 5}
+    assert type(back["b"]) is list and type(back["b"][1]) is tuple
