@@ -281,7 +281,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         counts = np.concatenate([part[2] for part in parts])
         real = self.corpus.read_pieces(firsts, counts)
         tokens = np.zeros((len(parts), width), dtype=np.int64)
-        docs, all_counts, closes, pieces = [], [], [], []
+        docs, all_counts, closes, pieces, used_columns = [], [], [], [], []
         at = 0
         for row, (d, _, c, e) in zip(tokens, parts, strict=True):
             used = int(c.sum())
@@ -292,13 +292,15 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             all_counts.append(np.concatenate([c, pad]).astype(np.int64))
             closes.append(np.concatenate([e, [True] * len(pad)]).astype(bool))
             pieces.append(len(d) + len(pad))
+            used_columns.append(used)
+        # Only the arrays ``outputs`` names, each in KEYS order (check_outputs made it so).
         rows = features_rows(tokens, np.concatenate(docs), np.concatenate(all_counts),
-                             np.concatenate(closes), np.array(pieces, dtype=np.int64))  # fmt: skip
-        for out in rows:
-            out["labels"][out["document_ids"] < 0] = IGNORE_INDEX
-        if self.outputs == KEYS:
-            return rows
-        return [{key: out[key] for key in self.outputs} for out in rows]
+                             np.concatenate(closes), np.array(pieces, dtype=np.int64),
+                             self.outputs)  # fmt: skip
+        if "labels" in self.outputs:
+            for out, used in zip(rows, used_columns, strict=True):
+                out["labels"][used:] = IGNORE_INDEX  # the padding's columns
+        return rows
 
     def stats(self) -> dict[str, Any]:
         """What the mode makes of the corpus: sequences, padding and tokens left out.

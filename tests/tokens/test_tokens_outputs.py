@@ -80,3 +80,25 @@ def test_bad_outputs_are_refused_naming_the_parameter_and_the_value(
     corpus = write_eod(tmp_path, [[3, 4, 5, 6, 7] * 3])
     with pytest.raises(error, match=match):
         TokenSequences(corpus, 4, outputs=outputs)  # type: ignore[arg-type]
+
+
+def test_packed_sequences_compute_only_the_arrays_outputs_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import detsamplers.tokens._sequences as sequences_module
+
+    asked: list[tuple[str, ...]] = []
+    real = sequences_module.features_rows
+
+    def spy(*args: object) -> list[dict[str, np.ndarray]]:
+        asked.append(args[5] if len(args) > 5 else KEYS)  # type: ignore[arg-type]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sequences_module, "features_rows", spy)
+    corpus = write_eod(tmp_path, [[5, 5, 3]])  # document lengths: one a bin, padded
+    packed = TokenSequences(corpus, 6, mode="pack", outputs=("input_ids", "labels"))
+    rows = packed.getitems_in_epochs([(0, k) for k in range(len(packed))])
+    assert asked == [("input_ids", "labels")]
+    assert all(list(row) == ["input_ids", "labels"] for row in rows)
+    padded = [row for row in rows if (row["labels"] == -100).sum() > 1]
+    assert padded  # the padding's labels are ignored without document_ids to find them
