@@ -13,7 +13,9 @@ Three kinds of input, each measured against what the user would run otherwise:
 - shard URLs (``--shards``, local paths or fsspec URLs): samples/s of a
   ``WebDataLoader`` over a ``WebDatasetSource`` and, where webdataset is installed, of a
   plain ``webdataset.WebDataset`` pipeline, with 0..k workers, the first batch after a
-  resume (ours seeks; webdataset replays), and the bytes read.
+  resume, and the bytes read. That pipeline shuffles nothing, so its exact resume is a
+  restart at the shard holding the sample, skipping the samples before it in that shard
+  (no replay of earlier shards); ours seeks to the sample.
 
 Each cell times ``--batches`` batches after the first (whose time, worker start-up
 included, is reported apart), with the same bare loop the scripts in ``benchmarks/``
@@ -254,17 +256,30 @@ def _plain(wds: Any, urls: Any, size: int, workers: int) -> Any:
     return DataLoader(pipeline, batch_size=None, num_workers=workers)
 
 
-def _plain_replayed(wds: Any, urls: Any, size: int, deep: int) -> Any:
+def _plain_resumed(wds: Any, shards: Any, size: int, deep: int) -> Any:
+    """Plain webdataset resumed exactly at sample ``deep``: what its user would write.
+
+    The plain pipeline shuffles neither shards nor samples, so sample ``deep`` is a known
+    shard's sample: the URL list starts at that shard and ``.slice`` skips the samples
+    before it in the shard (the shards' sample counts are the user's bookkeeping; here
+    they come from our index).
+    """
     from torch.utils.data import default_collate
 
-    pipeline = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-    return islice(iter(pipeline.batched(size, collation_fn=default_collate)), deep // size, None)
+    shard, skip = 0, deep
+    while skip >= len(shards[shard]):
+        skip -= len(shards[shard])
+        shard += 1
+    urls = [info.url for info in shards[shard:]]
+    pipeline = wds.WebDataset(urls, shardshuffle=False, empty_check=False).slice(skip, None)
+    return iter(pipeline.batched(size, collation_fn=default_collate))
 
 
 def _shard_cells(args: argparse.Namespace) -> Cells:
     urls = args.shards if len(args.shards) > 1 else args.shards[0]
     size, seed, batches = args.batch_size, args.seed, args.batches or 50
-    n = _source(urls, seed, size, repeat=False).num_samples
+    source = _source(urls, seed, size, repeat=False)
+    n = source.num_samples
     deep = int(n * args.resume_at) // size * size
     try:
         wds: Any = importlib.import_module("webdataset")
@@ -289,8 +304,9 @@ def _shard_cells(args: argparse.Namespace) -> Cells:
     cells.append((f"WebDatasetSource: first batch after a resume at sample {deep}",
                   _cell(resumed, 0, True)))  # fmt: skip
     if wds is not None:
-        cells.append((f"webdataset: first batch after replaying to sample {deep}",
-                      _cell(partial(_plain_replayed, wds, urls, size, deep), 0, True)))  # fmt: skip
+        resumed_plain = partial(_plain_resumed, wds, source.shards, size, deep)
+        cells.append((f"webdataset: first batch after a restart at sample {deep}",
+                      _cell(resumed_plain, 0, True)))  # fmt: skip
     return cells
 
 

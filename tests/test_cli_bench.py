@@ -116,8 +116,12 @@ def test_shards_are_measured_beside_plain_webdataset_with_bytes_read(
     assert ours["bytes_read"] >= 110 * 2000
     assert plain["bytes_read"] >= 110 * 2000
     resumed = got["WebDatasetSource: first batch after a resume at sample 270"]
-    replayed = got["webdataset: first batch after replaying to sample 270"]
-    assert resumed["bytes_read"] < replayed["bytes_read"]  # a seek reads its batch, not 270
+    restarted = got["webdataset: first batch after a restart at sample 270"]
+    assert resumed["first_records"] == restarted["first_records"] == 10
+    # Ours seeks to sample 270; plain webdataset reads shard 2 from its start (70 skipped),
+    # not the three shards a replay would read.
+    replayed = sum(path.stat().st_size for path in tmp_path.glob("s-*.tar"))
+    assert 10 * 2000 <= resumed["bytes_read"] < restarted["bytes_read"] < replayed
 
 
 @pytest.mark.subprocess
@@ -164,3 +168,20 @@ def test_bad_arguments_are_usage_errors_not_tracebacks(
     assert code in (1, 2)
     assert message in err
     assert "Traceback" not in err
+
+
+def test_plain_webdatasets_restart_gives_the_batch_its_uninterrupted_run_gives(
+    tmp_path: Path,
+) -> None:
+    wds = pytest.importorskip("webdataset")
+
+    from detsamplers._cli_bench import _plain_resumed, _source
+
+    with ShardWriter(str(tmp_path / "s-%02d.tar"), maxcount=7, verbose=0) as sink:
+        for i in range(30):  # shards of 7, 7, 7, 7 and 2 samples
+            sink.write({"__key__": f"{i:05d}", "cls": str(i).encode()})
+    urls = str(tmp_path / "s-{00..04}.tar")
+    shards = _source(urls, 0, 4, repeat=False).shards
+    for deep in (0, 4, 7, 12, 28):
+        batch = next(_plain_resumed(wds, shards, 4, deep))
+        assert batch["__key__"] == [f"{i:05d}" for i in range(deep, min(deep + 4, 30))]
