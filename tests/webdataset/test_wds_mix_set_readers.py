@@ -48,9 +48,7 @@ def mix_reader(shards: list[Any], capacities: list[int]) -> MixReader:
     return MixReader(shards, RemoteOptions(), [0, len(SETS[0])], capacities)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=25, deadline=None)
 @given(
     order=st.permutations(positions()),
     capacities=st.tuples(st.integers(1, 3), st.integers(1, 2)),
