@@ -132,6 +132,8 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/s3_peers_table.py --quick
 	$(PY) benchmarks/grow_table.py --quick
 	$(PY) benchmarks/framework_resume_table.py --quick
+	$(PY) benchmarks/inline_cpu.py --quick
+	$(PY) benchmarks/window_reads.py --quick
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
