@@ -19,7 +19,8 @@ tokens too: the inputs and the shifted labels):
   first), or into a new bin: best-fit-decreasing. Bin ``b`` of a window keeps its pieces
   in window order, then padding up to ``C``. Sorting groups similar lengths (the first
   bins hold the longest pieces), so the bins of window ``w`` are read in the order of a
-  keyed permutation of their count, evaluated at ``w``.
+  keyed permutation of their count, evaluated at ``w`` (a batch's windows together,
+  NOTE [ batched bin orders ]).
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
   order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
@@ -66,6 +67,7 @@ import numpy.typing as npt
 from .. import _native
 from .._permute import FeistelPermutation
 from .._seeds import derive
+from ._bin_orders import bin_orders
 from ._boundaries import store_ends
 from ._concat import Pieces
 from ._corpus import TokenCorpus
@@ -249,7 +251,6 @@ class PackOrder:
             self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
         self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
         self._packed = OrderedDict()
-        self._bin_orders: dict[int, FeistelPermutation] = {}
         header = self._load() if self.path is not None else None
         if header is None:
             header = self._build()
@@ -395,11 +396,11 @@ class PackOrder:
                 )
         # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
         # offset by the sequences of the windows before it in ``ws``.
+        # All the windows' bin orders in one pass (NOTE [ batched bin orders ]).
         ranks = np.empty(int(counts.sum()), dtype=np.int64)
         base = np.cumsum(counts) - counts
-        for w, count, at in zip(ws, counts.tolist(), base.tolist(), strict=True):
-            read = self._bin_order(count).at_epoch(np.arange(count, dtype=np.int64), w)
-            ranks[at + read] = np.arange(at, at + count, dtype=np.int64)
+        read = bin_orders(self._bin_key, counts, np.array(ws, dtype=np.int64))
+        ranks[read + np.repeat(base, counts)] = np.arange(len(ranks), dtype=np.int64)
         bin_of = np.empty(len(size), dtype=np.int64)
         bin_of[by_size] = placed + np.repeat(base, np.diff(edges))
         sequence = ranks[bin_of]
@@ -418,15 +419,6 @@ class PackOrder:
                                sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
         while len(self._packed) > CACHED_WINDOWS:
             self._packed.popitem(last=False)
-
-    def _bin_order(self, count: int) -> FeistelPermutation:
-        """The keyed permutation of a window's ``count`` bins (kept: counts repeat)."""
-        found = self._bin_orders.get(count)
-        if found is None:
-            found = self._bin_orders[count] = FeistelPermutation(count, self._bin_key)
-            if len(self._bin_orders) > 4 * CACHED_WINDOWS:
-                del self._bin_orders[next(iter(self._bin_orders))]
-        return found
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""
