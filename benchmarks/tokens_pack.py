@@ -6,7 +6,9 @@ lengths, so no real tokens are needed), then one of:
 
 - ``padding``: ``TokenSequences.stats()``'s padding fraction for each ``L`` and window;
 - ``build``: the seconds to build ``mode``'s index (``pack``: the bin counts, no cache;
-  ``concat``: its block totals) for one ``L`` and window;
+  ``concat``: its block totals) for one ``L`` and window, and the build's own memory: the
+  peak resident set during the build less the one before it (the peak is reset first
+  through ``/proc/self/clear_refs``, so importing torch and the library does not count);
 - ``resume``: the seconds from opening the (cached) corpus and index to the first batch
   of a loader resumed at ``--position`` sequences, through ``DataLoader``.
 
@@ -40,6 +42,24 @@ def corpus_at(folder: Path, documents: int, seed: int = 0) -> TokenCorpus:
     return TokenCorpus(tokens, dtype="uint16", lengths=[sidecar])
 
 
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> float:
+    """Reset the process's peak resident set to the current one; return it, in MiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_mb("VmRSS")
+
+
+def peak_since_reset() -> float:
+    """The peak resident set since :func:`reset_peak`, in MiB."""
+    return _status_mb("VmHWM")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=["padding", "build", "resume"])
@@ -65,12 +85,15 @@ def main() -> None:
         from detsamplers.tokens._concat import ConcatOrder
         from detsamplers.tokens._pack import PackOrder
 
+        before = reset_peak()
         start = time.perf_counter()
         if args.mode == "pack":
             PackOrder(corpus, seq_len, 0, window, cache=False)
         else:
             ConcatOrder(corpus, 0, window)
-        print(f"{args.mode} index build: {time.perf_counter() - start:.3f} s ({kernel_status()})")
+        seconds, growth = time.perf_counter() - start, peak_since_reset() - before
+        print(f"{args.mode} index build: {seconds:.3f} s, {growth:.1f} MiB over the "
+              f"{before:.1f} MiB before it ({kernel_status()})")  # fmt: skip
         return
     TokenSequences(corpus, seq_len, mode=args.mode, window=window)  # the cached index exists
     started = time.perf_counter()

@@ -6,7 +6,9 @@ is lognormal with median 256 tokens, sigma 0.8 (mean about 353). Each peer runs 
 documented entry point in a process of its own, on documents of that many tokens (all
 token ids 0: packing reads only lengths), and prints one JSON line: its padding fraction
 (padding over the tokens of the sequences it makes, every sequence padded to its length),
-the tokens it truncates, its build time and the process's peak RSS.
+the tokens it truncates, its build time and the process's peak RSS; ``ours`` and ``olmo``
+also the build's own growth (``build_growth_mb``: the peak resident set during the build,
+reset just before it through ``/proc/self/clear_refs``, less the one before it).
 
 - ``ours``: ``TokenSequences(mode="pack", window=..., long_documents=...)`` on a sparse
   ``.bin`` and a lengths sidecar (capacity ``L + 1`` tokens), ``stats()``; the build time
@@ -46,6 +48,24 @@ from typing import Any
 import numpy as np
 
 
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> float:
+    """Reset the peak resident set to the current one (``/proc/self/clear_refs``); MiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_mb("VmRSS")
+
+
+def growth_since(before: float) -> float:
+    """The peak resident set since :func:`reset_peak` less ``before``, in MiB."""
+    return _status_mb("VmHWM") - before
+
+
 def lengths_of(dist: str, documents: int) -> Any:
     """The document lengths of ``dist`` (``web`` is ``tokens_pack.py``'s, same seed)."""
     rng = np.random.default_rng(0)
@@ -65,9 +85,10 @@ def ours(lengths: Any, seq_len: int, window: int, folder: Path, long: str) -> di
         handle.truncate(int(lengths.sum()) * 2)  # sparse zeros
     np.save(sidecar, lengths)
     corpus = TokenCorpus(tokens, dtype="uint16", lengths=[sidecar])
+    before = reset_peak()
     start = time.perf_counter()
     order = PackOrder(corpus, seq_len, 0, window, long, cache=False)
-    seconds = time.perf_counter() - start
+    seconds, growth = time.perf_counter() - start, growth_since(before)
     stats = order.stats()
     sequences = TokenSequences(
         corpus, seq_len, mode="pack", window=window, long_documents=long
@@ -78,6 +99,7 @@ def ours(lengths: Any, seq_len: int, window: int, folder: Path, long: str) -> di
     return {
         "sequences": stats["sequences"], "padding_fraction": stats["padding_fraction"],
         "truncated_tokens": stats["truncated_tokens"], "seconds": seconds,
+        "build_growth_mb": growth,
     }  # fmt: skip
 
 
@@ -151,13 +173,15 @@ def olmo(lengths: Any, seq_len: int) -> dict[str, Any]:
     starts = np.zeros(len(cut), dtype=np.uint64)
     np.cumsum(cut[:-1], out=starts[1:])
     indices = np.stack([starts, starts + cut], axis=1)
+    before = reset_peak()
     start = time.perf_counter()
     instances, _, total = InstancePacker(seq_len).pack_documents(indices)
-    seconds = time.perf_counter() - start
+    seconds, growth = time.perf_counter() - start, growth_since(before)
     room = len(instances) * seq_len
     return {
         "sequences": len(instances), "padding_fraction": (room - total) / room,
         "truncated_tokens": int(lengths.sum()) - int(total), "seconds": seconds,
+        "build_growth_mb": growth,
     }  # fmt: skip
 
 

@@ -19,11 +19,13 @@ tokens too: the inputs and the shifted labels):
   first), or into a new bin: best-fit-decreasing. Bin ``b`` of a window keeps its pieces
   in window order, then padding up to ``C``. Sorting groups similar lengths (the first
   bins hold the longest pieces), so the bins of window ``w`` are read in the order of a
-  keyed permutation of their count, evaluated at ``w``.
+  keyed permutation of their count, evaluated at ``w`` (a batch's windows together,
+  NOTE [ batched bin orders ]).
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
   order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
-  then the best-fit loop), built once per (corpus, ``L``, ``W``,
+  then the best-fit loop) block by block of whole windows (``BUILD_BLOCK`` documents: the
+  build holds one block's arrays and the ``D / W`` counts), built once per (corpus, ``L``, ``W``,
   ``long_documents``, seed) and cached beside the corpus's first file as
   ``<file>.pack-<digest>.npy`` (a header binding it to the files' names, sizes and
   modification times and to the settings, then ``N``). A cache that fails its checks
@@ -66,6 +68,7 @@ import numpy.typing as npt
 from .. import _native
 from .._permute import FeistelPermutation
 from .._seeds import derive
+from ._bin_orders import bin_orders
 from ._boundaries import store_ends
 from ._concat import Pieces
 from ._corpus import TokenCorpus
@@ -83,8 +86,8 @@ I64 = npt.NDArray[np.int64]
 LONG_DOCUMENTS = ("split", "truncate")
 #: Windows whose packed bins are kept (a batch of a shuffled loader touches several).
 CACHED_WINDOWS = 16
-#: Documents whose shuffled positions are evaluated per step of the index build.
-BUILD_BLOCK = 1 << 20
+#: Documents (whole windows) packed per step of the index build: its memory.
+BUILD_BLOCK = 1 << 16
 #: Values before the cumulative bin counts in ``<file>.pack-<digest>.npy``.
 PACK_HEADER = 8
 _PACK_MAGIC = 0x64657470616B3031  # "detpak01"
@@ -249,7 +252,6 @@ class PackOrder:
             self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
         self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
         self._packed = OrderedDict()
-        self._bin_orders: dict[int, FeistelPermutation] = {}
         header = self._load() if self.path is not None else None
         if header is None:
             header = self._build()
@@ -280,44 +282,47 @@ class PackOrder:
         return self._order.at_epoch(np.arange(start, stop, dtype=np.int64), 0)
 
     def _build(self) -> I64:
-        """The header and the cumulative bin counts, by one best-fit pass per window."""
-        lengths = self._corpus.lengths(0, self._documents)
-        shuffled = np.concatenate([
-            lengths[self._positions(a, min(a + BUILD_BLOCK, self._documents))]
-            for a in range(0, self._documents, BUILD_BLOCK)
-        ])  # fmt: skip
-        del lengths
-        capacity = self._capacity
-        if self._split:
-            per = -(-shuffled // capacity)
-            full, rest = shuffled // capacity, shuffled % capacity
-        else:
-            per = np.ones_like(shuffled)
-            full = (shuffled >= capacity).astype(np.int64)
-            rest = np.where(shuffled >= capacity, 0, shuffled)
-        windows = np.arange(len(shuffled), dtype=np.int64) // self._window
-        # A full piece fills a bin on its own; the rest are best-fit per window, each
-        # window's sizes decreasing (one lexsort for all windows).
-        full_bins = np.bincount(windows, weights=full, minlength=self._windows).astype(np.int64)
-        kept = rest > 0
-        sizes, owners = rest[kept], windows[kept]
-        order = np.lexsort((-sizes, owners))
-        bounds = np.searchsorted(owners[order], np.arange(self._windows + 1), side="left")
-        sizes, bounds = np.ascontiguousarray(sizes[order]), bounds.astype(np.int64)
-        counted: list[I64] = [np.zeros(0, dtype=np.int64)]
-        step = max(1, (1 << 16) // self._window)  # windows per progress report
+        """The header and the cumulative bin counts, by one best-fit pass per window.
+
+        Block by block of whole windows (``BUILD_BLOCK`` documents at most, one window at
+        least), so the build's memory is that of one block, whatever the corpus's size.
+        """
+        capacity, size_w = self._capacity, self._window
+        bins = np.empty(self._windows, dtype=np.int64)
+        pieces = packed = 0
+        step = max(1, BUILD_BLOCK // size_w)  # windows per block
         for a in range(0, self._windows, step):
-            edges = bounds[a : a + step + 1]  # each chunk of windows on its own sizes
-            part = sizes[int(edges[0]) : int(edges[-1])]
-            counted.append(_count_windows(part, edges - edges[0], capacity))
+            b = min(a + step, self._windows)
+            lo, hi = a * size_w, min(b * size_w, self._documents)
+            docs = self._positions(lo, hi)
+            bounds = self._corpus.starts(np.concatenate([docs, docs + 1]))
+            lengths = bounds[len(docs) :] - bounds[: len(docs)]
+            del docs, bounds
+            windows = np.arange(len(lengths), dtype=np.int64) // size_w
+            if self._split:
+                pieces += int((-(-lengths // capacity)).sum())
+                full, rest = lengths // capacity, lengths % capacity
+            else:
+                pieces += len(lengths)
+                packed += int(np.minimum(lengths, capacity).sum())
+                full = (lengths >= capacity).astype(np.int64)
+                rest = np.where(lengths >= capacity, 0, lengths)
+            # A full piece fills a bin on its own; the rest are best-fit per window, each
+            # window's sizes decreasing (one lexsort for the block's windows).
+            bins[a:b] = np.bincount(windows, weights=full, minlength=b - a).astype(np.int64)
+            kept = rest > 0
+            sizes, owners = rest[kept], windows[kept]
+            order = np.lexsort((-sizes, owners))
+            edges = np.searchsorted(owners[order], np.arange(b - a + 1), side="left")
+            bins[a:b] += _count_windows(
+                np.ascontiguousarray(sizes[order]), edges.astype(np.int64), capacity
+            )
             if self._progress is not None:
-                self._progress(min(self._documents, (a + step) * self._window))
-        bins = full_bins + np.concatenate(counted)
-        packed = self._corpus.num_tokens
-        if not self._split:
-            packed = int(np.minimum(shuffled, capacity).sum())
+                self._progress(hi)
+        if self._split:
+            packed = self._corpus.num_tokens
         out = np.empty(PACK_HEADER + self._windows + 1, dtype=np.int64)
-        out[:PACK_HEADER] = self._binding(int(bins.sum()), int(per.sum()), packed)
+        out[:PACK_HEADER] = self._binding(int(bins.sum()), pieces, packed)
         out[PACK_HEADER] = 0
         np.cumsum(bins, out=out[PACK_HEADER + 1 :])
         return out
@@ -395,11 +400,11 @@ class PackOrder:
                 )
         # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
         # offset by the sequences of the windows before it in ``ws``.
+        # All the windows' bin orders in one pass (NOTE [ batched bin orders ]).
         ranks = np.empty(int(counts.sum()), dtype=np.int64)
         base = np.cumsum(counts) - counts
-        for w, count, at in zip(ws, counts.tolist(), base.tolist(), strict=True):
-            read = self._bin_order(count).at_epoch(np.arange(count, dtype=np.int64), w)
-            ranks[at + read] = np.arange(at, at + count, dtype=np.int64)
+        read = bin_orders(self._bin_key, counts, np.array(ws, dtype=np.int64))
+        ranks[read + np.repeat(base, counts)] = np.arange(len(ranks), dtype=np.int64)
         bin_of = np.empty(len(size), dtype=np.int64)
         bin_of[by_size] = placed + np.repeat(base, np.diff(edges))
         sequence = ranks[bin_of]
@@ -418,15 +423,6 @@ class PackOrder:
                                sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
         while len(self._packed) > CACHED_WINDOWS:
             self._packed.popitem(last=False)
-
-    def _bin_order(self, count: int) -> FeistelPermutation:
-        """The keyed permutation of a window's ``count`` bins (kept: counts repeat)."""
-        found = self._bin_orders.get(count)
-        if found is None:
-            found = self._bin_orders[count] = FeistelPermutation(count, self._bin_key)
-            if len(self._bin_orders) > 4 * CACHED_WINDOWS:
-                del self._bin_orders[next(iter(self._bin_orders))]
-        return found
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""

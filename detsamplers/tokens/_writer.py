@@ -28,6 +28,7 @@ document longer than the limit gets a file of its own.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import stat
@@ -303,8 +304,11 @@ class TokenWriter:
             entries.append((f"{name}.bin", f"{name}.lengths.npy", count, docs))
         keep = {self.folder / name for e in entries for name in e[:2]}
         for path in stale:
-            # A sidecar's cached ends (NOTE [ cached document ends ]) go with the old files.
+            # A sidecar's cached ends (NOTE [ cached document ends ]) and a first file's pack
+            # indexes (NOTE [ packed sequences ]) go with the old files.
             path.with_name(f"{path.name}.ends.npy").unlink(missing_ok=True)
+            for cached in path.parent.glob(f"{glob.escape(path.name)}.pack-*.npy"):
+                cached.unlink(missing_ok=True)
             if path not in keep:
                 path.unlink(missing_ok=True)
         manifest = {

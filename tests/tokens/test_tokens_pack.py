@@ -435,3 +435,24 @@ def test_a_cached_index_of_another_length_is_rebuilt_without_reading_it_all(
     again = packed(tmp_path)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # no copy
     assert len(again) == len(first) and where.stat().st_size < 4096
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=packed_corpora, seq_len=st.integers(1, 12), window=st.integers(1, 6),
+       block=st.integers(1, 9), long=st.sampled_from(["split", "truncate"]))  # fmt: skip
+def test_the_index_built_block_by_block_is_the_index_built_in_one_block(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]], seq_len: int, window: int, block: int, long: str,
+) -> None:  # fmt: skip
+    from detsamplers.tokens import _pack
+
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, 0)
+    whole = _pack.PackOrder(corpus, seq_len, 3, window, long, cache=False)
+    reported: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_pack, "BUILD_BLOCK", block)  # blocks of one window and more
+        blocks = _pack.PackOrder(corpus, seq_len, 3, window, long, cache=False,
+                                 progress=reported.append)  # fmt: skip
+    assert blocks._cumulative.tolist() == whole._cumulative.tolist()
+    assert blocks.stats() == whole.stats()
+    assert reported == sorted(reported) and reported[-1] == corpus.num_documents

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detsamplers.tokens import TokenCorpus, TokenWriter
+from detsamplers.tokens import TokenCorpus, TokenSequences, TokenWriter
 from detsamplers.tokens._writer import MANIFEST, read_manifest
 
 documents = st.lists(
@@ -203,6 +203,26 @@ def test_a_folder_with_a_complete_corpus_is_refused_unless_overwrite_which_repla
     assert writer.corpus().document(0).tolist() == [7, 8]
     with pytest.raises(ValueError, match=r"folder should be a folder, but .*notes.txt is a file"):
         TokenWriter(tmp_path / "notes.txt")
+
+
+def test_an_overwrite_removes_the_pack_indexes_cached_beside_the_old_files(
+    tmp_path: Path,
+) -> None:
+    with TokenWriter(tmp_path, eod_id=0) as writer:
+        for doc in ([1, 2, 0], [3, 0], [4, 5, 6, 0]):
+            writer.write(doc)
+    for window in (1, 2):  # two settings, two cached indexes
+        TokenSequences(writer.corpus(), 3, mode="pack", window=window)
+    assert len(list(tmp_path.glob("part-00000.bin.pack-*.npy"))) == 2
+    (tmp_path / "notes.pack-1.npy").write_bytes(b"mine")  # not a cache of the corpus
+    with TokenWriter(tmp_path, eod_id=0, overwrite=True) as writer:
+        writer.write([7, 8, 0])
+    assert names(tmp_path) == [
+        MANIFEST, "notes.pack-1.npy", "part-00000.bin", "part-00000.lengths.npy"
+    ]  # fmt: skip
+    sequences = TokenSequences(writer.corpus(), 3, mode="pack", window=1)
+    assert sequences.stats()["sequences"] == 1
+    assert len(list(tmp_path.glob("part-00000.bin.pack-*.npy"))) == 1
 
 
 def test_the_files_get_the_mode_of_a_plain_open_and_the_manifest_counts_them(
