@@ -57,7 +57,7 @@ from ._source_state import STATE_VERSION, summarize_counts
 from .order._rank_batches import rank_positions
 from .order._shard_order import ShardOrder
 from .read._cache_reader import first_batch_whole
-from .read._node_cache import download_ranges
+from .read._node_cache import download_step
 
 __all__ = ["NodePlan", "RunPlan", "fetch_plan", "plan_run"]
 
@@ -258,16 +258,22 @@ def _interval_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int)
     high = starts[1:]
     base = epoch * total - cluster.origin
     world, per = cluster.world, cluster.per_node
+    # z = p - o in [base + low, base + high) with z mod W among the node's ranks: counted
+    # below each end as (z // W) * L + clip(z mod W - first rank, 0, L).
+    q_low, r_low = np.divmod(base + np.minimum(low, high), world)
+    q_high, r_high = np.divmod(base + high, world)
+    rounds = (q_high - q_low) * per
+    nonempty = high > low
     out = []
+    hit = np.empty(len(low), dtype=bool)
     for node in range(cluster.nodes):
         first = node * per
-
-        def below(y: I64, first: int = first) -> I64:  # z in [0, y) with z mod W in the node's
-            counted: I64 = (y // world) * per + np.clip(y % world - first, 0, per)
-            return counted
-
-        hit = (high > low) & (below(base + high) > below(base + np.minimum(low, high)))
-        out.append(np.sort(sequence[hit]))
+        counted = rounds + np.clip(r_high - first, 0, per) - np.clip(r_low - first, 0, per)
+        np.greater(counted, 0, out=hit)
+        hit &= nonempty
+        mask = np.zeros(len(sequence), dtype=bool)
+        mask[sequence[hit]] = True
+        out.append(np.flatnonzero(mask).astype(np.int64))
     return out
 
 
@@ -373,15 +379,14 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
     ``epochs`` holds the node's shards per epoch, in the order it first uses them when
     the limit may be reached (NOTE [ run plan ]: least recently used goes first).
     """
-    union = np.unique(np.concatenate(epochs)) if epochs else np.zeros(0, dtype=np.int64)
-    held = int(sizes[union].sum())
+    seen = np.zeros(len(sizes), dtype=bool)
+    out = []
+    for shards in epochs:
+        new = shards[~seen[shards]]
+        seen[new] = True
+        out.append(new)
+    held = int(sizes[seen].sum())
     if limit is None or held <= limit:
-        seen = np.zeros(len(sizes), dtype=bool)
-        out = []
-        for shards in epochs:
-            new = shards[~seen[shards]]
-            seen[new] = True
-            out.append(new)
         return out, held, 0
     cache: OrderedDict[int, int] = OrderedDict()
     used, high, evicted = 0, 0, 0
@@ -545,9 +550,7 @@ def plan_run(
                 f"cache_limit should hold at least the largest shard, {int(sizes.max())} bytes, "
                 f"but got cache_limit={cache_limit}; raise it (a few shards per reader at least)"
             )
-    requests_per_shard = np.array(
-        [len(download_ranges(int(s), read_ahead)) for s in sizes.tolist()], dtype=np.int64
-    )
+    requests_per_shard = -(-sizes // download_step(read_ahead))  # len(download_ranges(...))
     order = ShardOrder(
         counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts, "run"
     )

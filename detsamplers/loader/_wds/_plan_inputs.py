@@ -212,7 +212,7 @@ def shard_sizes(
     if urls is not None:
         if not isinstance(urls, str | Sequence) or isinstance(urls, bytes):
             raise TypeError(f"urls should be a str or a list of str, but got {type(urls).__name__}")
-        expanded = expand_urls([urls] if isinstance(urls, str) else list(urls))
+        expanded = expand_urls(urls if isinstance(urls, str) else list(urls))
     if set_index is not None:
         if not isinstance(set_index, str | os.PathLike):
             raise TypeError(f"set_index should be a path, but got {type(set_index).__name__}")
