@@ -176,7 +176,7 @@ def test_a_fifo_or_dev_zero_as_set_index_is_refused_by_name_without_reading(
 def test_a_huge_or_garbage_set_index_is_refused_by_name(tmp_path: Path) -> None:
     garbage = tmp_path / SET_INDEX_NAME
     garbage.write_bytes(b"\0" * 4096)
-    with pytest.raises(ValueError, match="set index|set_index"):
+    with pytest.raises(ValueError, match=r"set index|set_index"):
         plan_run(set_index=str(garbage), nodes=1, batch_size=4)
     huge = tmp_path / "huge" / SET_INDEX_NAME
     huge.parent.mkdir()

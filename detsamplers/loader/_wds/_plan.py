@@ -40,6 +40,7 @@ arrays a rank's ``ShardOrder`` holds after locating; the state's, its JSON.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections import OrderedDict
@@ -91,6 +92,13 @@ class RunPlan:
 
     ``resume`` holds, for a resume, one :class:`NodePlan` per node of the new cluster
     (one entry: the rest of the epoch); ``method`` says how the shards were found.
+
+    Examples:
+        >>> from detsamplers.loader import Network, SyntheticShards, plan_run
+        >>> plan = plan_run(synthetic=SyntheticShards(10, 10**9, 100), nodes=1, batch_size=4,
+        ...     network=Network(bandwidth=1e9, price_per_gb=0.05))
+        >>> plan.total_bytes(), round(plan.cost() or 0, 2), plan.method
+        (10000000000, 0.5, 'intervals')
     """
 
     world_size: int
@@ -307,9 +315,9 @@ def _epoch_sets(
     """Each node's shards in epoch ``epoch`` by the fastest exact way (NOTE [ run plan ])."""
     whole = cluster.start <= epoch * total
     deal = order.parts
-    if not ordered and deal is not None and order.rotate and deal.parts % cluster.world == 0:
-        if whole:
-            return _parts_sets(order, epoch, cluster, total), "parts"
+    divides = deal is not None and deal.parts % cluster.world == 0
+    if not ordered and whole and divides and order.rotate:
+        return _parts_sets(order, epoch, cluster, total), "parts"
     if not ordered and deal is None and order.blocks is None:
         return _interval_sets(order, epoch, cluster, total), "intervals"
     return _located_sets(order, epoch, cluster, total, progress), "located"
@@ -380,7 +388,7 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
     the limit may be reached (NOTE [ run plan ]: least recently used goes first).
     """
     seen = np.zeros(len(sizes), dtype=bool)
-    out = []
+    out: list[I64] = []
     for shards in epochs:
         new = shards[~seen[shards]]
         seen[new] = True
@@ -390,9 +398,9 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
         return out, held, 0
     cache: OrderedDict[int, int] = OrderedDict()
     used, high, evicted = 0, 0, 0
-    out = []
+    out = []  # the downloads again, replayed with evictions
     for shards in epochs:
-        new = []
+        fetched: list[int] = []
         for shard in shards.tolist():
             if shard in cache:
                 cache.move_to_end(shard)
@@ -404,8 +412,8 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
             cache[shard] = size
             used += size
             high = max(high, used)
-            new.append(shard)
-        out.append(np.array(new, dtype=np.int64))
+            fetched.append(shard)
+        out.append(np.array(fetched, dtype=np.int64))
     return out, high, evicted
 
 
@@ -500,10 +508,12 @@ def plan_run(
 
     Examples:
         >>> from detsamplers.loader import SyntheticShards, plan_run
-        >>> plan = plan_run(synthetic=SyntheticShards(64, 1 << 20, 100), nodes=4,
+        >>> plan = plan_run(synthetic=SyntheticShards(50, 1 << 20, 100), nodes=4,
         ...     batch_size=8, parts=16, epochs=2)
-        >>> [sum(n.shards) for n in plan.nodes], plan.nodes[0].shard_bytes[1]
-        ([17, 17, 17, 17], 0)
+        >>> [n.shards for n in plan.nodes]  # per node, per epoch: the cache keeps them
+        [[14, 0], [15, 0], [14, 0], [13, 0]]
+        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # shards cut by two nodes' parts
+        [1.12, 0.0]
     """
     nodes = check_int("nodes", nodes, minimum=1)
     ranks_per_node = check_int("ranks_per_node", ranks_per_node, minimum=1)
@@ -552,12 +562,11 @@ def plan_run(
             )
     requests_per_shard = -(-sizes // download_step(read_ahead))  # len(download_ranges(...))
     order = ShardOrder(
-        counts, seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts, "run"
+        counts.tolist(), seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts, "run"
     )
     bar = None
     if progress:
-        from tqdm import tqdm
-
+        tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
         bar = tqdm(total=total * epochs, unit="position", desc="plan", leave=False)
     knobs = (prefetch, read_ahead)
     cluster = _Cluster(nodes, ranks_per_node, batch_size, start)
@@ -620,9 +629,7 @@ def _first(plan: NodePlan, first: tuple[int, int, int, int], network: Network | 
     plan.shard_requests[0] += first[3]
     if network is not None:
         plan.first_batch_seconds = (
-            network.rtt
-            + first[1] / network.requests_per_second
-            + first[0] / network.bandwidth
+            network.rtt + first[1] / network.requests_per_second + first[0] / network.bandwidth
         )
 
 

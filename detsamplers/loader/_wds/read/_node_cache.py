@@ -45,7 +45,14 @@ from stat import S_ISFIFO, S_ISREG
 from ..remote._remote_reads import RemoteOptions, RemoteShard
 from ..shard._shard_info import ShardInfo, user_cache_dir
 
-__all__ = ["CacheStats", "ShardCache", "check_cache_dir", "default_cache_dir", "download_ranges", "download_step"]
+__all__ = [
+    "CacheStats",
+    "ShardCache",
+    "check_cache_dir",
+    "default_cache_dir",
+    "download_ranges",
+    "download_step",
+]
 
 _SUFFIX = ".tar"
 _STALE_TMP = 3600.0
