@@ -18,8 +18,9 @@ and every module in them keeps its leading underscore. The public names are re-e
 :mod:`detsamplers.loader`.
 """
 
-from ._plan import RunPlan, plan_run
+from ._plan import plan_run
 from ._plan_inputs import Network, SyntheticShards
+from ._plan_report import RunPlan
 from ._web_data_loader import WebDataLoader
 from ._webdataset_source import WebDatasetSource
 from .mix._webdataset_mix import WebDatasetMix
