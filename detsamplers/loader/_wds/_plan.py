@@ -111,7 +111,6 @@ def _parts_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) ->
     tail_shards, _ = order.locate(tail)
     tail_nodes = cluster.node_of(tail)
     out = []
-    marks = np.zeros(len(counts) + 1, dtype=np.int64)
     for node in range(cluster.nodes):
         mine = u[owners == node]
         found = [tail_shards[tail_nodes == node]]
@@ -119,10 +118,9 @@ def _parts_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) ->
             low = deal.slot(mine) * size
             first = np.searchsorted(starts, low, side="right") - 1
             last = np.searchsorted(starts, low + size - 1, side="right") - 1
-            marks[:] = 0
-            np.add.at(marks, first, 1)
-            np.add.at(marks, last + 1, -1)
-            covered = sequence[np.flatnonzero(np.cumsum(marks[:-1]) > 0)]
+            # the slots from each part's first shard to its last: C / W short runs a rank
+            runs = [np.arange(a, b + 1, dtype=np.int64) for a, b in zip(first, last, strict=True)]
+            covered = sequence[np.concatenate(runs)]
             found.append(covered[counts[covered] > 0])  # a shard with no samples is not read
         out.append(np.unique(np.concatenate(found)))
     return out
