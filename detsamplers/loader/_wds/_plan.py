@@ -13,9 +13,9 @@ stream order ]), so which shards each node reads in each epoch, and so what its 
   that ``W`` divides (the fixed part cover), part ``u`` is read by rank ``(u - o) mod W``
   and covers slot ``sigma(u)`` of the run's fixed sequence (``PartDeal.slot``, NOTE [ fixed
   part cover ]), the same shards every epoch, plus the ``N mod C`` samples past ``C m``,
-  located; without parts or a block shuffle, a shard is read by a node iff its run of the
-  epoch's sequence holds a position of one of its ranks (a count per shard, in closed
-  form); otherwise every position of the epoch is located, a chunk at a time
+  located; without parts or a block shuffle, a shard's run of the epoch's sequence is read by a
+  cyclic range of ranks, so of nodes (in closed form per shard); otherwise every
+  position of the epoch is located, a chunk at a time
   (``ShardOrder.locate``). A property test checks the first two against the third;
 - a shard the cache lacks is downloaded whole in the ranges of ``download_ranges`` (one
   request each); the first batch of each reader (a rank's DataLoader worker) after a
@@ -127,29 +127,26 @@ def _parts_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) ->
 
 
 def _interval_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) -> list[I64]:
-    """Each node's shards in an epoch without parts or a block shuffle: a count per shard."""
+    """Each node's shards in an epoch without parts or a block shuffle: a node range a shard."""
     sequence = order.shard_order(epoch)
     starts = np.concatenate([[0], np.cumsum(order.counts[sequence])]).astype(np.int64)
     low = np.maximum(starts[:-1], cluster.start - epoch * total)
     high = starts[1:]
     base = epoch * total - cluster.origin
-    world, per = cluster.world, cluster.per_node
-    # z = p - o in [base + low, base + high) with z mod W among the node's ranks: counted
-    # below each end as (z // W) * L + clip(z mod W - first rank, 0, L).
-    q_low, r_low = np.divmod(base + np.minimum(low, high), world)
-    q_high, r_high = np.divmod(base + high, world)
-    rounds = (q_high - q_low) * per
-    nonempty = high > low
+    world, per, nodes = cluster.world, cluster.per_node, cluster.nodes
+    # z = p - o runs over [base + low, base + high): ranks z mod W from the first one on,
+    # cyclically, so nodes n0 to n1 (mod nodes), or all once the run wraps around.
+    count = high - low
+    first_rank = (base + low) % world
+    n0 = first_rank // per
+    n1 = (first_rank + np.maximum(count, 1) - 1) % world // per
+    span = (n1 - n0) % nodes
+    every = (count >= world) | ((n1 == n0) & (count > per))
+    nonempty = count > 0
     out = []
-    hit = np.empty(len(low), dtype=bool)
-    for node in range(cluster.nodes):
-        first = node * per
-        counted = rounds + np.clip(r_high - first, 0, per) - np.clip(r_low - first, 0, per)
-        np.greater(counted, 0, out=hit)
-        hit &= nonempty
-        mask = np.zeros(len(sequence), dtype=bool)
-        mask[sequence[hit]] = True
-        out.append(np.flatnonzero(mask).astype(np.int64))
+    for node in range(nodes):
+        hit = nonempty & (every | ((node - n0) % nodes <= span))
+        out.append(sequence[hit])
     return out
 
 
