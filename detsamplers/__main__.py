@@ -1,4 +1,4 @@
-"""``python -m detsamplers``: the ``demo``, ``index``, ``inspect``, ``bench``, ``tokens`` commands.
+"""``python -m detsamplers``: the demo, index, inspect, bench, tokens and plan commands.
 
 ``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
 index files of webdataset shards (NOTE [ index file format ]) and, per folder, their set
@@ -6,7 +6,8 @@ index (NOTE [ set index ]); ``--endpoint-url`` and ``--storage-option KEY=VALUE`
 the fsspec filesystem, as ``storage_options`` do for ``WebDatasetSource``; ``inspect``
 reports what a checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a
 user's own pipeline (NOTE [ bench ]); ``tokens`` builds a token corpus and prints its
-statistics (NOTE [ tokens command ]).
+statistics (NOTE [ tokens command ]); ``plan`` computes what a run will download per node
+(NOTE [ plan command ]).
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the S3 endpoint (MinIO, moto, ...; storage_options client_kwargs.endpoint_url) "
         "or, for gs:// URLs, the GCS endpoint (an emulator; storage_options endpoint_url)",
     )
-    from . import _cli_bench, _cli_inspect, _cli_tokens
+    from . import _cli_bench, _cli_inspect, _cli_plan, _cli_tokens
 
     _cli_inspect.add_parser(commands)
     _cli_bench.add_parser(commands)
     _cli_tokens.add_parser(commands)
+    _cli_plan.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _cli_plan.run(parser, args)
     if args.command == "tokens":
         return _cli_tokens.run(parser, args)
     if args.command == "inspect":

@@ -112,3 +112,13 @@ def test_the_tokens_package_lists_its_public_names_sorted_each_with_an_example()
     for name in tokens.__all__:
         doc = inspect.getdoc(getattr(tokens, name)) or ""
         assert ">>>" in doc, f"detsamplers.tokens.{name} has no runnable example"
+
+
+def test_the_loaders_public_names_are_sorted_and_each_has_a_runnable_example() -> None:
+    import detsamplers.loader as loader
+
+    assert loader.__all__ == sorted(loader.__all__)
+    # The run plan (issue 31) added Network, RunPlan, SyntheticShards and plan_run.
+    assert {"Network", "RunPlan", "SyntheticShards", "plan_run"} <= set(loader.__all__)
+    for name in ("Network", "RunPlan", "SyntheticShards", "plan_run"):
+        assert ">>>" in (inspect.getdoc(getattr(loader, name)) or ""), name

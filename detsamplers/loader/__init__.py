@@ -20,18 +20,30 @@ from typing import TYPE_CHECKING, Any
 
 from ._dataloader import DataLoader
 from ._reproducible import check_reproducible
-from ._wds import WebDataLoader, WebDatasetMix, WebDatasetSource
+from ._wds import (
+    Network,
+    RunPlan,
+    SyntheticShards,
+    WebDataLoader,
+    WebDatasetMix,
+    WebDatasetSource,
+    plan_run,
+)
 
 if TYPE_CHECKING:
     from ._wds.index._shard_writer import ShardWriter
 
 __all__ = [
     "DataLoader",
+    "Network",
+    "RunPlan",
     "ShardWriter",
+    "SyntheticShards",
     "WebDataLoader",
     "WebDatasetMix",
     "WebDatasetSource",
     "check_reproducible",
+    "plan_run",
 ]
 
 

@@ -18,10 +18,21 @@ and every module in them keeps its leading underscore. The public names are re-e
 :mod:`detsamplers.loader`.
 """
 
+from ._plan import plan_run
+from ._plan_inputs import Network, SyntheticShards
+from ._plan_report import RunPlan
 from ._web_data_loader import WebDataLoader
 from ._webdataset_source import WebDatasetSource
 from .mix._webdataset_mix import WebDatasetMix
 
 # ShardWriter (``_shard_writer``) imports webdataset, an optional extra: detsamplers.loader
 # imports it on first use.
-__all__ = ["WebDataLoader", "WebDatasetMix", "WebDatasetSource"]
+__all__ = [
+    "Network",
+    "RunPlan",
+    "SyntheticShards",
+    "WebDataLoader",
+    "WebDatasetMix",
+    "WebDatasetSource",
+    "plan_run",
+]

@@ -79,7 +79,7 @@ from ..shard._tar_walk import BLOCK
 from ._node_cache import ShardCache
 from ._sample_span import cut_sample, members_of, verify_span
 
-__all__ = ["CachedReader"]
+__all__ = ["CachedReader", "first_batch_whole"]
 
 #: The prefetch thread walks at most this many batches past the one being read.
 _BATCHES_AHEAD = 256
@@ -99,6 +99,27 @@ class _View(NamedTuple):
     keys: Sequence[str]
     members: Sequence[list[Any]]
     packed: PackedMembers | None
+
+
+def first_batch_whole(
+    cold: Sequence[int], sizes: Sequence[int], prefetch: int, read_ahead: int
+) -> set[int]:
+    """The cold shards a reader's first batch downloads whole (NOTE [ shard prefetch ]).
+
+    ``cold`` are the first batch's shards neither pinned nor cached, ``sizes`` their
+    sizes. Within ``prefetch`` shards, every one; beyond, those of at most ``read_ahead``
+    bytes: the batch's samples in the others are read by ranges of their own (and the
+    shards downloaded whole by the prefetch for the batches after it). A pure function:
+    :class:`CachedReader` and ``plan_run`` both call it.
+
+    Examples:
+        >>> sorted(first_batch_whole([3, 5], [10, 99], prefetch=8, read_ahead=50))
+        [3, 5]
+        >>> sorted(first_batch_whole([3, 5], [10, 99], prefetch=1, read_ahead=50))
+        [3]
+    """
+    few = len(cold) <= prefetch
+    return {s for s, size in zip(cold, sizes, strict=True) if few or size <= read_ahead}
 
 
 class CachedReader:
@@ -275,9 +296,8 @@ class CachedReader:
         cold_shards = list(dict.fromkeys(shards[i] for i in cold))
         if not cold_shards:
             return {}
-        few = len(cold_shards) <= self.prefetch
-        step = self.cache.options.read_ahead
-        whole = {s for s in cold_shards if few or self.shards[s].size <= step}
+        sizes = [self.shards[s].size for s in cold_shards]
+        whole = first_batch_whole(cold_shards, sizes, self.prefetch, self.cache.options.read_ahead)
         ranged = [i for i in cold if shards[i] not in whole]
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)

@@ -45,10 +45,43 @@ from stat import S_ISFIFO, S_ISREG
 from ..remote._remote_reads import RemoteOptions, RemoteShard
 from ..shard._shard_info import ShardInfo, user_cache_dir
 
-__all__ = ["CacheStats", "ShardCache", "check_cache_dir", "default_cache_dir"]
+__all__ = [
+    "CacheStats",
+    "ShardCache",
+    "check_cache_dir",
+    "default_cache_dir",
+    "download_ranges",
+    "download_step",
+]
 
 _SUFFIX = ".tar"
 _STALE_TMP = 3600.0
+
+
+def download_step(read_ahead: int) -> int:
+    """Bytes a download request asks for: ``read_ahead``, at least 1 MiB.
+
+    Examples:
+        >>> download_step(4 << 20), download_step(1)
+        (4194304, 1048576)
+    """
+    return max(read_ahead, 1 << 20)
+
+
+def download_ranges(size: int, read_ahead: int) -> list[tuple[int, int]]:
+    """The byte ranges, one request each, that download a shard of ``size`` bytes whole.
+
+    A pure function of its arguments: :meth:`ShardCache._write` requests these ranges in
+    order; ``plan_run`` counts them as ``ceil(size / download_step(read_ahead))``.
+
+    Examples:
+        >>> download_ranges(5 << 20, 4 << 20)
+        [(0, 4194304), (4194304, 5242880)]
+        >>> download_ranges(10, 1)
+        [(0, 10)]
+    """
+    step = download_step(read_ahead)
+    return [(start, min(size, start + step)) for start in range(0, size, step)]
 
 
 def default_cache_dir() -> str:
@@ -213,10 +246,9 @@ class ShardCache:
 
     def _write(self, info: ShardInfo, temporary: str) -> None:
         stream = RemoteShard(info.url, info.size, info.version, self.options)
-        step = max(self.options.read_ahead, 1 << 20)
         with open(temporary, "wb") as out:
-            for start in range(0, info.size, step):
-                data = stream.fetch(start, min(info.size, start + step))
+            for start, end in download_ranges(info.size, self.options.read_ahead):
+                data = stream.fetch(start, end)
                 out.write(data)
                 self.stats.bytes += len(data)
         if os.path.getsize(temporary) != info.size:

@@ -1,0 +1,527 @@
+"""``plan_run``: what a run downloads, per node and epoch, computed without reading a shard.
+
+NOTE [ run plan ]
+Every order of a ``WebDatasetSource`` is a pure function of the position (NOTE [ shard
+stream order ]), so which shards each node reads in each epoch, and so what its cache
+(NOTE [ shard cache ]) downloads, is computable from the shards' counts and sizes (NOTE
+[ plan inputs ]) alone. The plan calls the reader's own code, in a dry mode:
+
+- the order is the source's ``ShardOrder``, built with the source's arguments; rank ``r`` of
+  ``W`` reads the positions ``o + k W + r`` (NOTE [ shard stream split ], ``o`` the grid's
+  origin), node ``n`` the ranks ``[n L, (n + 1) L)``;
+- a node's shards in an epoch are found one of three ways, all exact: with ``parts = C``
+  that ``W`` divides (the fixed part cover), part ``u`` is read by rank ``(u - o) mod W``
+  and covers slot ``sigma(u)`` of the run's fixed sequence (``PartDeal.slot``, NOTE [ fixed
+  part cover ]), the same shards every epoch, plus the ``N mod C`` samples past ``C m``,
+  located; without parts or a block shuffle, a shard's run of the epoch's sequence is read by a
+  cyclic range of ranks, so of nodes (in closed form per shard); otherwise every
+  position of the epoch is located, a chunk at a time
+  (``ShardOrder.locate``). A property test checks the first two against the third;
+- a shard the cache lacks is downloaded whole in the ranges of ``download_ranges`` (one
+  request each); the first batch of each reader (a rank's DataLoader worker) after a
+  start fetches its cold shards as ``first_batch_whole`` decides, the others' samples by
+  ranges of their own (their bytes estimated from the shard's mean sample, plus the
+  512-byte header checked). :func:`fetch_plan` is the one place these bytes are counted;
+- the cache starts cold on every node; a node's shards fit its ``cache_limit`` unless the
+  limit is below them, then the plan replays least-recently-used eviction in the order
+  the node first uses each shard in each epoch. That replay is a model: the reader's
+  prefetch pins up to ``prefetch`` shards ahead per reader, and the order in which a node's
+  ranks reach their shards depends on timing, so evictions may differ by about that many
+  shards per reader; without evictions the bytes and requests are exact.
+
+A resume at sample ``k`` on another cluster (``resume_at``) reads the rest of the epoch of
+``k`` through cold caches: the plan counts its shards, bytes and first batch. With a
+:class:`Network`, the first batch of a node takes ``rtt + requests / requests_per_second +
+bytes / bandwidth`` (its readers' cold fetches, all at once), and the run costs
+``bytes / 1e9 * price_per_gb + requests / 1000 * price_per_1000_gets``. Index memory per
+rank is measured while indexing real inputs; the order's memory is the bytes of the
+arrays a rank's ``ShardOrder`` holds after locating; the state's, its JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..._errors import check_bool, check_int
+from ..._state import fingerprint
+from ._plan_inputs import Network, ShardSizes, SyntheticShards, shard_sizes
+from ._plan_report import NodePlan, RunPlan
+from ._source_state import STATE_VERSION, summarize_counts
+from .order._rank_batches import rank_positions
+from .order._shard_order import ShardOrder
+from .read._cache_reader import first_batch_whole
+from .read._node_cache import download_step
+
+__all__ = ["fetch_plan", "plan_run"]
+
+I64 = npt.NDArray[np.int64]
+#: Positions located at once by the general path.
+_CHUNK = 1 << 20
+#: Bytes a ranged read of a shard's first sample adds: the tar header checked before it.
+_HEADER = 512
+
+
+def fetch_plan(shards: I64, requests_per_shard: I64, sizes: I64) -> tuple[int, int]:
+    """Bytes and requests a node's cache spends downloading ``shards`` (NOTE [ run plan ]).
+
+    The one place a plan counts what a download costs: whole shards today, in the ranges
+    of ``download_ranges`` (``requests_per_shard`` holds their count per shard).
+
+    Examples:
+        >>> fetch_plan(np.array([0, 2]), np.array([1, 1, 2]), np.array([10, 20, 30]))
+        (40, 3)
+    """
+    return int(sizes[shards].sum()), int(requests_per_shard[shards].sum())
+
+
+class _Cluster:
+    """A world of ``nodes * per_node`` ranks starting at ``start`` (the grid's origin found)."""
+
+    def __init__(self, nodes: int, per_node: int, batch_size: int, start: int) -> None:
+        self.nodes, self.per_node, self.batch_size = nodes, per_node, batch_size
+        self.world = nodes * per_node
+        self.start = start
+        self.origin = start % (batch_size * self.world)
+
+    def node_of(self, positions: I64) -> I64:
+        out: I64 = (positions - self.origin) % self.world // self.per_node
+        return out
+
+
+def _parts_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) -> list[I64]:
+    """Each node's shards in a whole epoch with parts that the world size divides."""
+    deal = order.parts
+    assert deal is not None
+    counts = order.counts
+    sequence = order.shard_order(epoch)
+    starts = np.concatenate([[0], np.cumsum(counts[sequence])]).astype(np.int64)
+    parts, size = deal.parts, deal.size
+    u = np.arange(parts, dtype=np.int64)
+    owners = (u - cluster.origin) % cluster.world // cluster.per_node
+    tail = np.arange(parts * size, total, dtype=np.int64) + epoch * total
+    tail = tail[tail >= cluster.start]
+    tail_shards, _ = order.locate(tail)
+    tail_nodes = cluster.node_of(tail)
+    out = []
+    for node in range(cluster.nodes):
+        mine = u[owners == node]
+        found = [tail_shards[tail_nodes == node]]
+        if size and len(mine):
+            low = deal.slot(mine) * size
+            first = np.searchsorted(starts, low, side="right") - 1
+            last = np.searchsorted(starts, low + size - 1, side="right") - 1
+            # the slots from each part's first shard to its last: C / W short runs a rank
+            runs = [np.arange(a, b + 1, dtype=np.int64) for a, b in zip(first, last, strict=True)]
+            covered = sequence[np.concatenate(runs)]
+            found.append(covered[counts[covered] > 0])  # a shard with no samples is not read
+        out.append(np.unique(np.concatenate(found)))
+    return out
+
+
+def _interval_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) -> list[I64]:
+    """Each node's shards in an epoch without parts or a block shuffle: a node range a shard."""
+    sequence = order.shard_order(epoch)
+    starts = np.concatenate([[0], np.cumsum(order.counts[sequence])]).astype(np.int64)
+    low = np.maximum(starts[:-1], cluster.start - epoch * total)
+    high = starts[1:]
+    base = epoch * total - cluster.origin
+    world, per, nodes = cluster.world, cluster.per_node, cluster.nodes
+    # z = p - o runs over [base + low, base + high): ranks z mod W from the first one on,
+    # cyclically, so nodes n0 to n1 (mod nodes), or all once the run wraps around.
+    count = high - low
+    first_rank = (base + low) % world
+    n0 = first_rank // per
+    n1 = (first_rank + np.maximum(count, 1) - 1) % world // per
+    span = (n1 - n0) % nodes
+    every = (count >= world) | ((n1 == n0) & (count > per))
+    nonempty = count > 0
+    out = []
+    for node in range(nodes):
+        hit = nonempty & (every | ((node - n0) % nodes <= span))
+        out.append(sequence[hit])
+    return out
+
+
+def _located_sets(
+    order: ShardOrder, epoch: int, cluster: _Cluster, total: int, progress: Any
+) -> list[I64]:
+    """Each node's shards in an epoch in the order it first uses them: every position located."""
+    shard_count = len(order.counts)
+    first = np.full(cluster.nodes * shard_count, -1, dtype=np.int64)
+    begin = max(cluster.start, epoch * total)
+    for low in range(begin, (epoch + 1) * total, _CHUNK):
+        positions = np.arange(low, min(low + _CHUNK, (epoch + 1) * total), dtype=np.int64)
+        shards, _ = order.locate(positions)
+        keys = cluster.node_of(positions) * shard_count + shards
+        unique, where = np.unique(keys, return_index=True)
+        new = first[unique] < 0
+        first[unique[new]] = positions[where[new]]
+        if progress is not None:
+            progress.update(len(positions))
+    out = []
+    for node in range(cluster.nodes):
+        mine = first[node * shard_count : (node + 1) * shard_count]
+        used = np.flatnonzero(mine >= 0)
+        out.append(used[np.argsort(mine[used], kind="stable")].astype(np.int64))
+    return out
+
+
+def _epoch_sets(
+    order: ShardOrder, epoch: int, cluster: _Cluster, total: int, ordered: bool, progress: Any
+) -> tuple[list[I64], str]:
+    """Each node's shards in epoch ``epoch`` by the fastest exact way (NOTE [ run plan ])."""
+    whole = cluster.start <= epoch * total
+    deal = order.parts
+    divides = deal is not None and deal.parts % cluster.world == 0
+    if not ordered and whole and divides and order.rotate:
+        return _parts_sets(order, epoch, cluster, total), "parts"
+    if not ordered and deal is None and order.blocks is None:
+        return _interval_sets(order, epoch, cluster, total), "intervals"
+    return _located_sets(order, epoch, cluster, total, progress), "located"
+
+
+def _array_bytes(obj: Any, depth: int = 0) -> int:
+    """Bytes of the numpy arrays ``obj`` holds, a few levels deep (an order's memory)."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if depth > 4:
+        return 0
+    if isinstance(obj, dict):
+        return sum(_array_bytes(v, depth + 1) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_array_bytes(v, depth + 1) for v in obj)
+    held = getattr(obj, "__dict__", None)
+    if held is not None and type(obj).__module__.startswith("detsamplers"):
+        return sum(_array_bytes(v, depth + 1) for k, v in held.items() if k != "_args")
+    return 0
+
+
+def _first_batches(
+    order: ShardOrder,
+    cluster: _Cluster,
+    workers: int,
+    sizes: I64,
+    counts: I64,
+    requests_per_shard: I64,
+    knobs: tuple[int, int],
+) -> list[tuple[int, int, int, int]]:
+    """Each node's bytes and requests for its readers' first batches, caches cold.
+
+    Per node: all the first batches' bytes and requests, then those of ranged reads (which
+    add to the shards' whole downloads).
+    """
+    prefetch, read_ahead = knobs
+    batch = (cluster.start - cluster.origin) // (cluster.batch_size * cluster.world)
+    out = []
+    for node in range(cluster.nodes):
+        whole: set[int] = set()
+        ranged_bytes, ranged_requests = 0, 0
+        for rank in range(node * cluster.per_node, (node + 1) * cluster.per_node):
+            for worker in range(max(workers, 1)):
+                positions = rank_positions(
+                    batch + worker, cluster.batch_size, cluster.world, rank, None, cluster.origin
+                )
+                shards, _ = order.locate(positions)
+                cold = list(dict.fromkeys(shards.tolist()))
+                chosen = first_batch_whole(
+                    cold, [int(sizes[s]) for s in cold], prefetch, read_ahead
+                )
+                whole |= chosen
+                for shard in cold:
+                    if shard not in chosen:
+                        samples = int((shards == shard).sum())
+                        mean = int(sizes[shard]) // max(int(counts[shard]), 1)
+                        ranged_bytes += samples * mean + _HEADER
+                        ranged_requests += samples
+        got = fetch_plan(np.array(sorted(whole), dtype=np.int64), requests_per_shard, sizes)
+        out.append((got[0] + ranged_bytes, got[1] + ranged_requests, ranged_bytes, ranged_requests))
+    return out
+
+
+def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64], int, int]:
+    """The shards a node's cache downloads each epoch, its high-water mark and evictions.
+
+    ``epochs`` holds the node's shards per epoch, in the order it first uses them when
+    the limit may be reached (NOTE [ run plan ]: least recently used goes first).
+    """
+    seen = np.zeros(len(sizes), dtype=bool)
+    out: list[I64] = []
+    for shards in epochs:
+        new = shards[~seen[shards]]
+        seen[new] = True
+        out.append(new)
+    held = int(sizes[seen].sum())
+    if limit is None or held <= limit:
+        return out, held, 0
+    cache: OrderedDict[int, int] = OrderedDict()
+    used, high, evicted = 0, 0, 0
+    out = []  # the downloads again, replayed with evictions
+    for shards in epochs:
+        fetched: list[int] = []
+        for shard in shards.tolist():
+            if shard in cache:
+                cache.move_to_end(shard)
+                continue
+            size = int(sizes[shard])
+            while cache and used + size > limit:
+                used -= cache.popitem(last=False)[1]
+                evicted += 1
+            cache[shard] = size
+            used += size
+            high = max(high, used)
+            fetched.append(shard)
+        out.append(np.array(fetched, dtype=np.int64))
+    return out, high, evicted
+
+
+def _check_parts(parts: int, world: int, name: str) -> None:
+    if parts > 1 and parts % world:
+        raise ValueError(
+            f"parts should be a multiple of the {name} world size {world} (nodes * "
+            f"ranks_per_node), but got parts={parts}: every rank would read from every part; "
+            f"pass a parts count that {world} divides"
+        )
+
+
+def _state_bytes(source: ShardSizes, config: dict[str, Any], position: int) -> int:
+    """Bytes of a rank's resume state as JSON, as ``state_dict`` builds it."""
+    count = len(source.counts)
+    names = source.names or [f"shard-{i:06d}.tar" for i in range(min(count, 1))]
+    state = {
+        "version": STATE_VERSION,
+        "position": position,
+        "fingerprint": fingerprint([{"source": "webdataset", "shards": names, **config}]),
+        "config": config,
+        "counts": summarize_counts(source.counts.tolist()),
+    }
+    return len(json.dumps(state))
+
+
+def plan_run(
+    urls: str | Sequence[str] | None = None,
+    *,
+    set_index: str | os.PathLike[str] | None = None,
+    synthetic: SyntheticShards | None = None,
+    nodes: int,
+    ranks_per_node: int = 1,
+    num_workers: int = 0,
+    batch_size: int,
+    seed: int = 0,
+    shuffle_shards: bool = True,
+    shuffle_window: int = 0,
+    shuffle_block_shards: int = 0,
+    parts: int = 0,
+    cache_limit: int | None = None,
+    epochs: int = 1,
+    start: int = 0,
+    resume_at: int | None = None,
+    resume_nodes: int | None = None,
+    resume_ranks_per_node: int | None = None,
+    prefetch: int = 8,
+    read_ahead: int = 4 << 20,
+    network: Network | None = None,
+    index_dir: str | None = None,
+    progress: bool = False,
+) -> RunPlan:
+    """Plan a ``WebDatasetSource`` run over remote shards through node caches (NOTE [ run plan ]).
+
+    Per node and epoch: the shards, bytes and requests its cache downloads, the cache's
+    high-water mark and evictions, the first batch's bytes and time, computed by the
+    reader's own order and cache decisions without reading a shard.
+
+    Args:
+        urls: Shard paths or URLs (brace patterns too), indexed as the source indexes them.
+        set_index: A local ``detsamplers-set.index.npz`` instead (or listing ``urls``).
+        synthetic: A :class:`SyntheticShards` description instead.
+        nodes: Nodes, each with one cache.
+        ranks_per_node: Ranks on each node.
+        num_workers: DataLoader workers per rank (each reader's first batch is fetched).
+        batch_size: Samples per batch on each rank.
+        seed: As the source's ``seed``.
+        shuffle_shards: As the source's.
+        shuffle_window: As the source's.
+        shuffle_block_shards: As the source's.
+        parts: As the source's ``parts`` (0: off); the world size must divide it.
+        cache_limit: Bytes a node's cache may hold (``None``: no limit); at least the
+            largest shard.
+        epochs: Epochs the run reads, from ``start``.
+        start: The global position the run starts at (``skip_samples``).
+        resume_at: Plan a resume at this global position on ``resume_nodes *
+            resume_ranks_per_node`` ranks (default: the same cluster), caches cold.
+        resume_nodes: Nodes of the resume.
+        resume_ranks_per_node: Ranks per node of the resume.
+        prefetch: As the source's (the first batch's whole-or-ranged choice).
+        read_ahead: As the source's (the range of one download request).
+        network: A :class:`Network`, for times and costs.
+        index_dir: As the source's, for ``urls``.
+        progress: Show a progress bar while positions are located.
+
+    Returns:
+        A :class:`RunPlan`.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range (the message names it).
+
+    Examples:
+        >>> from detsamplers.loader import SyntheticShards, plan_run
+        >>> plan = plan_run(synthetic=SyntheticShards(50, 1 << 20, 100), nodes=4,
+        ...     batch_size=8, parts=16, epochs=2)
+        >>> [n.shards for n in plan.nodes]  # per node, per epoch: the cache keeps them
+        [[14, 0], [15, 0], [14, 0], [13, 0]]
+        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # shards cut by two nodes' parts
+        [1.12, 0.0]
+    """
+    nodes = check_int("nodes", nodes, minimum=1)
+    ranks_per_node = check_int("ranks_per_node", ranks_per_node, minimum=1)
+    num_workers = check_int("num_workers", num_workers, minimum=0)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    shuffle_shards = check_bool("shuffle_shards", shuffle_shards)
+    shuffle_window = check_int("shuffle_window", shuffle_window, minimum=0)
+    shuffle_block_shards = check_int("shuffle_block_shards", shuffle_block_shards, minimum=0)
+    if shuffle_window > 1 and shuffle_block_shards > 1:
+        raise ValueError(
+            f"shuffle_window and shuffle_block_shards should not both be on, but got "
+            f"shuffle_window={shuffle_window} and shuffle_block_shards={shuffle_block_shards}"
+        )
+    parts = check_int("parts", parts, minimum=0)
+    epochs = check_int("epochs", epochs, minimum=1)
+    start = check_int("start", start, minimum=0)
+    prefetch = check_int("prefetch", prefetch, minimum=1)
+    read_ahead = check_int("read_ahead", read_ahead, minimum=1)
+    check_bool("progress", progress)
+    if network is not None and not isinstance(network, Network):
+        raise TypeError(f"network should be a Network, but got {type(network).__name__}")
+    world = nodes * ranks_per_node
+    _check_parts(parts, world, "run's")
+    resumed: tuple[int, int, int] | None = None
+    if resume_at is not None:
+        at = check_int("resume_at", resume_at, minimum=0)
+        rn = check_int("resume_nodes", nodes if resume_nodes is None else resume_nodes, minimum=1)
+        rl = ranks_per_node if resume_ranks_per_node is None else resume_ranks_per_node
+        rl = check_int("resume_ranks_per_node", rl, minimum=1)
+        _check_parts(parts, rn * rl, "resume's")
+        resumed = (at, rn, rl)
+    source = shard_sizes(
+        urls, None if set_index is None else os.fspath(set_index), synthetic, index_dir
+    )
+    counts, sizes = source.counts, source.sizes
+    total = int(counts.sum())
+    if total == 0:
+        raise ValueError(f"the shards should hold samples, but all {len(counts)} are empty")
+    if cache_limit is not None:
+        cache_limit = check_int("cache_limit", cache_limit, minimum=1)
+        if cache_limit < int(sizes.max()):
+            raise ValueError(
+                f"cache_limit should hold at least the largest shard, {int(sizes.max())} bytes, "
+                f"but got cache_limit={cache_limit}; raise it (a few shards per reader at least)"
+            )
+    requests_per_shard = -(-sizes // download_step(read_ahead))  # len(download_ranges(...))
+    order = ShardOrder(
+        counts.tolist(), seed, shuffle_shards, shuffle_window, shuffle_block_shards, parts, "run"
+    )
+    bar = None
+    if progress:
+        tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
+        bar = tqdm(total=total * epochs, unit="position", desc="plan", leave=False)
+    knobs = (prefetch, read_ahead)
+    cluster = _Cluster(nodes, ranks_per_node, batch_size, start)
+    first_epoch = start // total
+    plans, method = _plan_epochs(
+        order, cluster, range(first_epoch, first_epoch + epochs), total, cache_limit, bar, sizes
+    )
+    firsts = _first_batches(order, cluster, num_workers, sizes, counts, requests_per_shard, knobs)
+    out_nodes = []
+    for node, (downloads, high, evicted) in enumerate(plans):
+        plan = NodePlan(node, high_water=high, evictions=evicted)
+        for shards in downloads:
+            got = fetch_plan(shards, requests_per_shard, sizes)
+            plan.shards.append(len(shards))
+            plan.shard_bytes.append(got[0])
+            plan.shard_requests.append(got[1])
+        _first(plan, firsts[node], network)
+        plan.index_bytes = source.set_index_bytes * ranks_per_node
+        plan.index_requests = ranks_per_node if source.set_index_bytes else 0
+        out_nodes.append(plan)
+    resume = None
+    if resumed is not None:
+        at, rn, rl = resumed
+        again = _Cluster(rn, rl, batch_size, at)
+        epoch = at // total
+        sets, _ = _plan_epochs(order, again, range(epoch, epoch + 1), total, None, bar, sizes)
+        firsts = _first_batches(order, again, num_workers, sizes, counts, requests_per_shard, knobs)
+        resume = []
+        for node, (downloads, high, _) in enumerate(sets):
+            got = fetch_plan(downloads[0], requests_per_shard, sizes)
+            plan = NodePlan(node, [len(downloads[0])], [got[0]], [got[1]], high_water=high)
+            _first(plan, firsts[node], network)
+            resume.append(plan)
+    if bar is not None:
+        bar.close()
+    config: dict[str, Any] = {"seed": seed, "shuffle_shards": shuffle_shards}
+    config.update(shuffle_window=shuffle_window, repeat=True, parts=parts, part_shards="run")
+    rank_order = order.fork()  # what one rank holds once it has located a batch
+    rank_order.locate(rank_positions(0, batch_size, world, 0, None, cluster.origin) + start)
+    return RunPlan(
+        world_size=world,
+        epochs=epochs,
+        samples=total,
+        shard_count=len(counts),
+        dataset_bytes=int(sizes.sum()),
+        method=method,
+        nodes=out_nodes,
+        order_bytes_per_rank=_array_bytes(rank_order),
+        state_bytes_per_rank=_state_bytes(source, config, start),
+        index_memory_per_rank=source.index_memory,
+        network=network,
+        resume=resume,
+    )
+
+
+def _first(plan: NodePlan, first: tuple[int, int, int, int], network: Network | None) -> None:
+    """Fill in a node's first batch, and add its ranged reads to the first epoch's downloads."""
+    plan.first_batch_bytes, plan.first_batch_requests = first[0], first[1]
+    plan.shard_bytes[0] += first[2]
+    plan.shard_requests[0] += first[3]
+    if network is not None:
+        plan.first_batch_seconds = (
+            network.rtt + first[1] / network.requests_per_second + first[0] / network.bandwidth
+        )
+
+
+def _plan_epochs(
+    order: ShardOrder,
+    cluster: _Cluster,
+    epochs: range,
+    total: int,
+    limit: int | None,
+    bar: Any,
+    sizes: I64,
+) -> tuple[list[tuple[list[I64], int, int]], str]:
+    """Each node's downloads per epoch, high-water mark and evictions, and how they were found."""
+    per_node: list[list[I64]] = [[] for _ in range(cluster.nodes)]
+    methods = set()
+    for epoch in epochs:
+        sets, method = _epoch_sets(order, epoch, cluster, total, False, bar)
+        methods.add(method)
+        for node, shards in enumerate(sets):
+            per_node[node].append(shards)
+    out = [_replay(sets, sizes, None) for sets in per_node]
+    if limit is not None and max(high for _, high, _ in out) > limit:
+        per_node = [[] for _ in range(cluster.nodes)]
+        for epoch in epochs:  # the limit is reached: replay in the order of first use
+            sets, _ = _epoch_sets(order, epoch, cluster, total, True, bar)
+            for node, shards in enumerate(sets):
+                per_node[node].append(shards)
+        methods = {"located, least recently used evicted (a model)"}
+        out = [_replay(sets, sizes, limit) for sets in per_node]
+    return out, " + ".join(sorted(methods))
