@@ -105,7 +105,7 @@ def read_at(values: npt.NDArray[Any], at: I64) -> I64:
             )
         if len(firsts) == len(wanted):  # no runs: one value per call, the loop in C
             parts = [os.pread(fd, item, offset + at) for at in where.tolist()]
-            if any(len(data) != item for data in parts):
+            if sum(map(len, parts)) != item * len(parts):
                 raise ValueError(
                     f"file {name} should hold {len(wanted)} values of {item} bytes from byte "
                     f"{offset}, but it ends before one; it changed while open, open the "
