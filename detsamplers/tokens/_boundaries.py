@@ -194,7 +194,8 @@ def _cached_lengths_ends(
     given = read_at(lengths, np.concatenate(([0], at)).astype(np.int64))
     if last != count or first != int(given[0]) or first < 1:
         return None
-    steps = picked[ENDS_HEADER + 2 : ENDS_HEADER + 2 + len(at)] - picked[ENDS_HEADER + 2 + len(at) :]
+    middle = ENDS_HEADER + 2 + len(at)
+    steps = picked[ENDS_HEADER + 2 : middle] - picked[middle:]
     if not np.array_equal(steps, given[1:]):
         return None
     ends = stored[ENDS_HEADER:]

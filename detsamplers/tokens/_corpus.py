@@ -362,7 +362,8 @@ class TokenCorpus:
             at = np.maximum(local - 1, 0)
             # Unchecked reads are a build's scattered ones: from the file, not the map
             # (NOTE [ ends read by position ]).
-            before = np.asarray(self._ends[f], np.int64)[at] if check else read_at(self._ends[f], at)
+            ends = self._ends[f]
+            before = np.asarray(ends, np.int64)[at] if check else read_at(ends, at)
             out[mask] = np.where(local > 0, before, 0) + self._token_start[f]
         return out
 

@@ -69,8 +69,9 @@ def _source(values: npt.NDArray[Any]) -> tuple[str, int] | None:
 
 
 def read_at(values: npt.NDArray[Any], at: I64) -> I64:
-    """``values[at]`` as int64, read from the file that ``values`` maps (NOTE [ ends read by
-    position ]), not through the map; ``at`` holds valid positions.
+    """``values[at]`` as int64, read from the file that ``values`` maps, not through the map.
+
+    NOTE [ ends read by position ]. ``at`` holds valid positions, in any order.
 
     Raises:
         ValueError: the file ends before a position (it shrank while open).
