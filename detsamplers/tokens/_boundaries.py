@@ -183,8 +183,8 @@ def _cached_lengths_ends(
     # read by position ]): the open makes neither file resident.
     stored = mapped_from(stored, where).view(np.ndarray)
     key = np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in binding[1:]] + [n])
-    at = np.random.default_rng(key).integers(1, n, size=min(ENDS_SAMPLES, n - 1)) if n > 1 else []
-    at = np.asarray(at, dtype=np.int64)
+    samples = min(ENDS_SAMPLES, n - 1)
+    at: I64 = np.random.default_rng(key).integers(1, max(n, 2), size=samples, dtype=np.int64)
     head = np.arange(ENDS_HEADER, dtype=np.int64)
     picked = read_at(stored, np.concatenate((head, ENDS_HEADER + np.array([0, n - 1]),
                                              ENDS_HEADER + at, ENDS_HEADER + at - 1)))  # fmt: skip

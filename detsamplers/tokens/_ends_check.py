@@ -61,11 +61,12 @@ def _source(values: npt.NDArray[Any]) -> tuple[str, int] | None:
         isinstance(base, np.memmap) and isinstance(base.base, mmap.mmap)
     ):
         base = getattr(base, "base", None)
-    name = getattr(base, "filename", None)
+    root: Any = base
+    name = getattr(root, "filename", None)
     if not isinstance(name, str) or values.ndim != 1 or values.strides[0] != values.itemsize:
         return None
-    delta = values.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    return name, int(base.offset) + delta
+    delta = values.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return name, int(root.offset) + delta
 
 
 def read_at(values: npt.NDArray[Any], at: I64) -> I64:
