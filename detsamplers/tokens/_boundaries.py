@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._ends_check import CHECK_REGION
+from ._ends_check import CHECK_REGION, mapped_from, read_at
 from ._files import open_npy
 
 __all__ = [
@@ -136,7 +136,7 @@ def sidecar_ends(
     [ cached document ends ] but the increase, which the corpus makes per region on
     first read (NOTE [ lazy ends check ]); anything else comes back checked whole.
     """
-    lengths = open_npy(sidecar, LENGTH_DTYPES, what="document lengths file")
+    lengths = mapped_from(open_npy(sidecar, LENGTH_DTYPES, what="document lengths file"), sidecar)
     if not cache or len(lengths) == 0:
         return ends_of_lengths(lengths, len(tokens), path, sidecar), True
     where = sidecar.with_name(f"{sidecar.name}.ends.npy")
@@ -173,21 +173,32 @@ def _cached_lengths_ends(
     try:
         if not stat.S_ISREG(os.stat(where).st_mode):
             return None
-        stored = open_npy(where, ("int64",), what="document ends cache").view(np.ndarray)
+        stored = open_npy(where, ("int64",), what="document ends cache")
     except (OSError, ValueError):
         return None
     n = len(lengths)
-    if len(stored) != ENDS_HEADER + n or not np.array_equal(stored[:ENDS_HEADER], binding):
+    if len(stored) != ENDS_HEADER + n:
+        return None
+    # The checked values are read from the files, not through their maps (NOTE [ ends
+    # read by position ]): the open makes neither file resident.
+    stored = mapped_from(stored, where).view(np.ndarray)
+    key = np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in binding[1:]] + [n])
+    samples = min(ENDS_SAMPLES, n - 1)
+    at: I64 = np.random.default_rng(key).integers(1, max(n, 2), size=samples, dtype=np.int64)
+    head = np.arange(ENDS_HEADER, dtype=np.int64)
+    picked = read_at(stored, np.concatenate((head, ENDS_HEADER + np.array([0, n - 1]),
+                                             ENDS_HEADER + at, ENDS_HEADER + at - 1)))  # fmt: skip
+    if not np.array_equal(picked[:ENDS_HEADER], binding):
+        return None
+    first, last = int(picked[ENDS_HEADER]), int(picked[ENDS_HEADER + 1])
+    given = read_at(lengths, np.concatenate(([0], at)).astype(np.int64))
+    if last != count or first != int(given[0]) or first < 1:
+        return None
+    middle = ENDS_HEADER + 2 + len(at)
+    steps = picked[ENDS_HEADER + 2 : middle] - picked[middle:]
+    if not np.array_equal(steps, given[1:]):
         return None
     ends = stored[ENDS_HEADER:]
-    if int(ends[-1]) != count or int(ends[0]) != int(lengths[0]) or int(ends[0]) < 1:
-        return None
-    if n > 1:
-        key = np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in binding[1:]] + [n])
-        at = np.random.default_rng(key).integers(1, n, size=min(ENDS_SAMPLES, n - 1))
-        steps = np.asarray(ends[at], np.int64) - np.asarray(ends[at - 1], np.int64)
-        if not np.array_equal(steps, np.asarray(lengths[at], np.int64)):
-            return None
     if n > CHECK_REGION:
         return ends, False
     if not bool((ends[1:] > ends[:-1]).all()):  # no temporary of differences
@@ -230,7 +241,7 @@ def _cached(path: Path, cache: Path, count: int) -> I64 | None:
         info = os.stat(cache)
         if not stat.S_ISREG(info.st_mode) or info.st_mtime_ns < os.stat(path).st_mtime_ns:
             return None
-        ends = open_npy(cache, ("int64",), what="document index")
+        ends = mapped_from(open_npy(cache, ("int64",), what="document index"), cache)
     except (OSError, ValueError):
         return None
     return ends if sound_ends(ends, count) else None

@@ -92,8 +92,7 @@ class ConcatOrder:
         self._all_blocks = np.arange(self._blocks, dtype=np.int64)
         self._epochs: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
         self._cache: OrderedDict[tuple[int, int], tuple[I64, I64, I64, I64]] = OrderedDict()
-        self._capacity = CACHED_BLOCKS
-        self.index(0)
+        self._capacity = CACHED_BLOCKS  # no epoch's index yet: a resume asks for its own
 
     def index(self, epoch: int) -> tuple[I64, I64]:
         """Epoch ``epoch``'s block order ``pi_e`` and cumulative totals ``C_e`` (cached)."""

@@ -16,9 +16,7 @@ above ``vocab_size`` (or below 0) fails naming the file and the token's offset i
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import mmap
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,7 +27,7 @@ import numpy.typing as npt
 
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, sidecar_ends
-from ._ends_check import EndsCheck
+from ._ends_check import EndsCheck, read_at
 from ._files import BIN_DTYPES, check_path, open_tokens
 from ._megatron import megatron_ends, megatron_tokens
 
@@ -60,26 +58,6 @@ def _path_or_url(value: Any, name: str) -> Path | str:
 def _ends_cache(sidecar: Path | str) -> str:
     """The name of a sidecar's ends cache, for the lazy check's error."""
     return f"{sidecar}.ends.npy"
-
-
-#: Document ends spanned per window by :meth:`TokenCorpus.block_starts` (4 MB of int64).
-BLOCK_WINDOW = 1 << 19
-
-
-def _release(ends: Any) -> None:
-    """Drop a memory-mapped array's pages from this process's resident set.
-
-    The file's pages stay in the page cache; a later read maps them again. A concat
-    order's build reads every ``B``-th end of the whole array: released a window at a
-    time, its resident memory peaks at a window's pages, not the array's.
-    """
-    base = getattr(ends, "base", None)
-    while base is not None and not isinstance(base, np.memmap):
-        base = getattr(base, "base", None)
-    found = getattr(base, "_mmap", None)
-    if isinstance(found, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-        with contextlib.suppress(OSError, ValueError):
-            found.madvise(mmap.MADV_DONTNEED)
 
 
 def _brackets(ends: Any, low: int, high: int, start: int, stop: int) -> bool:
@@ -360,13 +338,7 @@ class TokenCorpus:
         """
         docs = np.append(np.arange(0, self.num_documents, size, dtype=np.int64),
                          np.int64(self.num_documents))  # fmt: skip
-        out = np.empty(len(docs), dtype=np.int64)
-        step = max(1, BLOCK_WINDOW // size)  # block starts per window of ends
-        for first in range(0, len(docs), step):
-            part = docs[first : first + step]
-            out[first : first + len(part)] = self.starts(part, check=False)
-            for ends in self._ends:  # the pages just read leave this process (page cache)
-                _release(ends)
+        out = self.starts(docs, check=False)
         if len(out) > 1 and not bool((out[1:] > out[:-1]).all()):
             for check, ends in zip(self._checks, self._ends, strict=True):
                 check.cover(ends, 0, len(ends))  # names the cache that does not increase
@@ -375,7 +347,8 @@ class TokenCorpus:
     def starts(self, docs: I64, check: bool = True) -> I64:
         """The corpus token where each document of ``docs`` starts (``num_documents``: the end).
 
-        ``check``: check the regions of the ends read (NOTE [ lazy ends check ]).
+        ``check``: check the regions of the ends read (NOTE [ lazy ends check ]); without
+        it the ends are read from their file (NOTE [ ends read by position ]).
         """
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
         files = np.searchsorted(self._doc_start, docs, side="right") - 1
@@ -386,7 +359,11 @@ class TokenCorpus:
             local = docs[mask] - self._doc_start[f]
             if check:
                 self._checks[f].cover_at(self._ends[f], local)  # each with the end before it
-            before = np.asarray(self._ends[f], np.int64)[np.maximum(local - 1, 0)]
+            at = np.maximum(local - 1, 0)
+            # Unchecked reads are a build's scattered ones: from the file, not the map
+            # (NOTE [ ends read by position ]).
+            ends = self._ends[f]
+            before = np.asarray(ends, np.int64)[at] if check else read_at(ends, at)
             out[mask] = np.where(local > 0, before, 0) + self._token_start[f]
         return out
 

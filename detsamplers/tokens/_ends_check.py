@@ -28,16 +28,107 @@ from 0 to the token count), which is what the block totals need.
 
 from __future__ import annotations
 
+import mmap
+import os
+import stat
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECK_REGION", "EndsCheck"]
+__all__ = ["CHECK_REGION", "READ_GAP", "READ_SPAN", "EndsCheck", "mapped_from", "read_at"]
 
 I64 = npt.NDArray[np.int64]
 #: Ends per region of the lazy increase check (512 kB of int64).
 CHECK_REGION = 1 << 16
+#: Bytes between two values read at, below which one ``pread`` reads both.
+READ_GAP = 1 << 12
+#: Bytes read by one ``pread`` at most (what a read holds in memory).
+READ_SPAN = 1 << 18
+
+
+def mapped_from(values: Any, path: Any) -> Any:
+    """Record on the memory map ``values`` the file it maps, for :func:`read_at`."""
+    if isinstance(values, np.memmap):
+        values.filename = str(path)
+    return values
+
+
+def _source(values: npt.NDArray[Any]) -> tuple[str, int] | None:
+    """The file a 1-D contiguous view of a recorded map reads, and its first byte there."""
+    base: Any = values  # the map's own array: the memmap whose base is the mmap
+    while base is not None and not (
+        isinstance(base, np.memmap) and isinstance(base.base, mmap.mmap)
+    ):
+        base = getattr(base, "base", None)
+    root: Any = base
+    name = getattr(root, "filename", None)
+    if not isinstance(name, str) or values.ndim != 1 or values.strides[0] != values.itemsize:
+        return None
+    delta = values.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return name, int(root.offset) + delta
+
+
+def read_at(values: npt.NDArray[Any], at: I64) -> I64:
+    """``values[at]`` as int64, read from the file that ``values`` maps, not through the map.
+
+    NOTE [ ends read by position ]. ``at`` holds valid positions, in any order.
+
+    Raises:
+        ValueError: the file ends before a position (it shrank while open).
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "e.npy"
+        >>> np.save(path, np.arange(10, 20, dtype=np.int64))
+        >>> ends = mapped_from(np.load(path, mmap_mode="r"), path)
+        >>> read_at(ends[2:], np.array([5, 0, 5])).tolist()
+        [17, 12, 17]
+    """
+    found = _source(values)
+    if found is None or len(at) == 0:
+        return np.asarray(np.asarray(values)[at], np.int64)
+    name, offset = found
+    item = values.dtype.itemsize
+    wanted, back = np.unique(at, return_inverse=True)
+    where = wanted * item
+    # A new run where the gap is wide or a READ_SPAN boundary is crossed.
+    cut = np.flatnonzero((np.diff(where) > READ_GAP) | (np.diff(where // READ_SPAN) != 0)) + 1
+    firsts = np.concatenate(([0], cut)).tolist()
+    lasts = np.concatenate((cut, [len(wanted)])).tolist()
+    parts: list[bytes] = []
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(
+                f"file {name} should be the regular file that was opened, but it is now a "
+                "FIFO, device or directory; open the corpus again"
+            )
+        if len(firsts) == len(wanted):  # no runs: one value per call, the loop in C
+            parts = [os.pread(fd, item, offset + at) for at in where.tolist()]
+            if sum(map(len, parts)) != item * len(parts):
+                raise ValueError(
+                    f"file {name} should hold {len(wanted)} values of {item} bytes from byte "
+                    f"{offset}, but it ends before one; it changed while open, open the "
+                    "corpus again"
+                )
+        for first, last in zip(firsts, lasts, strict=True) if not parts else ():
+            low, high = int(where[first]), int(where[last - 1]) + item
+            data = os.pread(fd, high - low, offset + low)
+            if len(data) != high - low:
+                raise ValueError(
+                    f"file {name} should hold {high - low} bytes at byte {offset + low}, but "
+                    f"it ends {len(data)} bytes in; it changed while open, open the corpus again"
+                )
+            if last - first > 1:  # a run: only its wanted values
+                run = np.frombuffer(data, dtype=values.dtype)
+                data = run[(where[first:last] - low) // item].tobytes()
+            parts.append(data)
+    finally:
+        os.close(fd)
+    got = np.frombuffer(b"".join(parts), dtype=values.dtype).astype(np.int64)
+    return got[back.reshape(-1)]
 
 
 class EndsCheck:

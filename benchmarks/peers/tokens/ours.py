@@ -41,8 +41,12 @@ def _loader(sequences: Any, batch: int, num_workers: int) -> Any:
 
 
 def build(corpus: Corpus, seq_len: int, mode: str = "concat") -> object:
-    """Open the corpus and build the sequences' index (``concat``: the block totals)."""
-    return _sequences(corpus, seq_len, mode)
+    """Open the corpus and build the sequences' index (``concat``: the block totals and
+    epoch 0's block order, which the order builds when an epoch is first asked for)."""
+    sequences = _sequences(corpus, seq_len, mode)
+    if sequences._concat is not None:
+        sequences._concat.index(0)
+    return sequences
 
 
 def _state(corpus: Corpus, seq_len: int, batch: int, samples: int, mode: str) -> dict[str, Any]:
