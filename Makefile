@@ -97,16 +97,23 @@ check: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
+# pytest on PYTEST_WORKERS pytest-xdist workers: most of the slow tiers' time is waiting
+# (torchrun rendezvous, servers, pip), which workers overlap on 2 cores; a file's tests stay on
+# one worker, the longest files start first (tests/parallel.py). PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= 3
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: check
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 	$(MAKE) bench-quick
 
 # The fast tier, before each commit: every test without a slow marker (tests/tiers.py), none
 # of which starts a process or a server (the guard fails one that does), and every hypothesis
-# property on 10 examples instead of 60 (tests/conftest.py). About 3 minutes.
+# property on 10 examples instead of 60 (tests/conftest.py), on PYTEST_WORKERS workers. About 3
+# minutes.
 .PHONY: test-fast
 test-fast: $(STAMP)
-	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not (distributed or frameworks or install or servers or subprocess or workers)"
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest $(XDIST) -q -m "not (distributed or frameworks or install or servers or subprocess or workers)"
 
 # The benchmark scripts in quick mode, so that they never rot; speed is reported, not asserted.
 bench-quick: $(STAMP)

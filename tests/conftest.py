@@ -36,8 +36,10 @@ os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
 # The test tiers: the slow markers, set from the fixtures a test uses, and the guard that fails
-# a test without one that starts a process or a server (tests/tiers.py).
-pytest_plugins = ["tests.tiers"]
+# a test without one that starts a process or a server (tests/tiers.py); and the opt-in record of
+# each test's wall and CPU time (DETSAMPLERS_TEST_CPU=path, tests/cpu_time.py); and which tests
+# share a pytest-xdist worker and start first (tests/parallel.py).
+pytest_plugins = ["tests.tiers", "tests.cpu_time", "tests.parallel"]
 
 settings.register_profile(
     "default",
