@@ -133,3 +133,34 @@ def test_the_source_passes_check_reproducible_and_is_an_iterable_dataset(shards:
     check_reproducible(source)
     loader = WebDataLoader(source)
     assert isinstance(loader, tud.DataLoader) and loader.batch_size is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 12), min_size=1, max_size=6).filter(any),
+    seed=st.integers(0, 2**31),
+    window=st.integers(2, 7),
+    block=st.sampled_from([0, 2]),
+    parts=st.sampled_from([0, 3]),
+    data=st.data(),
+)
+def test_locating_many_positions_at_once_gives_each_position_its_own_window_sample(
+    counts: list[int], seed: int, window: int, block: int, parts: int, data: st.DataObject
+) -> None:
+    """The window permutations applied run by run equal them applied one position at a time."""
+    import numpy as np
+
+    from detsamplers.loader._wds.order._shard_order import ShardOrder
+
+    order = ShardOrder(counts, seed, True, window, block, parts)
+    total = sum(counts)
+    positions = data.draw(st.lists(st.integers(0, 4 * total - 1), max_size=40))
+    at = np.asarray(positions, dtype=np.int64)
+    shards, samples = order.locate(at)
+    plain = ShardOrder(counts, seed, True, 0, block, parts)
+    alone = ShardOrder(counts, seed, True, window, block, parts)
+    for position, shard, sample in zip(positions, shards.tolist(), samples.tolist(), strict=True):
+        raw_shards, raw = plain.locate(np.asarray([position], dtype=np.int64))
+        epoch, within = position // total, int(raw[0])
+        expected = alone._window(epoch, int(raw_shards[0]), within // window)[within % window]
+        assert (shard, sample) == (int(raw_shards[0]), int(expected))

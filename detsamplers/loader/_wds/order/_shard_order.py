@@ -195,10 +195,18 @@ class ShardOrder:
             slot = np.searchsorted(starts, within, side="right") - 1
             shards[mask] = order[slot]
             samples[mask] = within - starts[slot]
-        if self.window:
-            windows = samples // self.window
-            for i, (epoch, shard, window) in enumerate(
-                zip(epochs.tolist(), shards.tolist(), windows.tolist(), strict=True)
+        if self.window and len(samples):
+            # Each run of positions in one (epoch, shard, window) takes its permutation at
+            # once (a batch spans a few such runs): the same samples as one by one.
+            windows, within = np.divmod(samples, self.window)
+            group = np.lexsort((windows, shards, epochs))
+            keys = np.stack((epochs[group], shards[group], windows[group]))
+            cuts = np.flatnonzero(np.any(keys[:, 1:] != keys[:, :-1], axis=0)) + 1
+            bounds = [0, *cuts.tolist(), len(group)]
+            heads = keys[:, bounds[:-1]].T.tolist()
+            for (epoch, shard, window), low, high in zip(
+                heads, bounds[:-1], bounds[1:], strict=True
             ):
-                samples[i] = self._window(epoch, shard, window)[samples[i] % self.window]
+                rows = group[low:high]
+                samples[rows] = self._window(epoch, shard, window)[within[rows]]
         return shards, samples

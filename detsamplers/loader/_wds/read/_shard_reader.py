@@ -291,7 +291,13 @@ class ShardReader:
         is read in runs as before. The order and the samples are unchanged.
         """
         starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
-        count, window = len(self.keys), self.window
+        suffixes, keys, url, local = (
+            packed.suffixes,
+            self.keys,
+            self.shards[shard].url,
+            self.local[shard],
+        )
+        count, window = len(keys), self.window
         rest: list[int] = []
         base, data, number = 0, b"", -1
         for i in order:
@@ -320,14 +326,12 @@ class ShardReader:
             if base < 0:
                 rest.append(i)
                 continue
-            sample: dict[str, Any] = {
-                "__key__": self.keys[index],
-                "__url__": self.shards[shard].url,
-            }
+            # cut_sample, inlined, the shard's lists hoisted: the per-sample hot path.
+            sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
             for j in range(starts[index], starts[index + 1]):
                 at = offsets[j] - base
-                sample[packed.suffixes[j]] = data[at : at + sizes[j]]
-            sample["__local_path__"] = self.local[shard]
+                sample[suffixes[j]] = data[at : at + sizes[j]]
+            sample["__local_path__"] = local
             out[i] = sample
         return rest
 
