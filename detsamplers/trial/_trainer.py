@@ -10,7 +10,9 @@ skipped; lengths) → model (``_agree``: the ranks' agreement) → load checkpoi
 (``_restore``: state, RNG, checks) → loop (``_loop``: train, report, validate, checkpoint)
 → close (``_close``: a last validation and checkpoint; or ``_pause`` after an agreed stop),
 then callbacks' shutdown. Each reads the frozen ``_Settings`` of ``fit`` and the answers of
-the phases before it (``_Start``, ``_Run``, ``_End``). See
+the phases before it (``_Start``, ``_Run``, ``_End``). The phases the loop runs are objects
+built once the data is (``_Phases``: ``LoadPhase``, ``TrainPhase``, ``ValidatePhase``,
+``SavePhase``), each given what it reads and answering through what it returns. See
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
 NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
