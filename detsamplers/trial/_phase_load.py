@@ -13,15 +13,27 @@ from typing import Any
 from .._errors import ReproducibilityError
 from . import _aggregation, _checkpoint, _data, _rng, _schedule
 from ._clock import Clock
-from ._phase import Phase
+from ._context import TrialContext
+from ._phase import Callbacks
 
 __all__ = ["LoadPhase"]
 
 
-class LoadPhase(Phase):
-    """The phase that loads a checkpoint into the trial, its loader and the RNGs."""
+class LoadPhase:
+    """The phase that loads a checkpoint into the trial, its loader and the RNGs.
 
-    def _load(
+    Args:
+        context: The trial's context: its models, optimizers, schedulers and ranks.
+        callbacks: The trial's callbacks, whose state the checkpoint holds too.
+        weights_only: Read ``state-dict.pth`` as data (``Trainer.fit``'s argument).
+    """
+
+    def __init__(self, context: TrialContext, callbacks: Callbacks, weights_only: bool) -> None:
+        self.context = context
+        self.callbacks = callbacks
+        self.weights_only = weights_only
+
+    def load(
         self,
         path: str,
         saved: dict[str, Any],
@@ -74,7 +86,7 @@ class LoadPhase(Phase):
                 f"resume on {saved['world_size']} ranks, or from a checkpoint at a multiple of "
                 f"{context.aggregation_frequency} batches"
             )
-        _checkpoint.restore_state(path, context, self.callbacks, self._weights_only)
+        _checkpoint.restore_state(path, context, self.callbacks.by_name, self.weights_only)
         if "gradients" in rank_state:
             _aggregation.restore_gradients(context.optimizers, rank_state["gradients"], path)
         if same_world:

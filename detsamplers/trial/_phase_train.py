@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _tensorboard
-from ._callbacks import call_epoch_start
 from ._clock import Clock
+from ._context import TrialContext
 from ._lr_scheduler import auto_step
-from ._phase import Phase
+from ._phase import Callbacks
 from ._reducer import (
     Window,
     as_metrics,
@@ -23,22 +23,33 @@ from ._reducer import (
     reduce_wrapped,
 )
 from ._report import Reporter
+from ._trial import Trial
 
 __all__ = ["TrainPhase"]
 
 
-class TrainPhase(Phase):
-    """The phase that trains a batch and reports a window of them."""
+class TrainPhase:
+    """The phase that trains a batch and reports a window of them.
 
-    def _train_batch(self, iterator: Iterator[Any], clock: Clock) -> tuple[dict[str, Any], int]:
+    Args:
+        trial: The trial whose ``train_batch`` it calls.
+        context: The trial's context: its models, schedulers, scalers and reducers.
+        callbacks: The trial's callbacks, told of epochs and reported windows.
+    """
+
+    def __init__(self, trial: Trial, context: TrialContext, callbacks: Callbacks) -> None:
+        self.trial = trial
+        self.context = context
+        self.callbacks = callbacks
+
+    def train_batch(self, iterator: Iterator[Any], clock: Clock) -> tuple[dict[str, Any], int]:
         """Train the clock's next global batch and step what follows; its metrics and length."""
         context, trial = self.context, self.trial
         batch_idx, epoch_idx = clock.batches, clock.epoch
         first, last = clock.is_epoch_start(), clock.is_epoch_end()
         context._enter_batch(batch_idx, epoch_idx, first, last)
         if first:
-            for callback in self.callbacks.values():
-                call_epoch_start(callback, epoch_idx)
+            self.callbacks.epoch_start(epoch_idx)
         batch = next(iterator)
         if context.experimental.auto_to_device:
             batch = context.to_device(batch)
@@ -53,16 +64,17 @@ class TrainPhase(Phase):
             for scheduler in context.lr_schedulers:  # epochs ahead from the clock
                 auto_step(scheduler, batch_idx, context.aggregation_frequency, clock.epoch_in)
         if last:
-            self._call("on_training_epoch_end", epoch_idx)
+            self.callbacks.call("on_training_epoch_end", epoch_idx)
         return metrics, trial.get_batch_length(batch)
 
-    def _open_window(self) -> Window:
+    def open_window(self) -> Window:
+        """A new window of training metrics; the training reducers reset."""
         for entry in self.context.reducers:
             if entry.for_training:
                 entry.reset()
         return Window()
 
-    def _report(self, reporter: Reporter, window: Window, batches: int, average: bool) -> None:
+    def report(self, reporter: Reporter, window: Window, batches: int, average: bool) -> None:
         """Reduce a training window, log it and run ``on_training_workload_end``."""
         context, dist = self.context, self.context.distributed
         partials = dist.all_gather(window.partial()) if average else [window.partial()]
@@ -73,4 +85,4 @@ class TrainPhase(Phase):
         if dist.is_chief and context.enable_tensorboard_logging:
             writer = context.get_tensorboard_writer()
             _tensorboard.log_metrics(writer, "training", batches, metrics, batch_metrics)
-        self._call("on_training_workload_end", metrics, batch_metrics)
+        self.callbacks.call("on_training_workload_end", metrics, batch_metrics)

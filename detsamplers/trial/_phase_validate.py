@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from . import _data, _preemption, _rng, _tensorboard
-from ._phase import Phase, _overrides
+from ._context import TrialContext
+from ._phase import Callbacks, overrides
 from ._reducer import (
     Window,
     as_metrics,
@@ -21,40 +22,62 @@ from ._reducer import (
     reducers_for,
 )
 from ._report import Reporter
-from ._trial import takes_batch_idx
+from ._trial import Trial, takes_batch_idx
 
-__all__ = ["ValidatePhase"]
+__all__ = ["ValidatePhase", "validates"]
 
 
-class ValidatePhase(Phase):
-    """The phase that validates the trial and reports its metrics."""
+def validates(trial: Trial) -> bool:
+    """Whether ``trial`` has a validation loader and an evaluate method."""
+    evaluates = overrides(trial, "evaluate_batch") or overrides(trial, "evaluate_full_dataset")
+    return evaluates and overrides(trial, "build_validation_data_loader")
 
-    def _validates(self) -> bool:
-        trial = self.trial
-        evaluates = _overrides(trial, "evaluate_batch") or _overrides(
-            trial, "evaluate_full_dataset"
-        )
-        return evaluates and _overrides(trial, "build_validation_data_loader")
 
-    def _validate(self, reporter: Reporter, batches: int, test_mode: bool) -> int:
+class ValidatePhase:
+    """The phase that validates the trial and reports its metrics.
+
+    Args:
+        trial: The trial to validate (``validates(trial)`` should hold).
+        context: The trial's context: its models, reducers and ranks.
+        callbacks: The trial's callbacks, told of the validation.
+        signals: The stop signals the validation loader's workers are shielded from.
+    """
+
+    def __init__(
+        self,
+        trial: Trial,
+        context: TrialContext,
+        callbacks: Callbacks,
+        signals: _preemption.StopSignals,
+    ) -> None:
+        self.trial = trial
+        self.context = context
+        self.callbacks = callbacks
+        self.signals = signals
+        self.last: tuple[int, dict[str, Any]] = (-1, {})  # this fit's last: batch, metrics
+
+    def metrics_at(self, batches: int) -> dict[str, Any] | None:
+        """The metrics of this fit's validation at ``batches``, if it validated there."""
+        done, metrics = self.last
+        return metrics if done == batches else None
+
+    def validate(self, reporter: Reporter, batches: int, test_mode: bool) -> dict[str, Any]:
         """Validate on every rank under a forked RNG; reduce and log the metrics.
 
         Returns:
-            ``batches``, the batch it validated at.
+            The metrics, reduced over every rank (as every rank logs them).
         """
         context, dist, trial = self.context, self.context.distributed, self.trial
-        full = _overrides(trial, "evaluate_full_dataset") and not _overrides(
-            trial, "evaluate_batch"
-        )
+        full = overrides(trial, "evaluate_full_dataset") and not overrides(trial, "evaluate_batch")
         for entry in context.reducers:
             if entry.for_validation:
                 entry.reset()
         for model in context.models:
             model.eval()
-        self._call("on_validation_start")
+        self.callbacks.call("on_validation_start")
         with _rng.fork(context.get_trial_seed(), "validation", batches), torch.no_grad():
             data = _data.validation_loader(trial.build_validation_data_loader(), context, full)
-            _preemption.shield_workers(data, self._signals)
+            _preemption.shield_workers(data, self.signals)
             if full:
                 metrics = trial.evaluate_full_dataset(data) if dist.is_chief else None
                 metrics = dict(as_metrics(dist.broadcast(metrics), "evaluate_full_dataset"))
@@ -66,15 +89,15 @@ class ValidatePhase(Phase):
         if dist.is_chief and context.enable_tensorboard_logging:
             writer = context.get_tensorboard_writer()
             _tensorboard.log_metrics(writer, "validation", batches, metrics)
-        self._last_validation = (batches, metrics)
-        self._call("on_validation_end", metrics)
-        return batches
+        self.last = (batches, metrics)
+        self.callbacks.call("on_validation_end", metrics)
+        return metrics
 
     def _evaluate_batches(self, data: Any, test_mode: bool) -> dict[str, Any]:
         """``evaluate_batch`` over this rank's shard; the metrics reduced over every rank."""
         context, dist, trial = self.context, self.context.distributed, self.trial
         with_idx = takes_batch_idx(trial.evaluate_batch)
-        self._call("on_validation_epoch_start")
+        self.callbacks.call("on_validation_epoch_start")
         window, outputs, names = Window(), [], None
         for idx, batch in enumerate(data):
             if context.experimental.auto_to_device:
@@ -93,7 +116,7 @@ class ValidatePhase(Phase):
             outputs.append(window.add(metrics, trial.get_batch_length(batch)))
             if test_mode:
                 break
-        self._call("on_validation_epoch_end", outputs)
+        self.callbacks.call("on_validation_epoch_end", outputs)
         partials = dist.all_gather(window.partial())
         every = sorted({name for partial in partials for name in partial["sums"]})
         return merge(partials, reducers_for(trial.evaluation_reducer(), every))

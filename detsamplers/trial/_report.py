@@ -1,6 +1,7 @@
 """Metrics as JSON lines in ``checkpoint_dir/metrics.jsonl``, printed, and a progress bar.
 
-Only rank 0 writes, prints and shows the bar (a tqdm bar, hidden when stderr is not a
+A metric prints as its JSON line holds it (a tensor or NumPy scalar as its number). Only
+rank 0 writes, prints and shows the bar (a tqdm bar, hidden when stderr is not a
 terminal); the other ranks' calls do nothing.
 """
 
@@ -19,9 +20,17 @@ _tqdm: Any = importlib.import_module("tqdm").tqdm
 
 
 def _format(metrics: dict[str, Any]) -> str:
+    """``name=value`` pairs of ``metrics`` as the JSON line holds them (a tensor as its number).
+
+    Examples:
+        >>> import torch
+        >>> _format({"acc": torch.tensor(0.75), "loss": 1 / 3, "n": 4})
+        'acc=0.75 loss=0.333333 n=4'
+    """
+    held = json.loads(json.dumps(metrics, default=float))  # as the metrics.jsonl line
     return " ".join(
         f"{name}={value:.6g}" if isinstance(value, float) else f"{name}={value}"
-        for name, value in sorted(metrics.items())
+        for name, value in sorted(held.items())
     )
 
 
@@ -48,8 +57,9 @@ class Reporter:
         if not self.chief:
             return
         record = {"type": kind, "batches_trained": batches_trained, "metrics": metrics}
+        line = json.dumps(record, sort_keys=True, default=float)
         with open(self.path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True, default=float) + "\n")
+            f.write(line + "\n")
         _tqdm.write(f"[batch {batches_trained}] {kind}: {_format(metrics)}")
 
     def close(self) -> None:

@@ -10,7 +10,9 @@ skipped; lengths) → model (``_agree``: the ranks' agreement) → load checkpoi
 (``_restore``: state, RNG, checks) → loop (``_loop``: train, report, validate, checkpoint)
 → close (``_close``: a last validation and checkpoint; or ``_pause`` after an agreed stop),
 then callbacks' shutdown. Each reads the frozen ``_Settings`` of ``fit`` and the answers of
-the phases before it (``_Start``, ``_Run``, ``_End``). See
+the phases before it (``_Start``, ``_Run``, ``_End``). The phases the loop runs are objects
+built once the data is (``_Phases``: ``LoadPhase``, ``TrainPhase``, ``ValidatePhase``,
+``SavePhase``), each given what it reads and answering through what it returns. See
 NOTE [ trial data ], NOTE [ epoch length ], NOTE [ trial RNG ], NOTE [ checkpoint layout ],
 NOTE [ metric reduction ], NOTE [ callback ranks ], NOTE [ gradient aggregation ],
 NOTE [ scheduler stepping ], NOTE [ AMP ], NOTE [ stop agreement ],
@@ -44,19 +46,35 @@ from . import (
     _retention,
     _rng,
 )
+from ._callbacks import Callback
 from ._clock import Clock
+from ._context import TrialContext
+from ._phase import Callbacks
 from ._phase_load import LoadPhase
-from ._phase_save import CheckpointPhase
+from ._phase_save import SavePhase
 from ._phase_train import TrainPhase
-from ._phase_validate import ValidatePhase
+from ._phase_validate import ValidatePhase, validates
 from ._reducer import Window
 from ._report import Reporter
 from ._schedule import BatchSchedule
+from ._trial import Trial
 from ._units import Batch, Epoch, Length, check_length
 
 __all__ = ["Trainer"]
 
 _REPORTING_PERIOD = Batch(100)
+
+
+def _stop_code(signals: _preemption.StopSignals, context: TrialContext) -> int:
+    """Why this rank would stop now: a signal, a request, or 0 (NOTE [ stop agreement ])."""
+    if signals.received is not None:
+        return _preemption.SIGNALLED
+    return _preemption.REQUESTED if context.get_stop_requested() else 0
+
+
+def _validated_at(validate: ValidatePhase | None, batches: int) -> dict[str, Any] | None:
+    """The metrics of this fit's validation at ``batches``, if there was one."""
+    return None if validate is None else validate.metrics_at(batches)
 
 
 @contextlib.contextmanager
@@ -82,6 +100,7 @@ class _Settings:
     dataset_growth: bool
     retention: _retention.Retention
     signals: _preemption.StopSignals
+    weights_only: bool
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,17 @@ class _Run:
 
 
 @dataclass(frozen=True)
+class _Phases:
+    """The phases the loop runs, built once the data is: each with what it reads."""
+
+    callbacks: Callbacks
+    load: LoadPhase
+    train: TrainPhase
+    validate: ValidatePhase | None  # None: the trial does not validate
+    save: SavePhase
+
+
+@dataclass(frozen=True)
 class _End:
     """How the loop ended: an agreed stop (its code) or the end of training (0)."""
 
@@ -123,7 +153,7 @@ class _End:
     last: dict[str, int]  # the batches last validated and checkpointed
 
 
-class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
+class Trainer:
     """Train a :class:`Trial` with the context it was built with.
 
     Examples:
@@ -150,6 +180,13 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
         [batch 10] training: loss=0.428004
         2.0
     """
+
+    def __init__(self, trial: Trial, context: TrialContext) -> None:
+        if not isinstance(trial, Trial):
+            raise TypeError(f"trial should be a Trial, but got {type(trial).__name__}")
+        self.trial = trial
+        self.context = context
+        self.callbacks: dict[str, Callback] = {}
 
     def fit(
         self,
@@ -240,7 +277,7 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
             checkpoint_policy, searcher_metric, smaller_is_better, keep_last, keep_best
         )
         dataset_growth = check_bool("dataset_growth", dataset_growth)
-        self._weights_only = check_bool("weights_only", weights_only)
+        weights_only = check_bool("weights_only", weights_only)
         with _preemption.StopSignals(stop_signals) as signals:
             periods = self._periods(
                 checkpoint_period, validation_period, reporting_period, stop_check_period
@@ -249,7 +286,7 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
                 _Settings(
                     max_length, periods, checkpoint_dir, latest_checkpoint, test_mode,
                     step_zero_validation, average_training_metrics, dataset_growth, retention,
-                    signals,
+                    signals, weights_only,
                 )
             )  # fmt: skip
 
@@ -257,31 +294,30 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
         started = time.perf_counter()
         start = self._setup(settings)
         self.callbacks = self.trial.build_callbacks()
-        self._call("on_trial_startup", start.initial, start.latest_checkpoint)
+        callbacks = Callbacks(self.callbacks, self.context.distributed)
+        callbacks.call("on_trial_startup", start.initial, start.latest_checkpoint)
         try:
             run = self._build_data(settings, start)
             here = self._agree(run)
-            self._restore(start, here, run)
-            end = self._loop(settings, start, run, started)
+            phases = self._phases(settings, start, run, callbacks)
+            self._restore(settings, start, here, run, phases.load)
+            end = self._loop(settings, start, run, phases, started)
             if end.stop:
-                self._pause(settings, start, run, end)
+                self._pause(settings, run, phases, end)
             else:
-                self._close(settings, start, run, end)
+                self._close(settings, run, phases, end)
         finally:
-            self._call("on_trial_shutdown")
+            callbacks.call("on_trial_shutdown")
 
     # The phases of ``fit``, in order.
 
     def _setup(self, settings: _Settings) -> _Start:
         """Where training stands, before the trial builds its loaders; the checks of ``fit``."""
         context, dist = self.context, self.context.distributed
-        self._signals = settings.signals
-        retention = settings.retention
         checkpoint_dir = _checkpoint.check_checkpoint_dir(settings.checkpoint_dir, dist)
         latest = _preemption.resolve_latest(settings.latest_checkpoint, checkpoint_dir, dist)
         if latest is not None:
-            retention.resumed_from = os.path.abspath(latest)
-        self._retention, self._last_validation = retention, (-1, {})
+            settings.retention.resumed_from = os.path.abspath(latest)
         saved = None
         if latest is not None:  # NOTE [ checkpoint metadata ]
             saved = _checkpoint.read_checkpoint_metadata(latest, "latest_checkpoint")
@@ -296,8 +332,8 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
         clock = None
         if "global_batch_size" in context.hparams:  # NOTE [ batch size schedule ]
             clock = context._restore_clock(saved, samples)
-        validates = settings.periods["validation"] is not None or settings.step_zero_validation
-        if validates and not self._validates():
+        validating = settings.periods["validation"] is not None or settings.step_zero_validation
+        if validating and not validates(self.trial):
             raise ValueError(
                 f"{type(self.trial).__name__} should define build_validation_data_loader and "
                 "evaluate_batch (or evaluate_full_dataset) to validate, but it does not; drop "
@@ -361,33 +397,58 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
             raise ReproducibilityError(f"the ranks should agree on {here}, but they got {views}")
         return here
 
-    def _restore(self, start: _Start, here: dict[str, Any], run: _Run) -> None:
+    def _phases(
+        self, settings: _Settings, start: _Start, run: _Run, callbacks: Callbacks
+    ) -> _Phases:
+        """The phases of the loop, each given what it reads (the model phase's end)."""
+        trial, context = self.trial, self.context
+        validate = None
+        if validates(trial):
+            validate = ValidatePhase(trial, context, callbacks, settings.signals)
+        return _Phases(
+            callbacks,
+            LoadPhase(context, callbacks, settings.weights_only),
+            TrainPhase(trial, context, callbacks),
+            validate,
+            SavePhase(
+                context, callbacks, start.checkpoint_dir, settings.retention, run.data,
+                run.epoch_records,
+            ),
+        )  # fmt: skip
+
+    def _restore(
+        self, settings: _Settings, start: _Start, here: dict[str, Any], run: _Run, load: LoadPhase
+    ) -> None:
         """Check the data, then restore state and RNG (NOTE [ trial RNG ])."""
         context, dist = self.context, self.context.distributed
         if start.saved is not None and start.latest_checkpoint is not None:
-            self._load(
+            load.load(
                 start.latest_checkpoint, start.saved, here, run.data, run.train_data, run.clock
             )
         else:
             _rng.seed_all(context.get_trial_seed(), "rank", run.rank, 0)
         if dist.is_chief:  # rows past the checkpoint are superseded (NOTE [ stop agreement ])
             _preemption.truncate_metrics(start.checkpoint_dir, start.initial)
-            self._retention.remember(start.checkpoint_dir)
+            settings.retention.remember(start.checkpoint_dir)
 
-    def _loop(self, settings: _Settings, start: _Start, run: _Run, started: float) -> _End:
+    def _loop(
+        self, settings: _Settings, start: _Start, run: _Run, phases: _Phases, started: float
+    ) -> _End:
         """Train, report, validate and checkpoint until the end or an agreed stop."""
         context, dist = self.context, self.context.distributed
         clock, data, initial, saved = run.clock, run.data, start.initial, start.saved
         test_mode, signals = settings.test_mode, settings.signals
+        train, validate, save = phases.train, phases.validate, phases.save
         reporter = Reporter(start.checkpoint_dir, dist.is_chief, initial, run.total)
         limit = Batch(initial + 1) if test_mode else settings.max_length
         last = {"validation": -1, "checkpoint": -1}
         if saved is not None:  # as Determined restores its trial state's last_val, last_ckpt
             last = {"validation": int(saved.get("last_validation", -1)), "checkpoint": initial}
-        self._call("on_training_start")
-        if settings.step_zero_validation and initial == 0 and self._validates():
-            last["validation"] = self._validate(reporter, 0, test_mode)
-        window = self._open_window()
+        phases.callbacks.call("on_training_start")
+        if settings.step_zero_validation and initial == 0 and validate is not None:
+            validate.validate(reporter, 0, test_mode)
+            last["validation"] = 0
+        window = train.open_window()
         batches = initial
         train_data, built = run.train_data, run.built
         iterator = iter(train_data)
@@ -404,7 +465,7 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
                     train_data = data.build(clock.samples, run.size, run.rank, per_slot)
                     _preemption.shield_workers(train_data, signals)
                     iterator, built = iter(train_data), per_slot
-                window.add(*self._train_batch(iterator, clock))
+                window.add(*train.train_batch(iterator, clock))
                 if batches == initial and saved is not None:
                     elapsed = time.perf_counter() - started
                     reporter.log("resume", batches, {"seconds": elapsed})
@@ -418,45 +479,46 @@ class Trainer(LoadPhase, TrainPhase, ValidatePhase, CheckpointPhase):
                 due = {n for n, p in settings.periods.items() if p is not None and clock.due(p)}
                 end = clock.reached(limit)
                 if due - {"stop_check"} or end:  # NOTE [ training workloads ]
-                    self._report(reporter, window, batches, settings.average_training_metrics)
-                    window = self._open_window()
-                validated = "validation" in due and self._validates()
+                    train.report(reporter, window, batches, settings.average_training_metrics)
+                    window = train.open_window()
+                validated = "validation" in due and validate is not None
                 checkpoint = "checkpoint" in due
-                if validated:
-                    last["validation"] = self._validate(reporter, batches, test_mode)
-                    metrics = self._last_validation[1]
-                    checkpoint |= self._retention.after_validation(metrics, dist)
+                if validated and validate is not None:
+                    metrics = validate.validate(reporter, batches, test_mode)
+                    last["validation"] = batches
+                    checkpoint |= settings.retention.after_validation(metrics, dist)
                 if checkpoint and last["checkpoint"] != batches:
-                    self._checkpoint(start.checkpoint_dir, data, run.epoch_records, clock, last)
+                    save.save(clock, last["validation"], _validated_at(validate, batches))
                     last["checkpoint"] = batches
                 if not end and (agreement.due(batches) or validated):
-                    stop = agreement.agree(batches, self._stop_code(signals))
+                    stop = agreement.agree(batches, _stop_code(signals, context))
                     if stop:
                         break
         return _End(stop, reporter, window, batches, last)
 
-    def _pause(self, settings: _Settings, start: _Start, run: _Run, end: _End) -> None:
+    def _pause(self, settings: _Settings, run: _Run, phases: _Phases, end: _End) -> None:
         """The ranks agreed to pause after this batch (NOTE [ stop agreement ])."""
         stopping = time.perf_counter()
-        reporter, batches = end.reporter, end.batches
+        reporter, batches, last = end.reporter, end.batches, end.last
         if end.window.batches:
-            self._report(reporter, end.window, batches, settings.average_training_metrics)
-        if end.last["checkpoint"] != batches:
-            self._checkpoint(start.checkpoint_dir, run.data, run.epoch_records, run.clock, end.last)
+            phases.train.report(reporter, end.window, batches, settings.average_training_metrics)
+        if last["checkpoint"] != batches:
+            validation = _validated_at(phases.validate, batches)
+            phases.save.save(run.clock, last["validation"], validation)
         reason = _preemption.STOP_REASONS[end.stop]
         seconds = time.perf_counter() - stopping
         reporter.log("stop", batches, {"reason": reason, "checkpoint_seconds": seconds})
         reporter.close()
 
-    def _close(self, settings: _Settings, start: _Start, run: _Run, end: _End) -> None:
+    def _close(self, settings: _Settings, run: _Run, phases: _Phases, end: _End) -> None:
         """A last validation, then a last checkpoint (NOTE [ training workloads ])."""
-        reporter, batches, last = end.reporter, end.batches, end.last
-        if last["validation"] != batches and self._validates():
-            last["validation"] = self._validate(reporter, batches, settings.test_mode)
-            dist = self.context.distributed
-            self._retention.after_validation(self._last_validation[1], dist)  # the best so far
+        reporter, batches, last, validate = end.reporter, end.batches, end.last, phases.validate
+        if last["validation"] != batches and validate is not None:
+            metrics = validate.validate(reporter, batches, settings.test_mode)
+            last["validation"] = batches
+            settings.retention.after_validation(metrics, self.context.distributed)  # the best
         if last["checkpoint"] != batches:
-            self._checkpoint(start.checkpoint_dir, run.data, run.epoch_records, run.clock, last)
+            phases.save.save(run.clock, last["validation"], _validated_at(validate, batches))
         reporter.close()
 
     # The phases' steps.

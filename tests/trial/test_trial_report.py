@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from detsamplers.trial._report import Reporter
+from detsamplers.trial._report import Reporter, _format
 
 
 def test_rank_0_appends_one_json_line_per_report_and_a_resumed_run_appends_after_them(
@@ -59,3 +61,24 @@ def test_other_ranks_write_print_and_create_nothing(
     reporter.close()
     assert not folder.exists()
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_tensor_or_numpy_metric_prints_as_the_number_the_json_line_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reporter = Reporter(str(tmp_path), chief=True, initial=0, total=None)
+    metrics = {"acc": torch.tensor(0.75), "loss": np.float32(0.25), "seen": np.int64(3)}
+    reporter.log("validation", 4, metrics)
+    reporter.close()
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["metrics"] == {
+        "acc": 0.75,
+        "loss": 0.25,
+        "seen": 3.0,
+    }
+    assert capsys.readouterr().out == "[batch 4] validation: acc=0.75 loss=0.25 seen=3\n"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, width=32))
+def test_a_scalar_tensor_metric_prints_as_its_float_does(value: float) -> None:
+    assert _format({"m": torch.tensor(value)}) == _format({"m": float(torch.tensor(value))})
