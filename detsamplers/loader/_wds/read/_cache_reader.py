@@ -77,6 +77,7 @@ from ..shard._packed_members import PackedMembers
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_walk import BLOCK
 from ._node_cache import ShardCache
+from ._node_fetches import NodeFetches
 from ._sample_span import cut_sample, members_of, verify_span
 
 __all__ = ["CachedReader"]
@@ -111,13 +112,26 @@ class CachedReader:
         shards: The indexed shards (remote ones).
         cache: The node's cache.
         prefetch: Shards the prefetch thread may pin beyond the batch being read.
+        fetches: The shards this node reads only in part (NOTE [ node fetches ]): each is
+            fetched as its byte range, not whole (``None``: every shard whole).
     """
 
-    def __init__(self, shards: Sequence[ShardInfo], cache: ShardCache, prefetch: int) -> None:
+    def __init__(
+        self,
+        shards: Sequence[ShardInfo],
+        cache: ShardCache,
+        prefetch: int,
+        fetches: NodeFetches | None = None,
+    ) -> None:
         self.shards = shards
         self.cache = cache
         self.prefetch = prefetch
+        self.fetches = fetches
+        self.spans: dict[int, tuple[int, int] | None] = {}  # a shard's byte range (None: whole)
         self.pins: dict[int, int] = {}
+        #: The shard offset at byte 0 of each pinned file and its end (absent: a whole shard).
+        self.bases: dict[int, tuple[int, int]] = {}
+        self.batch_fds: dict[int, int] = {}  # the batch being read's descriptors
         self.fetching: set[int] = set()  # shards the prefetch is pinning (downloading)
         self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
         self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
@@ -175,34 +189,83 @@ class CachedReader:
             for each in (firsts, pool):
                 each.shutdown(wait=False, cancel_futures=self.closed)
 
+    def _span(self, shard: int) -> tuple[int, int] | None:
+        """The bytes of ``shard`` this node fetches (NOTE [ node fetches ]; ``None``: whole)."""
+        if self.fetches is None:
+            return None
+        if shard not in self.spans:
+            self.spans[shard] = self.fetches.byte_range(shard, self.shards[shard])
+        return self.spans[shard]
+
+    def _cached(self, shard: int) -> bool:
+        return self.cache.has(self.shards[shard], self._span(shard))
+
+    def _pin(self, shard: int) -> tuple[int, int, int]:
+        """Pin ``shard``'s bytes this node fetches: a descriptor, its first and end offsets."""
+        info = self.shards[shard]
+        span = self._span(shard)
+        if span is None:
+            return self.cache.pin(info), 0, info.size
+        return self.cache.pin_range(info, *span)
+
     def _download(self, shard: int) -> None:
         """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
         try:
-            fd = self.cache.pin(self.shards[shard])
+            pinned = self._pin(shard)
         except Exception:  # the reading thread pins the shard itself, and raises
             with self.lock:
                 self.fetching.discard(shard)
                 self.lock.notify_all()
             return
-        self._hold(shard, fd)
+        self._hold(shard, *pinned)
 
-    def _hold(self, shard: int, fd: int) -> None:
+    def _hold(self, shard: int, fd: int, base: int, end: int) -> None:
         with self.lock:
             self.fetching.discard(shard)
             if self.closed or shard in self.pins:
                 self.cache.unpin(fd)
             else:
                 self.pins[shard] = fd
+                if base or end < self.shards[shard].size:
+                    self.bases[shard] = (base, end)
             self.lock.notify_all()
+
+    def _at(self, shard: int, start: int, end: int) -> tuple[int, int]:
+        """A pinned descriptor holding bytes ``[start, end)`` of ``shard``, and its base.
+
+        A read past the pinned range (another world size's range file) fetches a range
+        covering both, copying what the folder holds (NOTE [ shard cache ]).
+        """
+        fd = self.batch_fds.get(shard)
+        if fd is None:
+            fd = self.batch_fds[shard] = self._fd(shard)
+        with self.lock:
+            base, stop = self.bases.get(shard, (0, self.shards[shard].size))
+        if base <= start and end <= stop:
+            return fd, base
+        info = self.shards[shard]
+        low, high = min(base, start), max(stop, end)
+        if low == 0 and high >= info.size:
+            fd, base, stop = self.cache.pin(info), 0, info.size
+        else:
+            fd, base, stop = self.cache.pin_range(info, low, high)
+        with self.lock:
+            old = self.pins.pop(shard, None)
+            if old is not None:
+                self.cache.unpin(old)
+            self.pins[shard] = self.batch_fds[shard] = fd
+            self.bases.pop(shard, None)
+            if base or stop < info.size:
+                self.bases[shard] = (base, stop)
+        return fd, base
 
     def _fd(self, shard: int) -> int:
         with self.lock:
             fd = self.pins.get(shard)
         if fd is None:
-            info = self.shards[shard]
-            waits = self.done >= 0 and not os.path.exists(self.cache.path(info))
+            waits = self.done >= 0 and not self._cached(shard)
             started = time.perf_counter()
-            self._hold(shard, self.cache.pin(info))
+            self._hold(shard, *self._pin(shard))
             if waits:  # a batch after the first waits on a download (NOTE [ shard prefetch ])
                 self.cache.stats.waits += 1
                 self.cache.stats.waited += time.perf_counter() - started
@@ -220,6 +283,7 @@ class CachedReader:
         with self.lock:  # the batch's pinned shards, in one round trip (NOTE [ cached reads ])
             pins = self.pins
             fds = {shard: pins[shard] for shard in set(shards) if shard in pins}
+        self.batch_fds = fds
         out: list[dict[str, Any]] = []
         i, count = 0, len(indexes)
         while i < count:
@@ -256,6 +320,7 @@ class CachedReader:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
+                    self.bases.pop(shard, None)
                     self.checked.discard(shard)
             self.lock.notify_all()
         return out
@@ -268,16 +333,19 @@ class CachedReader:
         with self.lock:
             pinned = set(self.pins)
         cold = [
-            i
-            for i, shard in enumerate(shards)
-            if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
+            i for i, shard in enumerate(shards) if shard not in pinned and not self._cached(shard)
         ]
         cold_shards = list(dict.fromkeys(shards[i] for i in cold))
         if not cold_shards:
             return {}
         few = len(cold_shards) <= self.prefetch
         step = self.cache.options.read_ahead
-        whole = {s for s in cold_shards if few or self.shards[s].size <= step}
+        # A shard this node reads in part is fetched as its range (NOTE [ node fetches ]).
+        whole = {
+            s
+            for s in cold_shards
+            if few or self.shards[s].size <= step or self._span(s) is not None
+        }
         ranged = [i for i in cold if shards[i] not in whole]
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
@@ -286,7 +354,7 @@ class CachedReader:
         }
 
         def download(shard: int) -> None:
-            self._hold(shard, self.cache.pin(self.shards[shard]))
+            self._hold(shard, *self._pin(shard))
 
         def fetch(i: int) -> dict[str, Any]:
             return self._sample(shards[i], indexes[i], streams[shards[i]])
@@ -326,7 +394,8 @@ class CachedReader:
             start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
             if shard not in self.checked:  # its first sample read: with the tar headers
                 return self._sample(shard, index)
-            data = os.pread(fd, end - start, start)
+            fd, base = self._at(shard, start, end)
+            data = os.pread(fd, end - start, start - base)
             if len(data) != end - start:
                 self._short(view.info)
             cut_sample(sample, data, start, suffixes, offsets, sizes, range(low, high))
@@ -346,7 +415,8 @@ class CachedReader:
         start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
         if end - start > _RUN_BYTES:
             return [self._read(shard, index + k, fd) for k in range(count)]
-        data = os.pread(fd, end - start, start)
+        fd, base = self._at(shard, start, end)
+        data = os.pread(fd, end - start, start - base)
         if len(data) != end - start:
             self._short(view.info)
         url = view.info.url
@@ -376,15 +446,31 @@ class CachedReader:
             if stream is not None:
                 data = stream.fetch(start, end)
             else:
-                data = os.pread(self._fd(shard), end - start, start)
+                fd, base = self._at(shard, start, end)
+                data = os.pread(fd, end - start, start - base)
             if len(data) != end - start:
                 self._short(info)
             if checking:
-                verify_span(info, data, start, found)
+                self._verify(shard, data, start, found, stream is None)
                 self.checked.add(shard)
             rows = range(len(parts))
             cut_sample(sample, data, start, found.suffixes, found.offsets, found.sizes, rows)
         return sample
+
+    def _verify(self, shard: int, data: bytes, start: int, found: Any, cached: bool) -> None:
+        """Check ``data``'s tar headers; a cached copy that fails is named in the error."""
+        info = self.shards[shard]
+        try:
+            verify_span(info, data, start, found)
+        except ValueError as exn:
+            if not cached:
+                raise
+            span = self.bases.get(shard)
+            path = self.cache.path(info) if span is None else self.cache.range_path(info, *span)
+            raise ValueError(
+                f"shard {info.url!r}: its cached copy {path!r} does not hold what the index "
+                f"says ({exn}); delete {path!r} to download it again"
+            ) from None
 
     def _short(self, info: ShardInfo) -> NoReturn:
         raise ValueError(
@@ -402,5 +488,6 @@ class CachedReader:
             self.first.clear()
             self.last.clear()
             self.views.clear()
+            self.bases.clear()
             self.checked.clear()
             self.lock.notify_all()
