@@ -129,8 +129,8 @@ def test_a_resume_mid_epoch_over_s3_downloads_exactly_the_shards_still_to_read(
         fetches = node_fetches(s._order, world, [s.rank])
         mine = {shard for t in range(steps // 2, steps) for shard, _ in s.locate(s._positions(t))}
         for shard in mine:
-            span = None if fetches is None else fetches.byte_range(shard, s.shards[shard])
-            fetched.add((shard, *(span or (0, s.shards[shard].size))))
+            spans = None if fetches is None else fetches.byte_ranges(shard, s.shards[shard])
+            fetched.update((shard, *span) for span in spans or [(0, s.shards[shard].size)])
     exact = sum(stop - start for _, start, stop in fetched)
     first = [(shard, index) for s in whole for shard, index in s.locate(s._positions(steps // 2))]
     ranged = sum(

@@ -127,11 +127,15 @@ class CachedReader:
         self.cache = cache
         self.prefetch = prefetch
         self.fetches = fetches
-        self.spans: dict[int, tuple[int, int] | None] = {}  # a shard's byte range (None: whole)
+        cache.ranges = cache.ranges or fetches is not None
+        #: A shard's planned byte ranges, the one to pin first leading (None: whole).
+        self.spans: dict[int, tuple[tuple[int, int], ...] | None] = {}
         self.pins: dict[int, int] = {}
         #: The shard offset at byte 0 of each pinned file and its end (absent: a whole shard).
         self.bases: dict[int, tuple[int, int]] = {}
         self.batch_fds: dict[int, int] = {}  # the batch being read's descriptors
+        #: Other ranges of a pinned shard, pinned when a sample in them is read.
+        self.extra: dict[int, list[tuple[int, int, int]]] = {}
         self.fetching: set[int] = set()  # shards the prefetch is pinning (downloading)
         self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
         self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
@@ -189,24 +193,41 @@ class CachedReader:
             for each in (firsts, pool):
                 each.shutdown(wait=False, cancel_futures=self.closed)
 
-    def _span(self, shard: int) -> tuple[int, int] | None:
-        """The bytes of ``shard`` this node fetches (NOTE [ node fetches ]; ``None``: whole)."""
+    def _spans(self, shard: int) -> tuple[tuple[int, int], ...] | None:
+        """The byte ranges of ``shard`` this node fetches, the largest first (``None``: whole).
+
+        NOTE [ node fetches ]: the largest is pinned with the shard, the others when read.
+        """
         if self.fetches is None:
             return None
         if shard not in self.spans:
-            self.spans[shard] = self.fetches.byte_range(shard, self.shards[shard])
+            spans = self.fetches.byte_ranges(shard, self.shards[shard])
+            if spans is not None:
+                spans = tuple(sorted(spans, key=lambda span: span[0] - span[1]))
+            self.spans[shard] = spans
         return self.spans[shard]
 
     def _cached(self, shard: int) -> bool:
-        return self.cache.has(self.shards[shard], self._span(shard))
+        spans = self._spans(shard)
+        return self.cache.has(self.shards[shard], spans[0] if spans else None)
 
-    def _pin(self, shard: int) -> tuple[int, int, int]:
-        """Pin ``shard``'s bytes this node fetches: a descriptor, its first and end offsets."""
+    def _pin(self, shard: int) -> tuple[int, int, int, list[tuple[int, int, int]]]:
+        """Pin ``shard``'s bytes this node fetches (NOTE [ node fetches ]).
+
+        Returns a descriptor, its first and end offsets, and the plan's other ranges of the
+        shard, each pinned the same way.
+        """
         info = self.shards[shard]
-        span = self._span(shard)
-        if span is None:
-            return self.cache.pin(info), 0, info.size
-        return self.cache.pin_range(info, *span)
+        spans = self._spans(shard)
+        if spans is None:
+            return self.cache.pin(info), 0, info.size, []
+        fd, base, end = self.cache.pin_range(info, *spans[0])
+        extra: list[tuple[int, int, int]] = []
+        if base or end < info.size:
+            for span in spans[1:]:
+                other, low, high = self.cache.pin_range(info, *span)
+                extra.append((low, high, other))
+        return fd, base, end, extra
 
     def _download(self, shard: int) -> None:
         """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
@@ -219,15 +240,21 @@ class CachedReader:
             return
         self._hold(shard, *pinned)
 
-    def _hold(self, shard: int, fd: int, base: int, end: int) -> None:
+    def _hold(
+        self, shard: int, fd: int, base: int, end: int, extra: list[tuple[int, int, int]]
+    ) -> None:
         with self.lock:
             self.fetching.discard(shard)
             if self.closed or shard in self.pins:
                 self.cache.unpin(fd)
+                for _, _, other in extra:
+                    self.cache.unpin(other)
             else:
                 self.pins[shard] = fd
                 if base or end < self.shards[shard].size:
                     self.bases[shard] = (base, end)
+                if extra:
+                    self.extra[shard] = extra
             self.lock.notify_all()
 
     def _at(self, shard: int, start: int, end: int) -> tuple[int, int]:
@@ -243,21 +270,20 @@ class CachedReader:
             base, stop = self.bases.get(shard, (0, self.shards[shard].size))
         if base <= start and end <= stop:
             return fd, base
-        info = self.shards[shard]
-        low, high = min(base, start), max(stop, end)
-        if low == 0 and high >= info.size:
-            fd, base, stop = self.cache.pin(info), 0, info.size
-        else:
-            fd, base, stop = self.cache.pin_range(info, low, high)
         with self.lock:
-            old = self.pins.pop(shard, None)
-            if old is not None:
-                self.cache.unpin(old)
-            self.pins[shard] = self.batch_fds[shard] = fd
-            self.bases.pop(shard, None)
-            if base or stop < info.size:
-                self.bases[shard] = (base, stop)
-        return fd, base
+            held = list(self.extra.get(shard, ()))
+        for low, high, other in held:
+            if low <= start and end <= high:
+                return other, low
+        # Another range of the plan, or one it did not foresee (a state of another world
+        # size): fetched now, what the folder lacks of it only (NOTE [ shard cache ]).
+        info = self.shards[shard]
+        spans = self._spans(shard) or ()
+        span = next((s for s in spans if s[0] <= start and end <= s[1]), (start, end))
+        other, low, high = self.cache.pin_range(info, *span)
+        with self.lock:
+            self.extra.setdefault(shard, []).append((low, high, other))
+        return other, low
 
     def _fd(self, shard: int) -> int:
         with self.lock:
@@ -321,6 +347,8 @@ class CachedReader:
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
                     self.bases.pop(shard, None)
+                    for _, _, other in self.extra.pop(shard, ()):
+                        self.cache.unpin(other)
                     self.checked.discard(shard)
             self.lock.notify_all()
         return out
@@ -344,7 +372,7 @@ class CachedReader:
         whole = {
             s
             for s in cold_shards
-            if few or self.shards[s].size <= step or self._span(s) is not None
+            if few or self.shards[s].size <= step or self._spans(s) is not None
         }
         ranged = [i for i in cold if shards[i] not in whole]
         streams = {
@@ -489,5 +517,9 @@ class CachedReader:
             self.last.clear()
             self.views.clear()
             self.bases.clear()
+            for held in self.extra.values():
+                for _, _, other in held:
+                    self.cache.unpin(other)
+            self.extra.clear()
             self.checked.clear()
             self.lock.notify_all()

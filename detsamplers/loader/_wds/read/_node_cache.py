@@ -164,6 +164,9 @@ class ShardCache:
         self.limit = limit
         self.options = options or RemoteOptions()
         self.stats = CacheStats()
+        #: Whether downloads look for ranges of the shard in the folder to copy (a scan of
+        #: the folder per download: set once a reader plans ranges, NOTE [ node fetches ]).
+        self.ranges = False
         check_cache_dir(folder)
 
     def path(self, info: ShardInfo) -> str:
@@ -266,19 +269,8 @@ class ShardCache:
                 raise
 
     def _write(self, info: ShardInfo, temporary: str) -> None:
-        stream = RemoteShard(info.url, info.size, info.version, self.options)
-        step = max(self.options.read_ahead, 1 << 20)
-        with open(temporary, "wb") as out:
-            for start in range(0, info.size, step):
-                data = stream.fetch(start, min(info.size, start + step))
-                out.write(data)
-                self.stats.bytes += len(data)
-        if os.path.getsize(temporary) != info.size:
-            raise ValueError(
-                f"shard {info.url!r} downloaded to {os.path.getsize(temporary)} bytes, "
-                f"{info.size} when indexed; it changed since: rebuild the source"
-            )
-        self.stats.downloaded += 1
+        """Write the whole shard: what the folder's ranges of it hold copied, the rest fetched."""
+        self._write_range(info, temporary, 0, info.size)
 
     def _copies(self, info: ShardInfo) -> list[tuple[int, int, str]]:
         """The folder's range files of ``info``'s shard whose size is their range's."""
@@ -298,7 +290,7 @@ class ShardCache:
 
     def _write_range(self, info: ShardInfo, temporary: str, start: int, stop: int) -> None:
         """Write bytes ``[start, stop)``: copied from the folder's ranges, the rest fetched."""
-        copies = self._copies(info)
+        copies = self._copies(info) if self.ranges else []
         stream = RemoteShard(info.url, info.size, info.version, self.options)
         step = max(self.options.read_ahead, 1 << 20)
         at = start
@@ -325,10 +317,16 @@ class ShardCache:
                     out.write(data)
                     self.stats.bytes += len(data)
                 at = end
-        if os.path.getsize(temporary) != stop - start:
+        got = os.path.getsize(temporary)
+        if got != stop - start:
+            what = (
+                f"shard {info.url!r}"
+                if stop - start == info.size
+                else (f"bytes {start}-{stop} of shard {info.url!r}")
+            )
             raise ValueError(
-                f"shard {info.url!r}: bytes {start}-{stop} downloaded to "
-                f"{os.path.getsize(temporary)} bytes; it changed since: rebuild the source"
+                f"{what} downloaded to {got} bytes, {stop - start} when indexed; it changed "
+                "since: rebuild the source"
             )
         self.stats.downloaded += 1
 

@@ -5,26 +5,32 @@ With ``parts = C`` under the law of NOTE [ fixed part cover ], a rank of a world
 dividing ``C`` reads the parts ``u ≡ o_0 + r (mod W)`` (``o_0`` the grid's origin) in
 every epoch, and those parts cover the same samples of the run's fixed sequence every
 epoch: the slots ``sigma(u)`` of NOTE [ rank-local parts ], ``[sigma(u) m, (sigma(u) + 1)
-m)``, plus the last ``N mod C`` samples, which every rank reads in turn (taken whole by
-every node, so that no epoch needs a sample the node did not fetch). A node's parts start
+m)``, plus some of the last ``N mod C`` samples (the *tail*), which the ranks read in turn:
+offset ``o >= C m`` of epoch ``e`` is read by the rank ``≡ e N + o - o_0 (mod W)``, so over
+all epochs rank ``r`` reads the tail samples ``o ≡ o_0 + r (mod g)``, ``g = gcd(N, W)``
+(those of its epoch's residue in each epoch; all of them every epoch when ``W`` divides
+``N``). A node's parts start
 and end inside shards, so a shard at either end of a run is read only in part by the node;
 downloading it whole made each of ``n`` nodes pull up to ``2 n`` shards too many per run
 (1.28x to 1.40x of a node's share at 4 nodes of 16 or 32 shards).
 
 :func:`node_fetches` is the one decision, a pure function of the order, the world size,
 the node's ranks and the origin (no I/O): for each shard a node reads only in part, the
-sample ranges it reads (merged across its ranks; a window shuffle widens each to whole
-windows, since it permutes samples within ``shuffle_window`` samples of a shard); every
-other shard the node reads is read whole and fetched whole as before (NOTE [ shard
-cache ]). :meth:`NodeFetches.byte_range` turns a shard's sample ranges into the one byte
-range the node fetches: from the tar header of the first member of its first sample to
-the end of the last member of its last, a hull of the ranges (a node's ranges in a shard
-are one run, or two when the tail of the sequence lies in the shard past another node's
-part: the hull then takes that part's bytes too, bounded by the shard). So a node fetches
-each shard at most once, as one ranged file of the cache, whatever the shuffles, and the
-byte ranges are the same every epoch. ``None`` (no ranges: every shard whole) is the
-answer for an order without parts, a world size not dividing ``C``, parts larger than the
-epoch (``m = 0``), or the earlier law (``part_shards="epoch"``).
+sample ranges it reads in any epoch (merged across its ranks when they touch; a window
+shuffle widens each to whole windows, since it permutes samples within ``shuffle_window``
+samples of a shard); every other shard the node reads is read whole and fetched whole as
+before (NOTE [ shard cache ]). :meth:`NodeFetches.byte_ranges` turns a shard's sample
+ranges into byte ranges: each from the tar header of the first member of its first sample
+to the end of the last member of its last. A node's ranges in a shard are one run of its
+parts (a shard at a run's end), plus, in the shard(s) holding the tail, its tail samples:
+one range each, ``ceil((N mod C) / g)`` at most in all (samples of other ranks lie between
+them, so merging them would fetch those). The largest range of a shard is fetched when the
+reader first needs the shard (by the prefetch, NOTE [ shard prefetch ]); any other one the
+first time a sample in it is read (a tail sample: one request). Each range is fetched once
+a node, into a ranged file of the cache, and the ranges are the same every epoch, so
+epoch 2 downloads nothing. ``None`` (no ranges: every shard whole) is the answer for an
+order without parts, a world size not dividing ``C``, parts larger than the epoch (``m =
+0``), or the earlier law (``part_shards="epoch"``).
 
 The reader calls it once per reader (``ranks`` its own rank: the ranks of a node share the
 cache folder, where each rank's ranged files of a shard are disjoint but for a tar header,
@@ -35,6 +41,7 @@ fetched then, only its missing bytes (NOTE [ shard cache ]).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,20 +69,23 @@ class NodeFetches:
 
     partial: dict[int, Ranges]
 
-    def byte_range(self, shard: int, info: ShardInfo) -> tuple[int, int] | None:
-        """The bytes ``[start, stop)`` of ``shard`` the node fetches (``None``: whole).
+    def byte_ranges(self, shard: int, info: ShardInfo) -> tuple[tuple[int, int], ...] | None:
+        """The byte ranges ``[start, stop)`` of ``shard`` the node fetches (``None``: whole).
 
         Examples:
             >>> fetches = NodeFetches({0: ((1, 2),)})
             >>> info = ShardInfo("u", "u", ("a", "b"), [[["x", 512, 3]], [["x", 1536, 5]]],
             ...     size=3072)
-            >>> fetches.byte_range(0, info), fetches.byte_range(1, info)
-            ((1024, 1541), None)
+            >>> fetches.byte_ranges(0, info), fetches.byte_ranges(1, info)
+            (((1024, 1541),), None)
         """
         ranges = self.partial.get(shard)
         if ranges is None:
             return None
-        return sample_bytes(info, ranges[0][0], ranges[-1][1])
+        spans = [sample_bytes(info, start, stop) for start, stop in ranges]
+        if any(span is None for span in spans):  # the whole shard after all
+            return None
+        return tuple(span for span in spans if span is not None)
 
 
 def sample_bytes(info: ShardInfo, start: int, stop: int) -> tuple[int, int] | None:
@@ -112,7 +122,7 @@ def sample_bytes(info: ShardInfo, start: int, stop: int) -> tuple[int, int] | No
 def _merge(ranges: list[tuple[int, int]]) -> Ranges:
     out: list[tuple[int, int]] = []
     for low, high in sorted(ranges):
-        if out and low <= out[-1][1]:
+        if out and low <= out[-1][1]:  # overlapping or touching
             out[-1] = (out[-1][0], max(out[-1][1], high))
         else:
             out.append((low, high))
@@ -151,8 +161,11 @@ def node_fetches(
     ).astype(np.int64)
     slots = np.unique(deal.slot(owned))
     wanted = [(int(s) * size, (int(s) + 1) * size) for s in slots]
-    if count * size < order.total:  # the tail every rank reads in turn
-        wanted.append((count * size, order.total))
+    step = math.gcd(order.total, world_size)  # the tail's samples of each rank, any epoch
+    tail = np.arange(count * size, order.total, dtype=np.int64)
+    residues = np.asarray([(origin + r) % step for r in ranks], dtype=np.int64)
+    mine = tail[np.isin(tail % step, residues)]
+    wanted += [(int(x), int(x) + 1) for x in mine]
     shards = order.shard_order(0)
     counts = order.counts[shards]
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -178,6 +191,6 @@ def node_fetches(
             ]
             pieces = [(a, min(total, b)) for a, b in widen]
         merged = _merge(pieces)
-        if merged != ((0, total),):
+        if merged != ((0, total),):  # touching ranges merged: (0, 2), (2, 3) is (0, 3)
             partial[shard] = merged
     return NodeFetches(partial)
