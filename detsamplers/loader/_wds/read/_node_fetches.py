@@ -24,11 +24,14 @@ ranges into byte ranges: each from the tar header of the first member of its fir
 to the end of the last member of its last. A node's ranges in a shard are one run of its
 parts (a shard at a run's end), plus, in the shard(s) holding the tail, its tail samples:
 one range each, ``ceil((N mod C) / g)`` at most in all (samples of other ranks lie between
-them, so merging them would fetch those). The largest range of a shard is fetched when the
-reader first needs the shard (by the prefetch, NOTE [ shard prefetch ]); any other one the
-first time a sample in it is read (a tail sample: one request). Each range is fetched once
-a node, into a ranged file of the cache, and the ranges are the same every epoch, so
-epoch 2 downloads nothing. ``None`` (no ranges: every shard whole) is the answer for an
+them, so merging them would fetch those). All of a shard's ranges are fetched when the
+reader first needs the shard (by the prefetch, NOTE [ shard prefetch ]), the largest
+first; a read outside them (a state of another world size) fetches its own bytes. Each
+range is fetched once a node, into a ranged file of the cache (requests: one a range, in
+``read_ahead`` steps), and the ranges are the same every epoch, so epoch 2 downloads
+nothing. A window shuffle costs more: 16-sample windows against 34-sample parts, 4
+nodes fetch 1.11x the data over nginx (tests/webdataset/test_wds_node_fetches.py).
+``None`` (no ranges: every shard whole) is the answer for an
 order without parts, a world size not dividing ``C``, parts larger than the epoch (``m =
 0``), or the earlier law (``part_shards="epoch"``).
 
