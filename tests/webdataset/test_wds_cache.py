@@ -72,7 +72,9 @@ def test_an_epoch_on_one_node_downloads_each_shard_once_on_any_world_size(
     sent, requests = served.nginx.served(mark)
     assert sorted(labels) == list(range(served.total))
     assert sent <= 1.05 * served.bytes, (sent / served.bytes, requests)
-    assert sent >= served.bytes  # every shard was read, whole
+    # Every shard was read: whole, or the byte ranges of its ranks, which leave out at most
+    # its tar end blocks (NOTE [ node fetches ]).
+    assert sent >= 0.99 * served.bytes
     # A second epoch through the warm cache (new sources, as after a restart) sends nothing.
     mark = served.nginx.mark()
     assert sorted(one_epoch(served, world, **options)) == list(range(served.total))
