@@ -260,7 +260,7 @@ def test_any_cache_setting_reads_the_stream_of_local_files_and_a_roomy_one_downl
         got.append([[int(x) for x in batch] for batch in cached])
     sent, _ = served.nginx.served(mark)
     if not limited:
-        assert served.bytes <= sent <= 1.05 * served.bytes
+        assert 0.99 * served.bytes <= sent <= 1.05 * served.bytes  # ranges: no end blocks
     local = str(served.nginx.root / "s" / f"d-{{00..{SHARDS - 1:02d}}}.tar")
     for rank in range(world):  # the same shards read locally: the same batches
         plain = WebDatasetSource(
