@@ -82,7 +82,7 @@ def test_an_epoch_over_s3_serves_each_shard_once_and_a_warm_cache_serves_nothing
     labels = one_epoch(bucket, tmp_path / "cache", world, **shuffle)
     sent, gets = bucket.shard_traffic()
     assert sorted(labels) == list(range(bucket.total))
-    assert bucket.bytes <= sent <= 1.05 * bucket.bytes, (sent / bucket.bytes, gets)
+    assert 0.99 * bucket.bytes <= sent <= 1.05 * bucket.bytes, (sent / bucket.bytes, gets)
     # Each shard whole, in one ranged GetObject (under read_ahead), plus each rank's first
     # batch by ranges of its own samples (NOTE [ shard prefetch ]).
     assert SHARDS <= gets <= SHARDS + 8 * world
@@ -158,7 +158,7 @@ def test_dataloader_worker_processes_of_two_ranks_share_one_node_cache_over_s3(
         loader = WebDataLoader(bucket.make(tmp_path / "node", rank=rank, **options), num_workers=2)
         got.append([[int(x) for x in batch] for batch in loader])
     sent, gets = bucket.shard_traffic()
-    assert bucket.bytes <= sent <= 1.05 * bucket.bytes, (sent / bucket.bytes, gets)
+    assert 0.99 * bucket.bytes <= sent <= 1.05 * bucket.bytes, (sent / bucket.bytes, gets)
     assert sorted(x for rank in got for batch in rank for x in batch) == list(range(bucket.total))
     expected = [
         simulate(bucket.make(tmp_path / "node", rank=r, **options), 2, 10**6) for r in (0, 1)
