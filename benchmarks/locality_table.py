@@ -170,6 +170,7 @@ def resume_ms(args: dict[str, Any], world: int, total: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small dataset (CI)")
+    parser.add_argument("--only", default="", help="the rows whose configuration holds this")
     parser.add_argument("--rank", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.rank:
@@ -199,6 +200,8 @@ def main() -> None:
             print("|---|---|---|---|---|---|---|")
             log = folder / "run" / "access.log"
             for name, config in CONFIGS.items():
+                if options.only not in name:
+                    continue
                 for world in (1, 4):
                     args = {**base, "config": config, "cache_dir": str(folder / f"cache-{world}")}
                     shutil.rmtree(args["cache_dir"], ignore_errors=True)

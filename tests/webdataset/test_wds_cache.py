@@ -72,7 +72,9 @@ def test_an_epoch_on_one_node_downloads_each_shard_once_on_any_world_size(
     sent, requests = served.nginx.served(mark)
     assert sorted(labels) == list(range(served.total))
     assert sent <= 1.05 * served.bytes, (sent / served.bytes, requests)
-    assert sent >= served.bytes  # every shard was read, whole
+    # Every shard was read: whole, or the byte ranges of its ranks, which leave out at most
+    # its tar end blocks (NOTE [ node fetches ]).
+    assert sent >= 0.99 * served.bytes
     # A second epoch through the warm cache (new sources, as after a restart) sends nothing.
     mark = served.nginx.mark()
     assert sorted(one_epoch(served, world, **options)) == list(range(served.total))
@@ -258,7 +260,7 @@ def test_any_cache_setting_reads_the_stream_of_local_files_and_a_roomy_one_downl
         got.append([[int(x) for x in batch] for batch in cached])
     sent, _ = served.nginx.served(mark)
     if not limited:
-        assert served.bytes <= sent <= 1.05 * served.bytes
+        assert 0.99 * served.bytes <= sent <= 1.05 * served.bytes  # ranges: no end blocks
     local = str(served.nginx.root / "s" / f"d-{{00..{SHARDS - 1:02d}}}.tar")
     for rank in range(world):  # the same shards read locally: the same batches
         plain = WebDatasetSource(

@@ -237,7 +237,8 @@ def test_two_nodes_download_nothing_in_epochs_2_and_3(
             labels += [int(x) for b in islice(iter(source), steps) for x in b]
         sent, _ = served.nginx.served(mark)
         if epoch == 0:
-            assert served.bytes <= sent <= 1.5 * served.bytes  # shards at the runs' ends: both
+            # A shard at the runs' ends is fetched by ranges, its tar end blocks by neither.
+            assert 0.99 * served.bytes <= sent <= 1.05 * served.bytes
         else:
             assert sent == 0, (epoch, sent / served.bytes)
     per_epoch = steps * 8 * world

@@ -32,6 +32,7 @@ from .order._shard_order import ShardOrder
 from .read._block_reader import ShardReaders
 from .read._cache_reader import CachedReader
 from .read._node_cache import ShardCache
+from .read._node_fetches import node_fetches
 from .read._sample_reader import SampleReader
 from .read._shard_reader import ShardReader
 from .shard._small_fields import unpack_samples
@@ -389,7 +390,8 @@ class WebDatasetSource(tud.IterableDataset[Any]):
         with the cache, a :class:`CachedReader` (NOTE [ shard cache ]).
         """
         if self.cache is not None:
-            return CachedReader(self.shards, self.cache, self.prefetch)
+            fetches = node_fetches(self._order, self.world_size, [self.rank], self._origin)
+            return CachedReader(self.shards, self.cache, self.prefetch, fetches)
         if self.shuffle_block_shards or self.parts:
             # With parts a rank reads C / W parts in turn (NOTE [ rank-local parts ]).
             cursors = max(1, self.parts // self.world_size) * max(1, self.shuffle_block_shards)

@@ -14,6 +14,8 @@ and ``shard/``. One module a concern:
   blocks of a batch ]);
 - ``_node_cache``: ``ShardCache``: a node-local folder of whole remote shards, shared by every
   process of a node (NOTE [ shard cache ]);
+- ``_node_fetches``: ``node_fetches``: which byte ranges of which shards a node fetches, the
+  one decision the reader and a plan share (NOTE [ node fetches ]);
 - ``_sample_reader``: ``SampleReader``: the one protocol of every reader, which the source names
   (NOTE [ sample readers ]);
 - ``_sample_span``: a sample cut out of a span of its shard's bytes, and the span's tar headers

@@ -77,6 +77,7 @@ from ..shard._packed_members import PackedMembers
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_walk import BLOCK
 from ._node_cache import ShardCache
+from ._node_fetches import NodeFetches
 from ._sample_span import cut_sample, members_of, verify_span
 
 __all__ = ["CachedReader", "first_batch_whole"]
@@ -132,13 +133,30 @@ class CachedReader:
         shards: The indexed shards (remote ones).
         cache: The node's cache.
         prefetch: Shards the prefetch thread may pin beyond the batch being read.
+        fetches: The shards this node reads only in part (NOTE [ node fetches ]): each is
+            fetched as its byte range, not whole (``None``: every shard whole).
     """
 
-    def __init__(self, shards: Sequence[ShardInfo], cache: ShardCache, prefetch: int) -> None:
+    def __init__(
+        self,
+        shards: Sequence[ShardInfo],
+        cache: ShardCache,
+        prefetch: int,
+        fetches: NodeFetches | None = None,
+    ) -> None:
         self.shards = shards
         self.cache = cache
         self.prefetch = prefetch
+        self.fetches = fetches
+        cache.ranges = cache.ranges or fetches is not None
+        #: A shard's planned byte ranges, the one to pin first leading (None: whole).
+        self.spans: dict[int, tuple[tuple[int, int], ...] | None] = {}
         self.pins: dict[int, int] = {}
+        #: The shard offset at byte 0 of each pinned file and its end (absent: a whole shard).
+        self.bases: dict[int, tuple[int, int]] = {}
+        self.batch_fds: dict[int, int] = {}  # the batch being read's descriptors
+        #: Other ranges of a pinned shard, pinned when a sample in them is read.
+        self.extra: dict[int, list[tuple[int, int, int]]] = {}
         self.fetching: set[int] = set()  # shards the prefetch is pinning (downloading)
         self.first: dict[int, int] = {}  # the plan's first batch needing a pinned shard
         self.last: dict[int, int] = {}  # its last batch needing it, as far as walked
@@ -196,34 +214,105 @@ class CachedReader:
             for each in (firsts, pool):
                 each.shutdown(wait=False, cancel_futures=self.closed)
 
+    def _spans(self, shard: int) -> tuple[tuple[int, int], ...] | None:
+        """The byte ranges of ``shard`` this node fetches, the largest first (``None``: whole).
+
+        NOTE [ node fetches ]: the largest is pinned with the shard, the others when read.
+        """
+        if self.fetches is None:
+            return None
+        if shard not in self.spans:
+            spans = self.fetches.byte_ranges(shard, self.shards[shard])
+            if spans is not None:
+                spans = tuple(sorted(spans, key=lambda span: span[0] - span[1]))
+            self.spans[shard] = spans
+        return self.spans[shard]
+
+    def _cached(self, shard: int) -> bool:
+        spans = self._spans(shard)
+        return self.cache.has(self.shards[shard], spans[0] if spans else None)
+
+    def _pin(self, shard: int) -> tuple[int, int, int, list[tuple[int, int, int]]]:
+        """Pin ``shard``'s bytes this node fetches (NOTE [ node fetches ]).
+
+        Returns a descriptor, its first and end offsets, and the plan's other ranges of the
+        shard, each pinned the same way.
+        """
+        info = self.shards[shard]
+        spans = self._spans(shard)
+        if spans is None:
+            return self.cache.pin(info), 0, info.size, []
+        fd, base, end = self.cache.pin_range(info, *spans[0])
+        extra: list[tuple[int, int, int]] = []
+        if base or end < info.size:
+            for span in spans[1:]:
+                other, low, high = self.cache.pin_range(info, *span)
+                extra.append((low, high, other))
+        return fd, base, end, extra
+
     def _download(self, shard: int) -> None:
         """Pin ``shard`` for the batches to come (in a download thread of the prefetch)."""
         try:
-            fd = self.cache.pin(self.shards[shard])
+            pinned = self._pin(shard)
         except Exception:  # the reading thread pins the shard itself, and raises
             with self.lock:
                 self.fetching.discard(shard)
                 self.lock.notify_all()
             return
-        self._hold(shard, fd)
+        self._hold(shard, *pinned)
 
-    def _hold(self, shard: int, fd: int) -> None:
+    def _hold(
+        self, shard: int, fd: int, base: int, end: int, extra: list[tuple[int, int, int]]
+    ) -> None:
         with self.lock:
             self.fetching.discard(shard)
             if self.closed or shard in self.pins:
                 self.cache.unpin(fd)
+                for _, _, other in extra:
+                    self.cache.unpin(other)
             else:
                 self.pins[shard] = fd
+                if base or end < self.shards[shard].size:
+                    self.bases[shard] = (base, end)
+                if extra:
+                    self.extra[shard] = extra
             self.lock.notify_all()
+
+    def _at(self, shard: int, start: int, end: int) -> tuple[int, int]:
+        """A pinned descriptor holding bytes ``[start, end)`` of ``shard``, and its base.
+
+        A read past the pinned range (another world size's range file) fetches a range
+        covering both, copying what the folder holds (NOTE [ shard cache ]).
+        """
+        fd = self.batch_fds.get(shard)
+        if fd is None:
+            fd = self.batch_fds[shard] = self._fd(shard)
+        with self.lock:
+            base, stop = self.bases.get(shard, (0, self.shards[shard].size))
+        if base <= start and end <= stop:
+            return fd, base
+        with self.lock:
+            held = list(self.extra.get(shard, ()))
+        for low, high, other in held:
+            if low <= start and end <= high:
+                return other, low
+        # Another range of the plan, or one it did not foresee (a state of another world
+        # size): fetched now, what the folder lacks of it only (NOTE [ shard cache ]).
+        info = self.shards[shard]
+        spans = self._spans(shard) or ()
+        span = next((s for s in spans if s[0] <= start and end <= s[1]), (start, end))
+        other, low, high = self.cache.pin_range(info, *span)
+        with self.lock:
+            self.extra.setdefault(shard, []).append((low, high, other))
+        return other, low
 
     def _fd(self, shard: int) -> int:
         with self.lock:
             fd = self.pins.get(shard)
         if fd is None:
-            info = self.shards[shard]
-            waits = self.done >= 0 and not os.path.exists(self.cache.path(info))
+            waits = self.done >= 0 and not self._cached(shard)
             started = time.perf_counter()
-            self._hold(shard, self.cache.pin(info))
+            self._hold(shard, *self._pin(shard))
             if waits:  # a batch after the first waits on a download (NOTE [ shard prefetch ])
                 self.cache.stats.waits += 1
                 self.cache.stats.waited += time.perf_counter() - started
@@ -241,6 +330,7 @@ class CachedReader:
         with self.lock:  # the batch's pinned shards, in one round trip (NOTE [ cached reads ])
             pins = self.pins
             fds = {shard: pins[shard] for shard in set(shards) if shard in pins}
+        self.batch_fds = fds
         out: list[dict[str, Any]] = []
         i, count = 0, len(indexes)
         while i < count:
@@ -277,6 +367,9 @@ class CachedReader:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
+                    self.bases.pop(shard, None)
+                    for _, _, other in self.extra.pop(shard, ()):
+                        self.cache.unpin(other)
                     self.checked.discard(shard)
             self.lock.notify_all()
         return out
@@ -289,15 +382,15 @@ class CachedReader:
         with self.lock:
             pinned = set(self.pins)
         cold = [
-            i
-            for i, shard in enumerate(shards)
-            if shard not in pinned and not os.path.exists(self.cache.path(self.shards[shard]))
+            i for i, shard in enumerate(shards) if shard not in pinned and not self._cached(shard)
         ]
         cold_shards = list(dict.fromkeys(shards[i] for i in cold))
         if not cold_shards:
             return {}
         sizes = [self.shards[s].size for s in cold_shards]
         whole = first_batch_whole(cold_shards, sizes, self.prefetch, self.cache.options.read_ahead)
+        # A shard this node reads in part is fetched as its range (NOTE [ node fetches ]).
+        whole |= {s for s in cold_shards if self._spans(s) is not None}
         ranged = [i for i in cold if shards[i] not in whole]
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
@@ -306,7 +399,7 @@ class CachedReader:
         }
 
         def download(shard: int) -> None:
-            self._hold(shard, self.cache.pin(self.shards[shard]))
+            self._hold(shard, *self._pin(shard))
 
         def fetch(i: int) -> dict[str, Any]:
             return self._sample(shards[i], indexes[i], streams[shards[i]])
@@ -346,7 +439,8 @@ class CachedReader:
             start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
             if shard not in self.checked:  # its first sample read: with the tar headers
                 return self._sample(shard, index)
-            data = os.pread(fd, end - start, start)
+            fd, base = self._at(shard, start, end)
+            data = os.pread(fd, end - start, start - base)
             if len(data) != end - start:
                 self._short(view.info)
             cut_sample(sample, data, start, suffixes, offsets, sizes, range(low, high))
@@ -366,7 +460,8 @@ class CachedReader:
         start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
         if end - start > _RUN_BYTES:
             return [self._read(shard, index + k, fd) for k in range(count)]
-        data = os.pread(fd, end - start, start)
+        fd, base = self._at(shard, start, end)
+        data = os.pread(fd, end - start, start - base)
         if len(data) != end - start:
             self._short(view.info)
         url = view.info.url
@@ -396,15 +491,31 @@ class CachedReader:
             if stream is not None:
                 data = stream.fetch(start, end)
             else:
-                data = os.pread(self._fd(shard), end - start, start)
+                fd, base = self._at(shard, start, end)
+                data = os.pread(fd, end - start, start - base)
             if len(data) != end - start:
                 self._short(info)
             if checking:
-                verify_span(info, data, start, found)
+                self._verify(shard, data, start, found, stream is None)
                 self.checked.add(shard)
             rows = range(len(parts))
             cut_sample(sample, data, start, found.suffixes, found.offsets, found.sizes, rows)
         return sample
+
+    def _verify(self, shard: int, data: bytes, start: int, found: Any, cached: bool) -> None:
+        """Check ``data``'s tar headers; a cached copy that fails is named in the error."""
+        info = self.shards[shard]
+        try:
+            verify_span(info, data, start, found)
+        except ValueError as exn:
+            if not cached:
+                raise
+            span = self.bases.get(shard)
+            path = self.cache.path(info) if span is None else self.cache.range_path(info, *span)
+            raise ValueError(
+                f"shard {info.url!r}: its cached copy {path!r} does not hold what the index "
+                f"says ({exn}); delete {path!r} to download it again"
+            ) from None
 
     def _short(self, info: ShardInfo) -> NoReturn:
         raise ValueError(
@@ -422,5 +533,10 @@ class CachedReader:
             self.first.clear()
             self.last.clear()
             self.views.clear()
+            self.bases.clear()
+            for held in self.extra.values():
+                for _, _, other in held:
+                    self.cache.unpin(other)
+            self.extra.clear()
             self.checked.clear()
             self.lock.notify_all()

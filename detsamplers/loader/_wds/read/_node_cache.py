@@ -28,6 +28,16 @@ same folder:
   open stays readable to that process (POSIX), and one deleted between the existence check
   and the pin is found by its link count and downloaded again.
 
+- **Ranges of a shard.** A shard a node reads only in part (NOTE [ node fetches ]) is
+  fetched as its byte range ``[start, stop)`` into ``<key>.<start>-<stop>.part``, the same
+  way (the lock of the shard, a temporary file renamed into place once its size is
+  ``stop - start``); a whole copy of the shard, when there is one, serves it instead. A
+  later need for another range (a resume on another world size) copies what the folder's
+  copies of the shard already hold (each checked for its size first) and fetches only the
+  rest. A copy whose size is not its range's (truncated) is deleted and fetched again; one
+  whose bytes lie fails the tar header check of its first sample read, which names the
+  file (NOTE [ set index ]).
+
 A second epoch over a dataset that fits the limit downloads nothing. The locks are POSIX
 ``flock``s: the folder must be on a local file system (not NFS), one per node.
 """
@@ -55,6 +65,7 @@ __all__ = [
 ]
 
 _SUFFIX = ".tar"
+_RANGE = ".part"
 _STALE_TMP = 3600.0
 
 
@@ -186,6 +197,9 @@ class ShardCache:
         self.limit = limit
         self.options = options or RemoteOptions()
         self.stats = CacheStats()
+        #: Whether downloads look for ranges of the shard in the folder to copy (a scan of
+        #: the folder per download: set once a reader plans ranges, NOTE [ node fetches ]).
+        self.ranges = False
         check_cache_dir(folder)
 
     def path(self, info: ShardInfo) -> str:
@@ -193,6 +207,46 @@ class ShardCache:
         text = f"{info.url}\0{info.size}\0{info.version or ''}"
         key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
         return os.path.join(self.folder, key + _SUFFIX)
+
+    def range_path(self, info: ShardInfo, start: int, stop: int) -> str:
+        """Where bytes ``[start, stop)`` of ``info``'s shard lie in the folder."""
+        return f"{self.path(info)[: -len(_SUFFIX)]}.{start}-{stop}{_RANGE}"
+
+    def has(self, info: ShardInfo, span: tuple[int, int] | None = None) -> bool:
+        """Whether the folder holds the shard whole, or (``span``) that range of it."""
+        if os.path.exists(self.path(info)):
+            return True
+        return span is not None and os.path.exists(self.range_path(info, *span))
+
+    def pin_range(self, info: ShardInfo, start: int, stop: int) -> tuple[int, int, int]:
+        """Open bytes ``[start, stop)`` of ``info``'s shard (pinned), fetching what is missing.
+
+        Returns a descriptor and the shard offsets its first byte and its end hold: the
+        whole shard when the folder has it (``0, size``), else the range file.
+        """
+        if os.path.exists(self.path(info)):
+            return self.pin(info), 0, info.size
+        path = self.range_path(info, start, stop)
+        hit = True
+        while True:
+            fd = self._open(path)
+            if fd is None:
+                self._download(info, path, (start, stop))
+                hit = False
+                continue
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            stat = os.fstat(fd)
+            if stat.st_nlink == 0:  # evicted between the open and the lock
+                os.close(fd)
+                continue
+            if stat.st_size != stop - start:  # truncated or grown: fetch it again
+                os.close(fd)
+                self._delete_unpinned(path)
+                continue
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            self.stats.hits += hit
+            return fd, start, stop
 
     def pin(self, info: ShardInfo) -> int:
         """Open ``info``'s shard with a shared lock, downloading it first if absent.
@@ -228,16 +282,19 @@ class ShardCache:
             return None
         return fd
 
-    def _download(self, info: ShardInfo, path: str) -> None:
-        """Download the shard to ``path`` unless another process does it first."""
-        with open(path[: -len(_SUFFIX)] + ".lock", "a+b") as lock:
+    def _download(self, info: ShardInfo, path: str, span: tuple[int, int] | None = None) -> None:
+        """Download the shard (or ``span`` of it) to ``path`` unless another process does."""
+        with open(self.path(info)[: -len(_SUFFIX)] + ".lock", "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             if os.path.exists(path):
                 return
-            self._evict(info.size)
+            self._evict(info.size if span is None else span[1] - span[0])
             temporary = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
             try:
-                self._write(info, temporary)
+                if span is None:
+                    self._write(info, temporary)
+                else:
+                    self._write_range(info, temporary, *span)
                 os.replace(temporary, path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -245,16 +302,64 @@ class ShardCache:
                 raise
 
     def _write(self, info: ShardInfo, temporary: str) -> None:
+        """Write the whole shard: what the folder's ranges of it hold copied, the rest fetched."""
+        self._write_range(info, temporary, 0, info.size)
+
+    def _copies(self, info: ShardInfo) -> list[tuple[int, int, str]]:
+        """The folder's range files of ``info``'s shard whose size is their range's."""
+        stem = os.path.basename(self.path(info))[: -len(_SUFFIX)] + "."
+        out = []
+        for entry in os.scandir(self.folder):
+            name = entry.name
+            if not (name.startswith(stem) and name.endswith(_RANGE)):
+                continue
+            low, _, high = name[len(stem) : -len(_RANGE)].partition("-")
+            if not (low.isdigit() and high.isdigit()):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat().st_size == int(high) - int(low):
+                    out.append((int(low), int(high), entry.path))
+        return sorted(out)
+
+    def _write_range(self, info: ShardInfo, temporary: str, start: int, stop: int) -> None:
+        """Write bytes ``[start, stop)``: copied from the folder's ranges, the rest fetched."""
+        copies = self._copies(info) if self.ranges else []
         stream = RemoteShard(info.url, info.size, info.version, self.options)
+        step = download_step(self.options.read_ahead)
+        at = start
         with open(temporary, "wb") as out:
-            for start, end in download_ranges(info.size, self.options.read_ahead):
-                data = stream.fetch(start, end)
-                out.write(data)
-                self.stats.bytes += len(data)
-        if os.path.getsize(temporary) != info.size:
+            while at < stop:
+                held = [c for c in copies if c[0] <= at < c[1]]
+                if held:
+                    low, high, path = held[0]
+                    end = min(high, stop)
+                    try:
+                        with open(path, "rb") as copy:
+                            data = os.pread(copy.fileno(), end - at, at - low)
+                    except OSError:
+                        data = b""
+                    if len(data) == end - at:
+                        out.write(data)
+                        at = end
+                        continue
+                    copies.remove(held[0])  # gone or short: fetch those bytes instead
+                    continue
+                end = min([stop] + [c[0] for c in copies if c[0] > at])
+                for begin in range(at, end, step):
+                    data = stream.fetch(begin, min(end, begin + step))
+                    out.write(data)
+                    self.stats.bytes += len(data)
+                at = end
+        got = os.path.getsize(temporary)
+        if got != stop - start:
+            what = (
+                f"shard {info.url!r}"
+                if stop - start == info.size
+                else (f"bytes {start}-{stop} of shard {info.url!r}")
+            )
             raise ValueError(
-                f"shard {info.url!r} downloaded to {os.path.getsize(temporary)} bytes, "
-                f"{info.size} when indexed; it changed since: rebuild the source"
+                f"{what} downloaded to {got} bytes, {stop - start} when indexed; it changed "
+                "since: rebuild the source"
             )
         self.stats.downloaded += 1
 
@@ -272,7 +377,7 @@ class ShardCache:
             if entry.name.endswith(".tmp") and now - stat.st_mtime > _STALE_TMP:
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
-            elif entry.name.endswith(_SUFFIX):
+            elif entry.name.endswith((_SUFFIX, _RANGE)):
                 entries.append((stat.st_mtime, stat.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries):
