@@ -55,7 +55,7 @@ import numpy.typing as npt
 
 from ..._errors import check_bool, check_int
 from ..._state import fingerprint
-from ._plan_fetches import Spans, node_costs, rank_spans, ranged_cost
+from ._plan_fetches import Spans, node_costs, ranged_cost, rank_spans
 from ._plan_inputs import Network, ShardSizes, SyntheticShards, shard_sizes
 from ._plan_report import NodePlan, RunPlan
 from ._source_state import STATE_VERSION, summarize_counts
@@ -397,8 +397,8 @@ def plan_run(
         ...     batch_size=8, parts=16, epochs=2)
         >>> [n.shards for n in plan.nodes]  # per node, per epoch: the cache keeps them
         [[14, 0], [15, 0], [14, 0], [13, 0]]
-        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # shards cut by two nodes' parts
-        [1.12, 0.0]
+        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # a cut shard: each node its ranges
+        [1.0, 0.0]
     """
     nodes = check_int("nodes", nodes, minimum=1)
     ranks_per_node = check_int("ranks_per_node", ranks_per_node, minimum=1)

@@ -37,7 +37,7 @@ import numpy.typing as npt
 from .read._node_fetches import NodeFetches
 from .shard._shard_info import ShardInfo
 
-__all__ = ["Spans", "node_costs", "ranged_cost"]
+__all__ = ["Spans", "node_costs", "ranged_cost", "rank_spans"]
 
 I64 = npt.NDArray[np.int64]
 Spans = tuple[tuple[int, int], ...]
@@ -95,7 +95,7 @@ def rank_spans(
 
 def node_costs(
     spans: list[dict[int, Spans]],
-    readers: Sequence[Sequence[set[int]]] | None,
+    readers: Sequence[set[int]] | None,
     per_node: int,
     sizes: I64,
     requests: I64,

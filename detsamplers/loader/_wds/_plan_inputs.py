@@ -163,7 +163,9 @@ class SyntheticShards:
             rng = np.random.default_rng(self.seed)
             draw = rng.uniform(1 - self.spread, 1 + self.spread, self.shards)
             sizes = np.maximum(1, (self.shard_bytes * draw).astype(np.int64))
-        return ShardSizes(counts, sizes, None, 0, 0, lambda shard: _equal_samples(shard, counts, sizes))
+        return ShardSizes(
+            counts, sizes, None, 0, 0, lambda shard: _equal_samples(shard, counts, sizes)
+        )
 
 
 def _equal_samples(shard: int, counts: I64, sizes: I64) -> ShardInfo:
@@ -254,9 +256,8 @@ def shard_sizes(
         folder = os.path.dirname(os.path.abspath(path))
         data = _read_set_index(path)
         entries, embedded = decode_set_indexes(data, folder)
-        if embedded is None:
-            embedded = [None] * len(entries)
-        by_name = {e[0]: (e, x) for e, x in zip(entries, embedded, strict=True)}
+        held: list[bytes | None] = [None] * len(entries) if embedded is None else [*embedded]
+        by_name = {e[0]: (e, x) for e, x in zip(entries, held, strict=True)}
         if expanded is not None:
             theirs = {os.path.dirname(os.path.abspath(u)) for u in expanded}
             names = {e[0] for e in entries}
@@ -273,12 +274,12 @@ def shard_sizes(
         file = os.path.join(folder, SET_INDEX_NAME)
 
         def info(shard: int) -> ShardInfo:  # as from_set_indexes builds it
-            (name, size, version, count), held = by_name[entries[shard][0]]
+            (name, size, version, count), index = by_name[entries[shard][0]]
             url = os.path.join(folder, name)
             lazy = (
                 RemoteLazyIndex(url, count, size, version, RemoteOptions())
-                if held is None
-                else EmbeddedIndex(held, url, count, size, version, file)
+                if index is None
+                else EmbeddedIndex(index, url, count, size, version, file)
             )
             return ShardInfo(url, url, lazy.keys, lazy.members, size, version)
 

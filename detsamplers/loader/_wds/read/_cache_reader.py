@@ -129,9 +129,7 @@ def first_batch_whole(
     """
     few = len(cold) <= prefetch
     return {
-        s
-        for s, size in zip(cold, sizes, strict=True)
-        if few or size <= read_ahead or s in partial
+        s for s, size in zip(cold, sizes, strict=True) if few or size <= read_ahead or s in partial
     }
 
 
