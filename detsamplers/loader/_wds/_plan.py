@@ -74,19 +74,31 @@ _CHUNK = 1 << 20
 _HEADER = 512
 
 
-def fetch_plan(shards: I64, requests_per_shard: I64, sizes: I64) -> tuple[int, int]:
+def fetch_plan(
+    shards: I64,
+    requests_per_shard: I64,
+    sizes: I64,
+    ranged: dict[int, tuple[int, int]] | None = None,
+) -> tuple[int, int]:
     """Bytes and requests a node's cache spends downloading ``shards`` (NOTE [ run plan ]).
 
-    The one place a plan counts what a download costs, from the node's cost per shard
-    (``sizes`` and ``requests_per_shard``): a whole shard's size in the ranges of
-    ``download_ranges``, or the byte ranges the node fetches of a shard it reads in part
-    (NOTE [ planned fetches ]).
+    The one place a plan counts what a download costs: a whole shard's size in the ranges
+    of ``download_ranges`` (``requests_per_shard`` holds their count per shard), or, for a
+    shard in ``ranged``, the bytes and requests of the ranges the node fetches of it (NOTE
+    [ planned fetches ]).
 
     Examples:
         >>> fetch_plan(np.array([0, 2]), np.array([1, 1, 2]), np.array([10, 20, 30]))
         (40, 3)
+        >>> fetch_plan(np.array([0, 2]), np.array([1, 1, 2]), np.array([10, 20, 30]), {2: (7, 1)})
+        (17, 2)
     """
-    return int(sizes[shards].sum()), int(requests_per_shard[shards].sum())
+    sent, requests = int(sizes[shards].sum()), int(requests_per_shard[shards].sum())
+    for shard in set(ranged or ()).intersection(shards.tolist()):
+        assert ranged is not None
+        sent += ranged[shard][0] - int(sizes[shard])
+        requests += ranged[shard][1] - int(requests_per_shard[shard])
+    return sent, requests
 
 
 class _Cluster:
@@ -266,11 +278,14 @@ def _first_batches(
     return out
 
 
-def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64], int, int]:
+def _replay(
+    epochs: list[I64], sizes: I64, limit: int | None, ranged: dict[int, tuple[int, int]]
+) -> tuple[list[I64], int, int]:
     """The shards a node's cache downloads each epoch, its high-water mark and evictions.
 
     ``epochs`` holds the node's shards per epoch, in the order it first uses them when
-    the limit may be reached (NOTE [ run plan ]: least recently used goes first).
+    the limit may be reached (NOTE [ run plan ]: least recently used goes first);
+    ``ranged``: the bytes the cache holds of the shards it fetches as ranges.
     """
     seen = np.zeros(len(sizes), dtype=bool)
     out: list[I64] = []
@@ -278,7 +293,9 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
         new = shards[~seen[shards]]
         seen[new] = True
         out.append(new)
-    held = int(sizes[seen].sum())
+    held = int(sizes[seen].sum()) + sum(
+        b - int(sizes[s]) for s, (b, _) in ranged.items() if seen[s]
+    )
     if limit is None or held <= limit:
         return out, held, 0
     cache: OrderedDict[int, int] = OrderedDict()
@@ -290,7 +307,7 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
             if shard in cache:
                 cache.move_to_end(shard)
                 continue
-            size = int(sizes[shard])
+            size = ranged[shard][0] if shard in ranged else int(sizes[shard])
             while cache and used + size > limit:
                 used -= cache.popitem(last=False)[1]
                 evicted += 1
@@ -457,8 +474,8 @@ def plan_run(
     cluster = _Cluster(nodes, ranks_per_node, batch_size, start)
     first_epoch = start // total
     planned = range(first_epoch, first_epoch + epochs)
-    spans, costs = _costs(order, cluster, planned, total, source, requests_per_shard, read_ahead)
-    plans, method = _plan_epochs(order, cluster, planned, total, cache_limit, bar, costs)
+    spans, costs = _costs(order, cluster, planned, total, source, read_ahead)
+    plans, method = _plan_epochs(order, cluster, planned, total, cache_limit, bar, sizes, costs)
     firsts = _first_batches(
         order, cluster, num_workers, sizes, counts, requests_per_shard, knobs, spans
     )
@@ -466,7 +483,7 @@ def plan_run(
     for node, (downloads, high, evicted) in enumerate(plans):
         plan = NodePlan(node, high_water=high, evictions=evicted)
         for shards in downloads:
-            got = fetch_plan(shards, costs[node][1], costs[node][0])
+            got = fetch_plan(shards, requests_per_shard, sizes, costs[node])
             plan.shards.append(len(shards))
             plan.shard_bytes.append(got[0])
             plan.shard_requests.append(got[1])
@@ -479,14 +496,14 @@ def plan_run(
         at, rn, rl = resumed
         again = _Cluster(rn, rl, batch_size, at)
         epoch = range(at // total, at // total + 1)
-        spans, costs = _costs(order, again, epoch, total, source, requests_per_shard, read_ahead)
-        sets, _ = _plan_epochs(order, again, epoch, total, None, bar, costs)
+        spans, costs = _costs(order, again, epoch, total, source, read_ahead)
+        sets, _ = _plan_epochs(order, again, epoch, total, None, bar, sizes, costs)
         firsts = _first_batches(
             order, again, num_workers, sizes, counts, requests_per_shard, knobs, spans
         )
         resume = []
         for node, (downloads, high, _) in enumerate(sets):
-            got = fetch_plan(downloads[0], costs[node][1], costs[node][0])
+            got = fetch_plan(downloads[0], requests_per_shard, sizes, costs[node])
             plan = NodePlan(node, [len(downloads[0])], [got[0]], [got[1]], high_water=high)
             _first(plan, firsts[node], network)
             resume.append(plan)
@@ -530,11 +547,12 @@ def _plan_epochs(
     total: int,
     limit: int | None,
     bar: Any,
-    costs: list[tuple[I64, I64]],
+    sizes: I64,
+    costs: list[dict[int, tuple[int, int]]],
 ) -> tuple[list[tuple[list[I64], int, int]], str]:
     """Each node's downloads per epoch, high-water mark and evictions, and how they were found.
 
-    ``costs``: each node's bytes (what its cache holds) and requests per shard.
+    ``costs``: each node's bytes and requests of the shards it fetches as ranges.
     """
     per_node: list[list[I64]] = [[] for _ in range(cluster.nodes)]
     methods = set()
@@ -543,7 +561,7 @@ def _plan_epochs(
         methods.add(method)
         for node, shards in enumerate(sets):
             per_node[node].append(shards)
-    out = [_replay(sets, cost[0], None) for sets, cost in zip(per_node, costs, strict=True)]
+    out = [_replay(sets, sizes, None, cost) for sets, cost in zip(per_node, costs, strict=True)]
     if limit is not None and max(high for _, high, _ in out) > limit:
         per_node = [[] for _ in range(cluster.nodes)]
         for epoch in epochs:  # the limit is reached: replay in the order of first use
@@ -551,7 +569,9 @@ def _plan_epochs(
             for node, shards in enumerate(sets):
                 per_node[node].append(shards)
         methods = {"located, least recently used evicted (a model)"}
-        out = [_replay(sets, cost[0], limit) for sets, cost in zip(per_node, costs, strict=True)]
+        out = [
+            _replay(sets, sizes, limit, cost) for sets, cost in zip(per_node, costs, strict=True)
+        ]
     return out, " + ".join(sorted(methods))
 
 
@@ -561,9 +581,8 @@ def _costs(
     epochs: range,
     total: int,
     source: ShardSizes,
-    requests_per_shard: I64,
     read_ahead: int,
-) -> tuple[list[dict[int, Spans]], list[tuple[I64, I64]]]:
+) -> tuple[list[dict[int, Spans]], list[dict[int, tuple[int, int]]]]:
     """Each rank's byte ranges of the shards it reads in part, each node's cost per shard.
 
     ``node_fetches`` is called per rank as the source calls it (NOTE [ planned fetches ]).
@@ -578,6 +597,4 @@ def _costs(
         for epoch in epochs:
             for rank, shards in enumerate(_parts_sets(order, epoch, ranks, total)):
                 readers[rank].update(shards.tolist())
-    step = download_step(read_ahead)
-    sizes = source.sizes
-    return spans, node_costs(spans, readers, cluster.per_node, sizes, requests_per_shard, step)
+    return spans, node_costs(spans, readers, cluster.per_node, download_step(read_ahead))

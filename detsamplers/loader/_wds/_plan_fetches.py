@@ -31,15 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
 from .read._node_fetches import NodeFetches
 from .shard._shard_info import ShardInfo
 
 __all__ = ["Spans", "node_costs", "ranged_cost", "rank_spans"]
 
-I64 = npt.NDArray[np.int64]
 Spans = tuple[tuple[int, int], ...]
 
 
@@ -97,24 +93,21 @@ def node_costs(
     spans: list[dict[int, Spans]],
     readers: Sequence[set[int]] | None,
     per_node: int,
-    sizes: I64,
-    requests: I64,
     step: int,
-) -> list[tuple[I64, I64]]:
-    """Each node's bytes and requests per shard (NOTE [ planned fetches ]).
+) -> list[dict[int, tuple[int, int]]]:
+    """Each node's bytes and requests of the shards it fetches as ranges (NOTE [ planned fetches ]).
 
-    ``readers[r]``: the shards rank ``r`` reads in the planned epochs, one set each
-    (``None``: one rank a node, which reads every shard its node reads).
+    A shard absent costs its whole download. ``readers[r]``: the shards rank ``r`` reads in
+    the planned epochs (``None``: one rank a node, which reads every shard its node reads).
     """
     out = []
     for node in range(len(spans) // per_node):
         ranks = range(node * per_node, (node + 1) * per_node)
-        cost_bytes, cost_requests = sizes.copy(), requests.copy()
+        costs: dict[int, tuple[int, int]] = {}
         for shard in sorted({s for r in ranks for s in spans[r]}):
             reading = [r for r in ranks if readers is None or shard in readers[r]]
             if not reading or any(shard not in spans[r] for r in reading):
                 continue  # read whole by one of them (or by no rank): the whole download
-            got = ranged_cost([spans[r][shard] for r in reading], step)
-            cost_bytes[shard], cost_requests[shard] = got
-        out.append((cost_bytes, cost_requests))
+            costs[shard] = ranged_cost([spans[r][shard] for r in reading], step)
+        out.append(costs)
     return out

@@ -51,6 +51,7 @@ from .index._set_index_file import (
 )
 from .remote._remote_reads import RemoteOptions
 from .remote._urls import expand_urls
+from .shard._packed_members import PackedMembers
 from .shard._shard_info import ShardInfo
 
 __all__ = ["SET_INDEX_LIMIT", "SYNTHETIC_LIMIT", "Network", "ShardSizes", "SyntheticShards"]
@@ -177,10 +178,13 @@ def _equal_samples(shard: int, counts: I64, sizes: I64) -> ShardInfo:
         ([512, 1536, 2560, 3584], 4096)
     """
     n, size = int(counts[shard]), int(sizes[shard])
-    bounds = [i * size // n for i in range(n + 1)]
-    members = [[["x", bounds[i] + 512, bounds[i + 1] - bounds[i] - 512]] for i in range(n)]
-    keys = tuple(str(i) for i in range(n))
-    return ShardInfo(f"synthetic-{shard}", f"synthetic-{shard}", keys, members, size=size)
+    bounds = np.arange(n + 1, dtype=np.int64) * size // n
+    offsets = bounds[:-1] + 512
+    members = PackedMembers(
+        ["x"] * n, offsets.tolist(), (bounds[1:] - offsets).tolist(), list(range(n + 1))
+    )
+    name = f"synthetic-{shard}"
+    return ShardInfo(name, name, ("",) * n, members, size=size)
 
 
 @dataclass(frozen=True)
