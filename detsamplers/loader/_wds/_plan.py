@@ -591,7 +591,7 @@ def _costs(
     fetches = [node_fetches(order, world, [rank], cluster.origin) for rank in range(world)]
     spans = rank_spans(fetches, source.info)
     readers: list[set[int]] | None = None
-    if cluster.per_node > 1 and any(spans):  # which of a node's ranks read each shard
+    if cluster.per_node > 1 and total % world and any(spans):  # tail samples shared
         ranks = _Cluster(world, 1, cluster.batch_size, cluster.start)
         readers = [set() for _ in range(world)]
         for epoch in epochs:

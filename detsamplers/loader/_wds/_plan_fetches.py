@@ -18,9 +18,10 @@ only in part and, through ``NodeFetches.byte_ranges`` on the shard's ``ShardInfo
   a step), and two ranks fetching the same bytes at the same moment fetch them twice;
 - a shard one rank of the node reads whole and another in part (the tail's samples when
   ``W`` does not divide the epoch, NOTE [ node fetches ]) costs its whole download, as if
-  the whole one came first. Which ranks read a shard is taken over the planned epochs,
-  whole epochs (a model in a started epoch), and the node's cost is counted in the first
-  epoch its node reads the shard.
+  the whole one came first. Which ranks read a shard is then taken over the planned
+  epochs, whole epochs (a model in a started epoch); with ``W`` dividing the samples each
+  sample has one rank, so a rank reads every epoch the shards it lists and no other rank of
+  its node reads them. A node's cost of a shard is counted in the first epoch it reads it.
 
 The first batch of a reader (``first_batch_whole``) fetches a cold shard its rank reads in
 part as its ranges, like the reader; its cost is counted the same way over the node's
@@ -98,14 +99,15 @@ def node_costs(
     """Each node's bytes and requests of the shards it fetches as ranges (NOTE [ planned fetches ]).
 
     A shard absent costs its whole download. ``readers[r]``: the shards rank ``r`` reads in
-    the planned epochs (``None``: one rank a node, which reads every shard its node reads).
+    the planned epochs (``None``: each rank reads the shards it lists, and no other rank of
+    its node reads them: one rank a node, or a world size dividing the samples).
     """
     out = []
     for node in range(len(spans) // per_node):
         ranks = range(node * per_node, (node + 1) * per_node)
         costs: dict[int, tuple[int, int]] = {}
         for shard in sorted({s for r in ranks for s in spans[r]}):
-            reading = [r for r in ranks if readers is None or shard in readers[r]]
+            reading = [r for r in ranks if shard in (spans[r] if readers is None else readers[r])]
             if not reading or any(shard not in spans[r] for r in reading):
                 continue  # read whole by one of them (or by no rank): the whole download
             costs[shard] = ranged_cost([spans[r][shard] for r in reading], step)
