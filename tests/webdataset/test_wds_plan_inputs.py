@@ -16,6 +16,7 @@ from detsamplers.__main__ import main
 from detsamplers.loader import Network, SyntheticShards, plan_run
 from detsamplers.loader._wds._plan import _Cluster, _epoch_sets, _located_sets
 from detsamplers.loader._wds.index._set_index_file import SET_INDEX_NAME, encode_set
+from detsamplers.loader._wds.index._shard_index_file import decode_index
 from detsamplers.loader._wds.order._shard_order import ShardOrder
 
 SMALL = SyntheticShards(32, 1 << 20, 100)
@@ -217,3 +218,64 @@ def test_the_order_memory_is_the_arrays_a_rank_holds() -> None:
     order.locate(np.arange(4, dtype=np.int64))
     # the counts, the epoch's order and its starts: 8 bytes a shard each, at least
     assert plan.order_bytes_per_rank >= 3 * 8 * 1000
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shards=st.integers(1, 12),
+    samples=st.integers(1, 9),
+    nodes=st.sampled_from([1, 2, 4]),
+    parts_per_node=st.integers(1, 6),
+    seed=st.integers(0, 9),
+)
+def test_a_synthetic_epochs_byte_ranges_over_all_nodes_add_up_to_the_dataset(
+    shards: int, samples: int, nodes: int, parts_per_node: int, seed: int
+) -> None:
+    # The assumed layout (NOTE [ plan inputs ]): equal samples back to back, so the nodes'
+    # byte ranges of a shard cut between them partition it; nodes must divide the samples
+    # (else tail samples move between nodes) and no first batch reads samples by ranges.
+    synthetic = SyntheticShards(shards * nodes, 1 << 16, samples, seed=seed)
+    parts = nodes * parts_per_node
+    plan = plan_run(
+        synthetic=synthetic, nodes=nodes, batch_size=2, parts=parts, seed=seed, prefetch=10**6
+    )
+    if plan.samples < parts:  # no part of a sample: every shard whole
+        return
+    assert sum(n.shard_bytes[0] for n in plan.nodes) == plan.dataset_bytes
+    assert sum(sum(n.shards) for n in plan.nodes) >= synthetic.shards
+
+
+def test_a_synthetic_shard_read_in_part_costs_its_samples_share_of_its_bytes() -> None:
+    # 2 shards of 3 samples of 4096 bytes, 3 nodes' parts of 2 samples: the middle part
+    # cuts both shards, so its node fetches 2 ranges of one sample each; the others one
+    # range of 2 samples each.
+    synthetic = SyntheticShards(2, 3 << 12, 3)
+    plan = plan_run(synthetic=synthetic, nodes=3, batch_size=1, parts=3, shuffle_shards=False)
+    assert [n.shard_bytes[0] for n in plan.nodes] == [2 << 12] * 3
+    assert sorted(n.shard_requests[0] for n in plan.nodes) == [1, 1, 2]
+    assert sorted(n.shards[0] for n in plan.nodes) == [1, 1, 2]
+
+
+def test_a_set_index_plans_the_byte_ranges_the_urls_plan(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    rng = np.random.default_rng(0)
+    with wds.ShardWriter(str(tmp_path / "d-%d.tar"), maxcount=7, verbose=0) as writer:
+        for i in range(40):  # samples of different sizes: ranges follow the offsets
+            writer.write({"__key__": f"k{i:03d}", "bin": rng.bytes(int(rng.integers(1, 5000)))})
+    urls = sorted(str(p) for p in tmp_path.glob("d-*.tar"))
+    assert main(["index", *urls]) == 0
+    files = [Path(u + ".index.npz").read_bytes() for u in urls]
+    entries = [
+        (Path(u).name, Path(u).stat().st_size, None, len(decode_index(f, u)[0]))
+        for u, f in zip(urls, files, strict=True)
+    ]
+    options: dict[str, Any] = {"nodes": 2, "ranks_per_node": 2, "batch_size": 3, "parts": 8}
+    by_urls = plan_run(urls, **options)
+    whole = plan_run(urls, **{**options, "parts": 0})
+    assert sum(n.shard_bytes[0] for n in by_urls.nodes) < sum(n.shard_bytes[0] for n in whole.nodes)
+    for embedded in (files, None):  # the index files in the set index, or beside the shards
+        (tmp_path / SET_INDEX_NAME).write_bytes(encode_set(entries, embedded))
+        by_set = plan_run(set_index=str(tmp_path / SET_INDEX_NAME), **options)
+        assert [n.shard_bytes for n in by_set.nodes] == [n.shard_bytes for n in by_urls.nodes]
+        assert [n.shard_requests for n in by_set.nodes] == [n.shard_requests for n in by_urls.nodes]

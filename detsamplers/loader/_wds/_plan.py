@@ -18,10 +18,13 @@ stream order ]), so which shards each node reads in each epoch, and so what its 
   position of the epoch is located, a chunk at a time
   (``ShardOrder.locate``). A property test checks the first two against the third;
 - a shard the cache lacks is downloaded whole in the ranges of ``download_ranges`` (one
-  request each); the first batch of each reader (a rank's DataLoader worker) after a
-  start fetches its cold shards as ``first_batch_whole`` decides, the others' samples by
-  ranges of their own (their bytes estimated from the shard's mean sample, plus the
-  512-byte header checked). :func:`fetch_plan` is the one place these bytes are counted;
+  request each), unless the node's ranks read it only in part (``node_fetches``, the
+  reader's own decision): then its cost is the byte ranges the cache fetches (NOTE
+  [ planned fetches ]); the first batch of each reader (a rank's DataLoader worker) after
+  a start fetches its cold shards as ``first_batch_whole`` decides (those read in part as
+  their ranges), the others' samples by ranges of their own (their bytes estimated from
+  the shard's mean sample, plus the 512-byte header checked). :func:`fetch_plan` is the
+  one place these bytes are counted, from each node's cost per shard;
 - the cache starts cold on every node; a node's shards fit its ``cache_limit`` unless the
   limit is below them, then the plan replays least-recently-used eviction in the order
   the node first uses each shard in each epoch. That replay is a model: the reader's
@@ -52,6 +55,7 @@ import numpy.typing as npt
 
 from ..._errors import check_bool, check_int
 from ..._state import fingerprint
+from ._plan_fetches import Spans, node_costs, ranged_cost, rank_spans
 from ._plan_inputs import Network, ShardSizes, SyntheticShards, shard_sizes
 from ._plan_report import NodePlan, RunPlan
 from ._source_state import STATE_VERSION, summarize_counts
@@ -59,6 +63,7 @@ from .order._rank_batches import rank_positions
 from .order._shard_order import ShardOrder
 from .read._cache_reader import first_batch_whole
 from .read._node_cache import download_step
+from .read._node_fetches import node_fetches
 
 __all__ = ["fetch_plan", "plan_run"]
 
@@ -69,17 +74,31 @@ _CHUNK = 1 << 20
 _HEADER = 512
 
 
-def fetch_plan(shards: I64, requests_per_shard: I64, sizes: I64) -> tuple[int, int]:
+def fetch_plan(
+    shards: I64,
+    requests_per_shard: I64,
+    sizes: I64,
+    ranged: dict[int, tuple[int, int]] | None = None,
+) -> tuple[int, int]:
     """Bytes and requests a node's cache spends downloading ``shards`` (NOTE [ run plan ]).
 
-    The one place a plan counts what a download costs: whole shards today, in the ranges
-    of ``download_ranges`` (``requests_per_shard`` holds their count per shard).
+    The one place a plan counts what a download costs: a whole shard's size in the ranges
+    of ``download_ranges`` (``requests_per_shard`` holds their count per shard), or, for a
+    shard in ``ranged``, the bytes and requests of the ranges the node fetches of it (NOTE
+    [ planned fetches ]).
 
     Examples:
         >>> fetch_plan(np.array([0, 2]), np.array([1, 1, 2]), np.array([10, 20, 30]))
         (40, 3)
+        >>> fetch_plan(np.array([0, 2]), np.array([1, 1, 2]), np.array([10, 20, 30]), {2: (7, 1)})
+        (17, 2)
     """
-    return int(sizes[shards].sum()), int(requests_per_shard[shards].sum())
+    sent, requests = int(sizes[shards].sum()), int(requests_per_shard[shards].sum())
+    for shard in set(ranged or ()).intersection(shards.tolist()):
+        assert ranged is not None
+        sent += ranged[shard][0] - int(sizes[shard])
+        requests += ranged[shard][1] - int(requests_per_shard[shard])
+    return sent, requests
 
 
 class _Cluster:
@@ -212,19 +231,23 @@ def _first_batches(
     counts: I64,
     requests_per_shard: I64,
     knobs: tuple[int, int],
+    spans: list[dict[int, Spans]],
 ) -> list[tuple[int, int, int, int]]:
     """Each node's bytes and requests for its readers' first batches, caches cold.
 
     Per node: all the first batches' bytes and requests, then those of ranged reads (which
-    add to the shards' whole downloads).
+    add to the shards' whole downloads). ``spans``: each rank's byte ranges of the shards
+    it reads in part (NOTE [ planned fetches ]).
     """
     prefetch, read_ahead = knobs
     batch = (cluster.start - cluster.origin) // (cluster.batch_size * cluster.world)
     out = []
     for node in range(cluster.nodes):
         whole: set[int] = set()
+        writes: dict[int, list[Spans]] = {}
         ranged_bytes, ranged_requests = 0, 0
         for rank in range(node * cluster.per_node, (node + 1) * cluster.per_node):
+            mine = spans[rank]
             for worker in range(max(workers, 1)):
                 positions = rank_positions(
                     batch + worker, cluster.batch_size, cluster.world, rank, None, cluster.origin
@@ -232,9 +255,13 @@ def _first_batches(
                 shards, _ = order.locate(positions)
                 cold = list(dict.fromkeys(shards.tolist()))
                 chosen = first_batch_whole(
-                    cold, [int(sizes[s]) for s in cold], prefetch, read_ahead
+                    cold, [int(sizes[s]) for s in cold], prefetch, read_ahead, mine.keys()
                 )
-                whole |= chosen
+                for shard in chosen:
+                    if shard in mine:
+                        writes.setdefault(shard, []).append(mine[shard])
+                    else:
+                        whole.add(shard)
                 for shard in cold:
                     if shard not in chosen:
                         samples = int((shards == shard).sum())
@@ -242,15 +269,23 @@ def _first_batches(
                         ranged_bytes += samples * mean + _HEADER
                         ranged_requests += samples
         got = fetch_plan(np.array(sorted(whole), dtype=np.int64), requests_per_shard, sizes)
+        step = download_step(read_ahead)
+        for shard, ranges in writes.items():
+            if shard not in whole:  # else read whole by another reader of the node
+                part = ranged_cost(ranges, step)
+                got = (got[0] + part[0], got[1] + part[1])
         out.append((got[0] + ranged_bytes, got[1] + ranged_requests, ranged_bytes, ranged_requests))
     return out
 
 
-def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64], int, int]:
+def _replay(
+    epochs: list[I64], sizes: I64, limit: int | None, ranged: dict[int, tuple[int, int]]
+) -> tuple[list[I64], int, int]:
     """The shards a node's cache downloads each epoch, its high-water mark and evictions.
 
     ``epochs`` holds the node's shards per epoch, in the order it first uses them when
-    the limit may be reached (NOTE [ run plan ]: least recently used goes first).
+    the limit may be reached (NOTE [ run plan ]: least recently used goes first);
+    ``ranged``: the bytes the cache holds of the shards it fetches as ranges.
     """
     seen = np.zeros(len(sizes), dtype=bool)
     out: list[I64] = []
@@ -258,7 +293,9 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
         new = shards[~seen[shards]]
         seen[new] = True
         out.append(new)
-    held = int(sizes[seen].sum())
+    held = int(sizes[seen].sum()) + sum(
+        b - int(sizes[s]) for s, (b, _) in ranged.items() if seen[s]
+    )
     if limit is None or held <= limit:
         return out, held, 0
     cache: OrderedDict[int, int] = OrderedDict()
@@ -270,7 +307,7 @@ def _replay(epochs: list[I64], sizes: I64, limit: int | None) -> tuple[list[I64]
             if shard in cache:
                 cache.move_to_end(shard)
                 continue
-            size = int(sizes[shard])
+            size = ranged[shard][0] if shard in ranged else int(sizes[shard])
             while cache and used + size > limit:
                 used -= cache.popitem(last=False)[1]
                 evicted += 1
@@ -377,8 +414,8 @@ def plan_run(
         ...     batch_size=8, parts=16, epochs=2)
         >>> [n.shards for n in plan.nodes]  # per node, per epoch: the cache keeps them
         [[14, 0], [15, 0], [14, 0], [13, 0]]
-        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # shards cut by two nodes' parts
-        [1.12, 0.0]
+        >>> plan.as_dict()["totals"]["egress_over_dataset"]  # a cut shard: each node its ranges
+        [1.0, 0.0]
     """
     nodes = check_int("nodes", nodes, minimum=1)
     ranks_per_node = check_int("ranks_per_node", ranks_per_node, minimum=1)
@@ -436,15 +473,17 @@ def plan_run(
     knobs = (prefetch, read_ahead)
     cluster = _Cluster(nodes, ranks_per_node, batch_size, start)
     first_epoch = start // total
-    plans, method = _plan_epochs(
-        order, cluster, range(first_epoch, first_epoch + epochs), total, cache_limit, bar, sizes
+    planned = range(first_epoch, first_epoch + epochs)
+    spans, costs = _costs(order, cluster, planned, total, source, read_ahead)
+    plans, method = _plan_epochs(order, cluster, planned, total, cache_limit, bar, sizes, costs)
+    firsts = _first_batches(
+        order, cluster, num_workers, sizes, counts, requests_per_shard, knobs, spans
     )
-    firsts = _first_batches(order, cluster, num_workers, sizes, counts, requests_per_shard, knobs)
     out_nodes = []
     for node, (downloads, high, evicted) in enumerate(plans):
         plan = NodePlan(node, high_water=high, evictions=evicted)
         for shards in downloads:
-            got = fetch_plan(shards, requests_per_shard, sizes)
+            got = fetch_plan(shards, requests_per_shard, sizes, costs[node])
             plan.shards.append(len(shards))
             plan.shard_bytes.append(got[0])
             plan.shard_requests.append(got[1])
@@ -456,12 +495,15 @@ def plan_run(
     if resumed is not None:
         at, rn, rl = resumed
         again = _Cluster(rn, rl, batch_size, at)
-        epoch = at // total
-        sets, _ = _plan_epochs(order, again, range(epoch, epoch + 1), total, None, bar, sizes)
-        firsts = _first_batches(order, again, num_workers, sizes, counts, requests_per_shard, knobs)
+        epoch = range(at // total, at // total + 1)
+        spans, costs = _costs(order, again, epoch, total, source, read_ahead)
+        sets, _ = _plan_epochs(order, again, epoch, total, None, bar, sizes, costs)
+        firsts = _first_batches(
+            order, again, num_workers, sizes, counts, requests_per_shard, knobs, spans
+        )
         resume = []
         for node, (downloads, high, _) in enumerate(sets):
-            got = fetch_plan(downloads[0], requests_per_shard, sizes)
+            got = fetch_plan(downloads[0], requests_per_shard, sizes, costs[node])
             plan = NodePlan(node, [len(downloads[0])], [got[0]], [got[1]], high_water=high)
             _first(plan, firsts[node], network)
             resume.append(plan)
@@ -506,8 +548,12 @@ def _plan_epochs(
     limit: int | None,
     bar: Any,
     sizes: I64,
+    costs: list[dict[int, tuple[int, int]]],
 ) -> tuple[list[tuple[list[I64], int, int]], str]:
-    """Each node's downloads per epoch, high-water mark and evictions, and how they were found."""
+    """Each node's downloads per epoch, high-water mark and evictions, and how they were found.
+
+    ``costs``: each node's bytes and requests of the shards it fetches as ranges.
+    """
     per_node: list[list[I64]] = [[] for _ in range(cluster.nodes)]
     methods = set()
     for epoch in epochs:
@@ -515,7 +561,7 @@ def _plan_epochs(
         methods.add(method)
         for node, shards in enumerate(sets):
             per_node[node].append(shards)
-    out = [_replay(sets, sizes, None) for sets in per_node]
+    out = [_replay(sets, sizes, None, cost) for sets, cost in zip(per_node, costs, strict=True)]
     if limit is not None and max(high for _, high, _ in out) > limit:
         per_node = [[] for _ in range(cluster.nodes)]
         for epoch in epochs:  # the limit is reached: replay in the order of first use
@@ -523,5 +569,32 @@ def _plan_epochs(
             for node, shards in enumerate(sets):
                 per_node[node].append(shards)
         methods = {"located, least recently used evicted (a model)"}
-        out = [_replay(sets, sizes, limit) for sets in per_node]
+        out = [
+            _replay(sets, sizes, limit, cost) for sets, cost in zip(per_node, costs, strict=True)
+        ]
     return out, " + ".join(sorted(methods))
+
+
+def _costs(
+    order: ShardOrder,
+    cluster: _Cluster,
+    epochs: range,
+    total: int,
+    source: ShardSizes,
+    read_ahead: int,
+) -> tuple[list[dict[int, Spans]], list[dict[int, tuple[int, int]]]]:
+    """Each rank's byte ranges of the shards it reads in part, each node's cost per shard.
+
+    ``node_fetches`` is called per rank as the source calls it (NOTE [ planned fetches ]).
+    """
+    world = cluster.world
+    fetches = [node_fetches(order, world, [rank], cluster.origin) for rank in range(world)]
+    spans = rank_spans(fetches, source.info)
+    readers: list[set[int]] | None = None
+    if cluster.per_node > 1 and total % world and any(spans):  # tail samples shared
+        ranks = _Cluster(world, 1, cluster.batch_size, cluster.start)
+        readers = [set() for _ in range(world)]
+        for epoch in epochs:
+            for rank, shards in enumerate(_parts_sets(order, epoch, ranks, total)):
+                readers[rank].update(shards.tolist())
+    return spans, node_costs(spans, readers, cluster.per_node, download_step(read_ahead))

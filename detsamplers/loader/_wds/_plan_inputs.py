@@ -16,6 +16,14 @@ before anything is allocated:
   samples per shard. A description no tar could have (a sample under 1,024 bytes, the tar
   header and one padded block) or over ``SYNTHETIC_LIMIT`` shards is refused by name.
 
+A node that reads a shard only in part fetches byte ranges of it (NOTE [ node fetches ]),
+so the plan also needs, for those shards only, each sample's offsets (``ShardSizes.info``,
+called lazily): the indexed ``ShardInfo`` for URLs; for a set index, the index files it
+embeds, or else each shard's own index file beside it, read as the source reads them; for
+a synthetic description, an assumed layout: a shard's ``samples_per_shard`` samples are
+equal and back to back, sample ``i`` of a shard of ``S`` bytes and ``n`` samples the bytes
+``[i S // n, (i + 1) S // n)`` (its tar header first, no end blocks).
+
 The network model (:class:`Network`) is five positive numbers; a plan without one reports
 bytes and requests only.
 """
@@ -24,8 +32,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from stat import S_ISREG
 from typing import Any
 
@@ -34,8 +42,17 @@ import numpy.typing as npt
 
 from ..._errors import check_int
 from .index._index_shards import index_shards
-from .index._set_index_file import EMBED_LIMIT, SET_INDEX_NAME, decode_set
+from .index._set_index_file import (
+    EMBED_LIMIT,
+    SET_INDEX_NAME,
+    EmbeddedIndex,
+    RemoteLazyIndex,
+    decode_set_indexes,
+)
+from .remote._remote_reads import RemoteOptions
 from .remote._urls import expand_urls
+from .shard._packed_members import PackedMembers
+from .shard._shard_info import ShardInfo
 
 __all__ = ["SET_INDEX_LIMIT", "SYNTHETIC_LIMIT", "Network", "ShardSizes", "SyntheticShards"]
 
@@ -147,7 +164,27 @@ class SyntheticShards:
             rng = np.random.default_rng(self.seed)
             draw = rng.uniform(1 - self.spread, 1 + self.spread, self.shards)
             sizes = np.maximum(1, (self.shard_bytes * draw).astype(np.int64))
-        return ShardSizes(counts, sizes, None, 0, 0)
+        return ShardSizes(
+            counts, sizes, None, 0, 0, lambda shard: _equal_samples(shard, counts, sizes)
+        )
+
+
+def _equal_samples(shard: int, counts: I64, sizes: I64) -> ShardInfo:
+    """A synthetic shard's assumed layout: equal samples back to back (NOTE [ plan inputs ]).
+
+    Examples:
+        >>> info = _equal_samples(0, np.array([4]), np.array([4096]))
+        >>> [m[0][1] for m in info.members], info.size  # each data offset, after its header
+        ([512, 1536, 2560, 3584], 4096)
+    """
+    n, size = int(counts[shard]), int(sizes[shard])
+    bounds = np.arange(n + 1, dtype=np.int64) * size // n
+    offsets = bounds[:-1] + 512
+    members = PackedMembers(
+        ["x"] * n, offsets.tolist(), (bounds[1:] - offsets).tolist(), list(range(n + 1))
+    )
+    name = f"synthetic-{shard}"
+    return ShardInfo(name, name, ("",) * n, members, size=size)
 
 
 @dataclass(frozen=True)
@@ -162,6 +199,9 @@ class ShardSizes:
     set_index_bytes: int
     #: Bytes the shards' index took in this process while indexing (0: not measured).
     index_memory: int
+    #: A shard's samples' offsets, for the byte ranges of a shard read in part (``None``:
+    #: not known; NOTE [ plan inputs ]).
+    info: Callable[[int], ShardInfo] | None = None
 
 
 def _read_set_index(path: str) -> bytes:
@@ -219,7 +259,9 @@ def shard_sizes(
         path = os.fspath(set_index)
         folder = os.path.dirname(os.path.abspath(path))
         data = _read_set_index(path)
-        entries = decode_set(data, folder)
+        entries, embedded = decode_set_indexes(data, folder)
+        held: list[bytes | None] = [None] * len(entries) if embedded is None else [*embedded]
+        by_name = {e[0]: (e, x) for e, x in zip(entries, held, strict=True)}
         if expanded is not None:
             theirs = {os.path.dirname(os.path.abspath(u)) for u in expanded}
             names = {e[0] for e in entries}
@@ -230,11 +272,22 @@ def shard_sizes(
                     f"{SET_INDEX_NAME}"
                 )
             wanted = [os.path.basename(u) for u in expanded]
-            by_name = {e[0]: e for e in entries}
-            entries = [by_name[name] for name in wanted]
+            entries = [by_name[name][0] for name in wanted]
         counts = np.array([e[3] for e in entries], dtype=np.int64)
         sizes = np.array([e[1] for e in entries], dtype=np.int64)
-        return ShardSizes(counts, sizes, [e[0] for e in entries], len(data), 0)
+        file = os.path.join(folder, SET_INDEX_NAME)
+
+        def info(shard: int) -> ShardInfo:  # as from_set_indexes builds it
+            (name, size, version, count), index = by_name[entries[shard][0]]
+            url = os.path.join(folder, name)
+            lazy = (
+                RemoteLazyIndex(url, count, size, version, RemoteOptions())
+                if index is None
+                else EmbeddedIndex(index, url, count, size, version, file)
+            )
+            return ShardInfo(url, url, lazy.keys, lazy.members, size, version)
+
+        return ShardSizes(counts, sizes, [e[0] for e in entries], len(data), 0, info)
     assert expanded is not None
     import tracemalloc
 
@@ -250,4 +303,5 @@ def shard_sizes(
     sizes = np.array(
         [i.size if i.size >= 0 else os.path.getsize(i.path) for i in infos], dtype=np.int64
     )
-    return ShardSizes(counts, sizes, [i.url for i in infos], 0, used)
+    sized = [replace(i, size=int(s)) for i, s in zip(infos, sizes, strict=True)]
+    return ShardSizes(counts, sizes, [i.url for i in infos], 0, used, sized.__getitem__)

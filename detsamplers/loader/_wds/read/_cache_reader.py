@@ -67,7 +67,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, NoReturn
 
@@ -103,24 +103,34 @@ class _View(NamedTuple):
 
 
 def first_batch_whole(
-    cold: Sequence[int], sizes: Sequence[int], prefetch: int, read_ahead: int
+    cold: Sequence[int],
+    sizes: Sequence[int],
+    prefetch: int,
+    read_ahead: int,
+    partial: Collection[int] = (),
 ) -> set[int]:
-    """The cold shards a reader's first batch downloads whole (NOTE [ shard prefetch ]).
+    """The cold shards a reader's first batch fetches into the cache (NOTE [ shard prefetch ]).
 
     ``cold`` are the first batch's shards neither pinned nor cached, ``sizes`` their
-    sizes. Within ``prefetch`` shards, every one; beyond, those of at most ``read_ahead``
-    bytes: the batch's samples in the others are read by ranges of their own (and the
-    shards downloaded whole by the prefetch for the batches after it). A pure function:
-    :class:`CachedReader` and ``plan_run`` both call it.
+    sizes, ``partial`` the shards the node fetches as byte ranges (NOTE [ node fetches ]).
+    Within ``prefetch`` shards, every one; beyond, those of at most ``read_ahead``
+    bytes and those in ``partial`` (fetched as their ranges): the batch's samples in the
+    others are read by ranges of their own (and the shards downloaded whole by the prefetch
+    for the batches after it). A pure function: :class:`CachedReader` and ``plan_run``
+    both call it.
 
     Examples:
         >>> sorted(first_batch_whole([3, 5], [10, 99], prefetch=8, read_ahead=50))
         [3, 5]
         >>> sorted(first_batch_whole([3, 5], [10, 99], prefetch=1, read_ahead=50))
         [3]
+        >>> sorted(first_batch_whole([3, 5], [10, 99], prefetch=1, read_ahead=50, partial={5}))
+        [3, 5]
     """
     few = len(cold) <= prefetch
-    return {s for s, size in zip(cold, sizes, strict=True) if few or size <= read_ahead}
+    return {
+        s for s, size in zip(cold, sizes, strict=True) if few or size <= read_ahead or s in partial
+    }
 
 
 class CachedReader:
@@ -388,9 +398,10 @@ class CachedReader:
         if not cold_shards:
             return {}
         sizes = [self.shards[s].size for s in cold_shards]
-        whole = first_batch_whole(cold_shards, sizes, self.prefetch, self.cache.options.read_ahead)
-        # A shard this node reads in part is fetched as its range (NOTE [ node fetches ]).
-        whole |= {s for s in cold_shards if self._spans(s) is not None}
+        # A shard this node reads in part is fetched as its ranges (NOTE [ node fetches ]).
+        partial = {s for s in cold_shards if self._spans(s) is not None}
+        read_ahead = self.cache.options.read_ahead
+        whole = first_batch_whole(cold_shards, sizes, self.prefetch, read_ahead, partial)
         ranged = [i for i in cold if shards[i] not in whole]
         streams = {
             shard: RemoteShard(info.url, info.size, info.version, self.cache.options)
