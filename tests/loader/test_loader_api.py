@@ -29,11 +29,15 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
         == sorted(names)
         == [
             "DataLoader",
+            "Network",
+            "RunPlan",
             "ShardWriter",
+            "SyntheticShards",
             "WebDataLoader",
             "WebDatasetMix",
             "WebDatasetSource",
             "check_reproducible",
+            "plan_run",
         ]
     )
     assert all(hasattr(detsamplers.loader, name) for name in names)

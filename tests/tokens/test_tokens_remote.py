@@ -11,7 +11,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,10 +201,7 @@ def test_the_eod_scan_downloads_each_file_once_and_later_opens_read_the_node_cac
 
 def requests_since(nginx: Nginx, mark: int) -> list[tuple[str, str, str]]:
     """Every request nginx answered since ``mark``: (method, file name, status)."""
-    time.sleep(0.05)  # nginx writes each line as the request ends
-    with open(nginx.log, "rb") as handle:
-        handle.seek(mark)
-        lines = handle.read().decode().splitlines()
+    lines = nginx.lines(mark)
     return [(m, uri.rsplit("/", 1)[-1], status) for m, uri, status, _ in map(str.split, lines)]
 
 

@@ -8,11 +8,15 @@ it fails, since CI must have it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -40,6 +44,10 @@ http {{
     }}
 }}
 """
+
+
+#: The path of the marker requests :meth:`Nginx.lines` waits for (never a file).
+_SETTLED = "__settled__"
 
 
 def nginx_binary() -> str:
@@ -96,15 +104,33 @@ class Nginx:
         """Where the log ends now: :meth:`served` counts from here."""
         return self.log.stat().st_size if self.log.exists() else 0
 
+    def lines(self, since: int) -> list[str]:
+        """The log's lines since ``since``, once every request answered before is in it.
+
+        nginx writes a request's line when it ends, which a loaded machine can delay past
+        the moment the client has the last byte: a request for a marker path (answered 404,
+        by the same single worker, after the requests before it) is waited for in the log,
+        and its lines are left out.
+        """
+        token = f"/{_SETTLED}/{uuid.uuid4().hex}"
+        with contextlib.suppress(urllib.error.HTTPError):  # the 404 expected
+            urllib.request.urlopen(self.url + token, timeout=30).close()
+        deadline = time.monotonic() + 30
+        while True:
+            with open(self.log, "rb") as handle:
+                handle.seek(since)
+                lines = handle.read().decode().splitlines()
+            if any(token in line for line in lines) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return [line for line in lines if f"/{_SETTLED}/" not in line]
+
     def served(self, since: int = 0, suffix: str = ".tar") -> tuple[int, int]:
         """Bytes sent and ``GET`` requests answered for files ending in ``suffix`` since ``since``.
 
         (Building a source sends a ``HEAD`` per shard, no body, to check its index.)
         """
-        time.sleep(0.05)  # nginx writes each line as the request ends
-        with open(self.log, "rb") as handle:
-            handle.seek(since)
-            lines = handle.read().decode().splitlines()
+        lines = self.lines(since)
         sent, requests = 0, 0
         for line in lines:
             method, uri, _status, size = line.split(" ")
@@ -115,9 +141,7 @@ class Nginx:
 
     def per_file(self, since: int = 0) -> Counter[str]:
         """Bytes sent per file name since ``since``."""
-        with open(self.log, "rb") as handle:
-            handle.seek(since)
-            lines = handle.read().decode().splitlines()
+        lines = self.lines(since)
         out: Counter[str] = Counter()
         for line in lines:
             _method, uri, _status, size = line.split(" ")

@@ -25,7 +25,7 @@ def test_bench_measures_remote_shards_beside_plain_webdataset(
         "WebDatasetSource, num_workers=0: samples/s",
         "webdataset.WebDataset, num_workers=0: samples/s",
         f"WebDatasetSource: first batch after a resume at sample {deep}",
-        f"webdataset: first batch after replaying to sample {deep}",
+        f"webdataset: first batch after a restart at sample {deep}",
     ]
     assert rows["WebDatasetSource, num_workers=0: samples/s"]["samples"] == 20
     assert rows["webdataset.WebDataset, num_workers=0: samples/s"]["samples"] == 20
