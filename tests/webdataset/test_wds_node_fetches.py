@@ -257,5 +257,7 @@ def test_a_truncated_range_file_is_fetched_again_and_a_lying_one_is_refused_nami
     assert over_nginx.served() - before == size  # that range again, nothing else
     lying.write_bytes(bytes(lying.stat().st_size))  # its size, but zeros
     source = over_nginx.make(tmp_path, 4, 1, shuffle_shards=False)
-    with pytest.raises(ValueError, match=rf"cached copy '{lying}' does not hold what the index"):
+    with pytest.raises(
+        ValueError, match=rf"cached copy '{lying}', which does not hold what the index"
+    ):
         list(islice(iter(source), over_nginx.total // 32))

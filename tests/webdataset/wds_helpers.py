@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tarfile
 import zlib
 from collections.abc import Callable
 from itertools import islice
@@ -151,6 +152,27 @@ def shard_of(label_value: int) -> tuple[int, int]:
             return shard, label_value - start
         start += count
     raise ValueError(label_value)
+
+
+def member_bytes(paths: Any) -> int:
+    """The bytes of the tars' members' data: what any reading of all their samples fetches.
+
+    Ranged fetches (NOTE [ node fetches ]) leave out the end blocks and the padding between
+    samples, so a node's bytes lie between this and the files' sizes.
+    """
+    total = 0
+    for path in paths:
+        with tarfile.open(path) as tar:
+            total += sum(m.size for m in tar.getmembers())
+    return total
+
+
+def cached_shards(folder: Path) -> set[str]:
+    """The shards a cache folder holds, whole (`<key>.tar`) or as ranges (`<key>.<a>-<b>.part`)."""
+    if not folder.exists():
+        return set()
+    found = [*folder.rglob("*.tar"), *folder.rglob("*.part")]
+    return {p.name.split(".", 1)[0] for p in found}
 
 
 def file_size(path: str) -> int:

@@ -524,8 +524,9 @@ class CachedReader:
             span = self.bases.get(shard)
             path = self.cache.path(info) if span is None else self.cache.range_path(info, *span)
             raise ValueError(
-                f"shard {info.url!r}: its cached copy {path!r} does not hold what the index "
-                f"says ({exn}); delete {path!r} to download it again"
+                f"{exn}; the bytes were read from the cached copy {path!r}, which does not hold "
+                f"what the index says: if the shard did not change, delete {path!r} to "
+                "download it again"
             ) from None
 
     def _short(self, info: ShardInfo) -> NoReturn:
