@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detsamplers.loader._wds._plan import _Cluster, _parts_sets
 from detsamplers.loader._wds._plan_fetches import node_costs, ranged_cost, rank_spans
 from detsamplers.loader._wds._plan_inputs import _equal_samples
+from detsamplers.loader._wds._plan_sets import Cluster, parts_sets
 from detsamplers.loader._wds.order._shard_order import ShardOrder
 from detsamplers.loader._wds.read._node_fetches import node_fetches
 
@@ -58,10 +58,10 @@ def test_with_a_world_size_dividing_the_samples_a_rank_reads_the_shards_it_lists
     sizes = np.array(counts, dtype=np.int64) * 4096
     fetches = [node_fetches(order, world, [rank], 0) for rank in range(world)]
     spans = rank_spans(fetches, lambda shard: _equal_samples(shard, order.counts, sizes))
-    ranks = _Cluster(world, 1, 2, 0)
+    ranks = Cluster(world, 1, 2, 0)
     readers: list[set[int]] = [set() for _ in range(world)]
     for epoch in range(epochs):
-        for rank, shards in enumerate(_parts_sets(order, epoch, ranks, sum(counts))):
+        for rank, shards in enumerate(parts_sets(order, epoch, ranks, sum(counts))):
             readers[rank].update(shards.tolist())
     assert node_costs(spans, readers, per_node, 1 << 20) == node_costs(
         spans, None, per_node, 1 << 20

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from detsamplers.__main__ import main
 from detsamplers.loader import Network, SyntheticShards, plan_run
-from detsamplers.loader._wds._plan import _Cluster, _epoch_sets, _located_sets
+from detsamplers.loader._wds._plan_sets import Cluster, epoch_sets, located_sets
 from detsamplers.loader._wds.index._set_index_file import SET_INDEX_NAME, encode_set
 from detsamplers.loader._wds.index._shard_index_file import decode_index
 from detsamplers.loader._wds.order._shard_order import ShardOrder
@@ -49,10 +49,10 @@ def test_the_fast_ways_find_each_nodes_shards_as_locating_every_position_does(
     total = sum(counts)
     world = nodes * per_node
     order = ShardOrder(counts, seed, shuffle, window, 0, world * parts_per_rank, "run")
-    cluster = _Cluster(nodes, per_node, batch_size, int(start_fraction * total))
+    cluster = Cluster(nodes, per_node, batch_size, int(start_fraction * total))
     for epoch in range(cluster.start // total, cluster.start // total + 2):
-        fast, _ = _epoch_sets(order, epoch, cluster, total, False, None)
-        slow = _located_sets(order, epoch, cluster, total, None)
+        fast, _ = epoch_sets(order, epoch, cluster, total, False, None)
+        slow = located_sets(order, epoch, cluster, total, None)
         assert [sorted(a.tolist()) for a in fast] == [sorted(b.tolist()) for b in slow]
 
 

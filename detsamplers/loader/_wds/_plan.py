@@ -47,7 +47,7 @@ import importlib
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,18 +58,18 @@ from ..._state import fingerprint
 from ._plan_fetches import Spans, node_costs, ranged_cost, rank_spans
 from ._plan_inputs import Network, ShardSizes, SyntheticShards, shard_sizes
 from ._plan_report import NodePlan, RunPlan
+from ._plan_sets import Cluster, epoch_sets, parts_sets
 from ._source_state import STATE_VERSION, summarize_counts
 from .order._rank_batches import rank_positions
 from .order._shard_order import ShardOrder
 from .read._cache_reader import first_batch_whole
 from .read._node_cache import download_step
 from .read._node_fetches import node_fetches
+from .remote._remote_reads import make_options
 
 __all__ = ["fetch_plan", "plan_run"]
 
 I64 = npt.NDArray[np.int64]
-#: Positions located at once by the general path.
-_CHUNK = 1 << 20
 #: Bytes a ranged read of a shard's first sample adds: the tar header checked before it.
 _HEADER = 512
 
@@ -101,112 +101,6 @@ def fetch_plan(
     return sent, requests
 
 
-class _Cluster:
-    """A world of ``nodes * per_node`` ranks starting at ``start`` (the grid's origin found)."""
-
-    def __init__(self, nodes: int, per_node: int, batch_size: int, start: int) -> None:
-        self.nodes, self.per_node, self.batch_size = nodes, per_node, batch_size
-        self.world = nodes * per_node
-        self.start = start
-        self.origin = start % (batch_size * self.world)
-
-    def node_of(self, positions: I64) -> I64:
-        out: I64 = (positions - self.origin) % self.world // self.per_node
-        return out
-
-
-def _parts_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) -> list[I64]:
-    """Each node's shards in a whole epoch with parts that the world size divides."""
-    deal = order.parts
-    assert deal is not None
-    counts = order.counts
-    sequence = order.shard_order(epoch)
-    starts = np.concatenate([[0], np.cumsum(counts[sequence])]).astype(np.int64)
-    parts, size = deal.parts, deal.size
-    u = np.arange(parts, dtype=np.int64)
-    owners = (u - cluster.origin) % cluster.world // cluster.per_node
-    tail = np.arange(parts * size, total, dtype=np.int64) + epoch * total
-    tail = tail[tail >= cluster.start]
-    tail_shards, _ = order.locate(tail)
-    tail_nodes = cluster.node_of(tail)
-    out = []
-    for node in range(cluster.nodes):
-        mine = u[owners == node]
-        found = [tail_shards[tail_nodes == node]]
-        if size and len(mine):
-            low = deal.slot(mine) * size
-            first = np.searchsorted(starts, low, side="right") - 1
-            last = np.searchsorted(starts, low + size - 1, side="right") - 1
-            # the slots from each part's first shard to its last: C / W short runs a rank
-            runs = [np.arange(a, b + 1, dtype=np.int64) for a, b in zip(first, last, strict=True)]
-            covered = sequence[np.concatenate(runs)]
-            found.append(covered[counts[covered] > 0])  # a shard with no samples is not read
-        out.append(np.unique(np.concatenate(found)))
-    return out
-
-
-def _interval_sets(order: ShardOrder, epoch: int, cluster: _Cluster, total: int) -> list[I64]:
-    """Each node's shards in an epoch without parts or a block shuffle: a node range a shard."""
-    sequence = order.shard_order(epoch)
-    starts = np.concatenate([[0], np.cumsum(order.counts[sequence])]).astype(np.int64)
-    low = np.maximum(starts[:-1], cluster.start - epoch * total)
-    high = starts[1:]
-    base = epoch * total - cluster.origin
-    world, per, nodes = cluster.world, cluster.per_node, cluster.nodes
-    # z = p - o runs over [base + low, base + high): ranks z mod W from the first one on,
-    # cyclically, so nodes n0 to n1 (mod nodes), or all once the run wraps around.
-    count = high - low
-    first_rank = (base + low) % world
-    n0 = first_rank // per
-    n1 = (first_rank + np.maximum(count, 1) - 1) % world // per
-    span = (n1 - n0) % nodes
-    every = (count >= world) | ((n1 == n0) & (count > per))
-    nonempty = count > 0
-    out = []
-    for node in range(nodes):
-        hit = nonempty & (every | ((node - n0) % nodes <= span))
-        out.append(sequence[hit])
-    return out
-
-
-def _located_sets(
-    order: ShardOrder, epoch: int, cluster: _Cluster, total: int, progress: Any
-) -> list[I64]:
-    """Each node's shards in an epoch in the order it first uses them: every position located."""
-    shard_count = len(order.counts)
-    first = np.full(cluster.nodes * shard_count, -1, dtype=np.int64)
-    begin = max(cluster.start, epoch * total)
-    for low in range(begin, (epoch + 1) * total, _CHUNK):
-        positions = np.arange(low, min(low + _CHUNK, (epoch + 1) * total), dtype=np.int64)
-        shards, _ = order.locate(positions)
-        keys = cluster.node_of(positions) * shard_count + shards
-        unique, where = np.unique(keys, return_index=True)
-        new = first[unique] < 0
-        first[unique[new]] = positions[where[new]]
-        if progress is not None:
-            progress.update(len(positions))
-    out = []
-    for node in range(cluster.nodes):
-        mine = first[node * shard_count : (node + 1) * shard_count]
-        used = np.flatnonzero(mine >= 0)
-        out.append(used[np.argsort(mine[used], kind="stable")].astype(np.int64))
-    return out
-
-
-def _epoch_sets(
-    order: ShardOrder, epoch: int, cluster: _Cluster, total: int, ordered: bool, progress: Any
-) -> tuple[list[I64], str]:
-    """Each node's shards in epoch ``epoch`` by the fastest exact way (NOTE [ run plan ])."""
-    whole = cluster.start <= epoch * total
-    deal = order.parts
-    divides = deal is not None and deal.parts % cluster.world == 0
-    if not ordered and whole and divides and order.rotate:
-        return _parts_sets(order, epoch, cluster, total), "parts"
-    if not ordered and deal is None and order.blocks is None:
-        return _interval_sets(order, epoch, cluster, total), "intervals"
-    return _located_sets(order, epoch, cluster, total, progress), "located"
-
-
 def _array_bytes(obj: Any, depth: int = 0) -> int:
     """Bytes of the numpy arrays ``obj`` holds, a few levels deep (an order's memory)."""
     if isinstance(obj, np.ndarray):
@@ -225,7 +119,7 @@ def _array_bytes(obj: Any, depth: int = 0) -> int:
 
 def _first_batches(
     order: ShardOrder,
-    cluster: _Cluster,
+    cluster: Cluster,
     workers: int,
     sizes: I64,
     counts: I64,
@@ -366,6 +260,7 @@ def plan_run(
     read_ahead: int = 4 << 20,
     network: Network | None = None,
     index_dir: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     progress: bool = False,
 ) -> RunPlan:
     """Plan a ``WebDatasetSource`` run over remote shards through node caches (NOTE [ run plan ]).
@@ -399,6 +294,7 @@ def plan_run(
         read_ahead: As the source's (the range of one download request).
         network: A :class:`Network`, for times and costs.
         index_dir: As the source's, for ``urls``.
+        storage_options: As the source's, for remote ``urls`` (an S3 endpoint, keys).
         progress: Show a progress bar while positions are located.
 
     Returns:
@@ -448,9 +344,9 @@ def plan_run(
         rl = check_int("resume_ranks_per_node", rl, minimum=1)
         _check_parts(parts, rn * rl, "resume's")
         resumed = (at, rn, rl)
-    source = shard_sizes(
-        urls, None if set_index is None else os.fspath(set_index), synthetic, index_dir
-    )
+    options = make_options(60.0, 5, read_ahead, storage_options)
+    path = None if set_index is None else os.fspath(set_index)
+    source = shard_sizes(urls, path, synthetic, index_dir, options)
     counts, sizes = source.counts, source.sizes
     total = int(counts.sum())
     if total == 0:
@@ -471,7 +367,7 @@ def plan_run(
         tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
         bar = tqdm(total=total * epochs, unit="position", desc="plan", leave=False)
     knobs = (prefetch, read_ahead)
-    cluster = _Cluster(nodes, ranks_per_node, batch_size, start)
+    cluster = Cluster(nodes, ranks_per_node, batch_size, start)
     first_epoch = start // total
     planned = range(first_epoch, first_epoch + epochs)
     spans, costs = _costs(order, cluster, planned, total, source, read_ahead)
@@ -489,12 +385,12 @@ def plan_run(
             plan.shard_requests.append(got[1])
         _first(plan, firsts[node], network)
         plan.index_bytes = source.set_index_bytes * ranks_per_node
-        plan.index_requests = ranks_per_node if source.set_index_bytes else 0
+        plan.index_requests = source.set_index_files * ranks_per_node
         out_nodes.append(plan)
     resume = None
     if resumed is not None:
         at, rn, rl = resumed
-        again = _Cluster(rn, rl, batch_size, at)
+        again = Cluster(rn, rl, batch_size, at)
         epoch = range(at // total, at // total + 1)
         spans, costs = _costs(order, again, epoch, total, source, read_ahead)
         sets, _ = _plan_epochs(order, again, epoch, total, None, bar, sizes, costs)
@@ -542,7 +438,7 @@ def _first(plan: NodePlan, first: tuple[int, int, int, int], network: Network | 
 
 def _plan_epochs(
     order: ShardOrder,
-    cluster: _Cluster,
+    cluster: Cluster,
     epochs: range,
     total: int,
     limit: int | None,
@@ -557,7 +453,7 @@ def _plan_epochs(
     per_node: list[list[I64]] = [[] for _ in range(cluster.nodes)]
     methods = set()
     for epoch in epochs:
-        sets, method = _epoch_sets(order, epoch, cluster, total, False, bar)
+        sets, method = epoch_sets(order, epoch, cluster, total, False, bar)
         methods.add(method)
         for node, shards in enumerate(sets):
             per_node[node].append(shards)
@@ -565,7 +461,7 @@ def _plan_epochs(
     if limit is not None and max(high for _, high, _ in out) > limit:
         per_node = [[] for _ in range(cluster.nodes)]
         for epoch in epochs:  # the limit is reached: replay in the order of first use
-            sets, _ = _epoch_sets(order, epoch, cluster, total, True, bar)
+            sets, _ = epoch_sets(order, epoch, cluster, total, True, bar)
             for node, shards in enumerate(sets):
                 per_node[node].append(shards)
         methods = {"located, least recently used evicted (a model)"}
@@ -577,7 +473,7 @@ def _plan_epochs(
 
 def _costs(
     order: ShardOrder,
-    cluster: _Cluster,
+    cluster: Cluster,
     epochs: range,
     total: int,
     source: ShardSizes,
@@ -592,9 +488,9 @@ def _costs(
     spans = rank_spans(fetches, source.info)
     readers: list[set[int]] | None = None
     if cluster.per_node > 1 and total % world and any(spans):  # tail samples shared
-        ranks = _Cluster(world, 1, cluster.batch_size, cluster.start)
+        ranks = Cluster(world, 1, cluster.batch_size, cluster.start)
         readers = [set() for _ in range(world)]
         for epoch in epochs:
-            for rank, shards in enumerate(_parts_sets(order, epoch, ranks, total)):
+            for rank, shards in enumerate(parts_sets(order, epoch, ranks, total)):
                 readers[rank].update(shards.tolist())
     return spans, node_costs(spans, readers, cluster.per_node, download_step(read_ahead))

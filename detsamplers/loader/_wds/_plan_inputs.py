@@ -48,9 +48,10 @@ from .index._set_index_file import (
     EmbeddedIndex,
     RemoteLazyIndex,
     decode_set_indexes,
+    set_index_size,
 )
 from .remote._remote_reads import RemoteOptions
-from .remote._urls import expand_urls
+from .remote._urls import expand_urls, is_remote
 from .shard._packed_members import PackedMembers
 from .shard._shard_info import ShardInfo
 
@@ -195,13 +196,15 @@ class ShardSizes:
     sizes: I64
     #: The shards' names (``None``: synthetic).
     names: list[str] | None
-    #: Bytes of the set index file a rank fetches once (0: none).
+    #: Bytes of the set index files a rank fetches once (0: none).
     set_index_bytes: int
     #: Bytes the shards' index took in this process while indexing (0: not measured).
     index_memory: int
     #: A shard's samples' offsets, for the byte ranges of a shard read in part (``None``:
     #: not known; NOTE [ plan inputs ]).
     info: Callable[[int], ShardInfo] | None = None
+    #: Set index files a rank fetches once (one a folder of remote shards that has one).
+    set_index_files: int = 0
 
 
 def _read_set_index(path: str) -> bytes:
@@ -235,6 +238,7 @@ def shard_sizes(
     set_index: str | None,
     synthetic: SyntheticShards | None,
     index_dir: str | None,
+    options: RemoteOptions | None = None,
 ) -> ShardSizes:
     """The shards' counts and sizes from exactly one kind of input (NOTE [ plan inputs ])."""
     given = [name for name, v in (("urls", urls), ("synthetic", synthetic)) if v is not None]
@@ -287,7 +291,7 @@ def shard_sizes(
             )
             return ShardInfo(url, url, lazy.keys, lazy.members, size, version)
 
-        return ShardSizes(counts, sizes, [e[0] for e in entries], len(data), 0, info)
+        return ShardSizes(counts, sizes, [e[0] for e in entries], len(data), 0, info, 1)
     assert expanded is not None
     import tracemalloc
 
@@ -295,7 +299,7 @@ def shard_sizes(
     if started:
         tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    infos = index_shards(expanded, index_dir, progress=False)
+    infos = index_shards(expanded, index_dir, progress=False, options=options)
     used = max(0, tracemalloc.get_traced_memory()[0] - before)
     if started:
         tracemalloc.stop()
@@ -304,4 +308,9 @@ def shard_sizes(
         [i.size if i.size >= 0 else os.path.getsize(i.path) for i in infos], dtype=np.int64
     )
     sized = [replace(i, size=int(s)) for i, s in zip(infos, sizes, strict=True)]
-    return ShardSizes(counts, sizes, [i.url for i in infos], 0, used, sized.__getitem__)
+    # Each rank's source fetches the set index of each folder of remote shards once.
+    remote = {u.rsplit("/", 1)[0] + "/" for u in expanded if is_remote(u)}
+    found = [set_index_size(f, options or RemoteOptions()) for f in sorted(remote)]
+    found = [size for size in found if size]
+    urls_seen = [i.url for i in infos]
+    return ShardSizes(counts, sizes, urls_seen, sum(found), used, sized.__getitem__, len(found))

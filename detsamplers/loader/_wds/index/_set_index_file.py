@@ -73,6 +73,7 @@ __all__ = [
     "encode_set",
     "forget_absence",
     "from_set_indexes",
+    "set_index_size",
 ]
 
 SET_INDEX_NAME = "detsamplers-set.index.npz"
@@ -333,6 +334,11 @@ def _fetch_set_now(
     if ranged and settled is not None:  # NOTE [ range support ]
         settled.add(host_of(file))
     return data
+
+
+def set_index_size(folder: str, options: RemoteOptions) -> int:
+    """Bytes of ``folder``'s set index as a source fetches it (0: none there); one request."""
+    return len(_fetch_set_now(folder, options) or b"")
 
 
 def from_set_indexes(
