@@ -135,6 +135,18 @@ def _first_batches(
     """
     prefetch, read_ahead = knobs
     batch = (cluster.start - cluster.origin) // (cluster.batch_size * cluster.world)
+    readers = max(workers, 1)
+    # every reader's first batch located at once: ``locate`` is a pure function of each position
+    located, _ = order.locate(
+        np.concatenate(
+            [
+                rank_positions(batch + w, cluster.batch_size, cluster.world, r, None, cluster.origin)
+                for r in range(cluster.world)
+                for w in range(readers)
+            ]
+        )
+    )
+    firsts = located.reshape(cluster.world * readers, cluster.batch_size)
     out = []
     for node in range(cluster.nodes):
         whole: set[int] = set()
@@ -142,11 +154,8 @@ def _first_batches(
         ranged_bytes, ranged_requests = 0, 0
         for rank in range(node * cluster.per_node, (node + 1) * cluster.per_node):
             mine = spans[rank]
-            for worker in range(max(workers, 1)):
-                positions = rank_positions(
-                    batch + worker, cluster.batch_size, cluster.world, rank, None, cluster.origin
-                )
-                shards, _ = order.locate(positions)
+            for worker in range(readers):
+                shards = firsts[rank * readers + worker]
                 cold = list(dict.fromkeys(shards.tolist()))
                 chosen = first_batch_whole(
                     cold, [int(sizes[s]) for s in cold], prefetch, read_ahead, mine.keys()

@@ -50,34 +50,48 @@ class Cluster:
         return out
 
 
+def _sorted_unique(keys: I64) -> I64:
+    """``np.unique(keys)`` by a sort: numpy's hashed unique is many times slower on these keys."""
+    keys = np.sort(keys)
+    out: I64 = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    return out
+
+
 def parts_sets(order: ShardOrder, epoch: int, cluster: Cluster, total: int) -> list[I64]:
-    """Each node's shards in a whole epoch with parts that the world size divides."""
+    """Each node's shards in a whole epoch with parts that the world size divides.
+
+    Vectorized over the parts: each part's run of slots, from its first shard to its last,
+    is expanded at once, then the ``(node, shard)`` pairs are deduplicated and cut by node.
+    """
     deal = order.parts
     assert deal is not None
     counts = order.counts
     sequence = order.shard_order(epoch)
     starts = np.concatenate([[0], np.cumsum(counts[sequence])]).astype(np.int64)
     parts, size = deal.parts, deal.size
-    u = np.arange(parts, dtype=np.int64)
-    owners = (u - cluster.origin) % cluster.world // cluster.per_node
     tail = np.arange(parts * size, total, dtype=np.int64) + epoch * total
     tail = tail[tail >= cluster.start]
     tail_shards, _ = order.locate(tail)
-    tail_nodes = cluster.node_of(tail)
-    out = []
-    for node in range(cluster.nodes):
-        mine = u[owners == node]
-        found = [tail_shards[tail_nodes == node]]
-        if size and len(mine):
-            low = deal.slot(mine) * size
-            first = np.searchsorted(starts, low, side="right") - 1
-            last = np.searchsorted(starts, low + size - 1, side="right") - 1
-            # the slots from each part's first shard to its last: C / W short runs a rank
-            runs = [np.arange(a, b + 1, dtype=np.int64) for a, b in zip(first, last, strict=True)]
-            covered = sequence[np.concatenate(runs)]
-            found.append(covered[counts[covered] > 0])  # a shard with no samples is not read
-        out.append(np.unique(np.concatenate(found)))
-    return out
+    nodes, shards = [cluster.node_of(tail)], [tail_shards]
+    if size:
+        u = np.arange(parts, dtype=np.int64)
+        low = deal.slot(u) * size
+        first = np.searchsorted(starts, low, side="right") - 1
+        last = np.searchsorted(starts, low + size - 1, side="right") - 1
+        lengths = last - first + 1  # each part's run of slots: C / W short runs a rank
+        ends = np.cumsum(lengths)
+        slots = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
+            first - ends + lengths, lengths
+        )
+        covered = sequence[slots]
+        owners = np.repeat((u - cluster.origin) % cluster.world // cluster.per_node, lengths)
+        read = counts[covered] > 0  # a shard with no samples is not read
+        nodes.append(owners[read])
+        shards.append(covered[read])
+    width = len(counts)
+    keys = _sorted_unique(np.concatenate(nodes) * width + np.concatenate(shards))
+    cuts = np.searchsorted(keys, np.arange(cluster.nodes + 1, dtype=np.int64) * width)
+    return [keys[a:b] - n * width for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))]
 
 
 def interval_sets(order: ShardOrder, epoch: int, cluster: Cluster, total: int) -> list[I64]:
