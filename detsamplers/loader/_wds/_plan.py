@@ -140,7 +140,9 @@ def _first_batches(
     located, _ = order.locate(
         np.concatenate(
             [
-                rank_positions(batch + w, cluster.batch_size, cluster.world, r, None, cluster.origin)
+                rank_positions(
+                    batch + w, cluster.batch_size, cluster.world, r, None, cluster.origin
+                )
                 for r in range(cluster.world)
                 for w in range(readers)
             ]

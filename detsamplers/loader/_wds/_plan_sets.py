@@ -22,6 +22,7 @@ each epoch's shards).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -91,7 +92,7 @@ def parts_sets(order: ShardOrder, epoch: int, cluster: Cluster, total: int) -> l
     width = len(counts)
     keys = _sorted_unique(np.concatenate(nodes) * width + np.concatenate(shards))
     cuts = np.searchsorted(keys, np.arange(cluster.nodes + 1, dtype=np.int64) * width)
-    return [keys[a:b] - n * width for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))]
+    return [keys[a:b] - n * width for n, (a, b) in enumerate(itertools.pairwise(cuts))]
 
 
 def interval_sets(order: ShardOrder, epoch: int, cluster: Cluster, total: int) -> list[I64]:
