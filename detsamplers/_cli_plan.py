@@ -8,8 +8,9 @@ order arguments, the cache limit and epochs, an optional resume (``--resume-at``
 ``--resume-nodes`` x ``--resume-ranks-per-node``), and an optional network model
 (``--bandwidth`` in bytes/s per node with ``--rtt``, ``--requests-per-second``,
 ``--price-per-gb``, ``--price-per-1000-gets``). It prints a table, or the plan as JSON
-with ``--json``; an argument the library refuses is a usage error (exit status 2) with
-the library's message, which names it.
+with ``--json``, and with ``--plot out.png`` a plot of bytes and cost per node against
+the world size (NOTE [ plan plot ]); an argument the library refuses is a usage error (exit
+status 2) with the library's message, which names it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def add_parser(commands: Any) -> None:
     plan.add_argument("--price-per-1000-gets", type=float, default=0.0, help="request price")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--progress", action="store_true", help="a progress bar on long plans")
+    plan.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="also plan 1, 2, 4, ... nodes up to --nodes and save bytes and cost per node "
+        "against the world size to this PNG (needs matplotlib: the plot extra)",
+    )
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -85,11 +93,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 args.price_per_gb,
                 args.price_per_1000_gets,
             )
-        plan = plan_run(
-            args.urls or None,
+        options: dict[str, Any] = dict(
+            urls=args.urls or None,
             set_index=args.set_index,
             synthetic=synthetic,
-            nodes=args.nodes,
             ranks_per_node=args.ranks_per_node,
             num_workers=args.num_workers,
             batch_size=args.batch_size,
@@ -107,7 +114,19 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             index_dir=args.index_dir,
             progress=args.progress,
         )
-    except (TypeError, ValueError, FileNotFoundError) as exn:
+        plan = plan_run(nodes=args.nodes, **options)
+        if args.plot is not None:
+            from .loader._wds._plan_plot import save_plot, sweep
+
+            again = {**options, "resume_at": None, "progress": False}
+            plans = sweep(
+                lambda n: plan if n == args.nodes else plan_run(nodes=n, **again),
+                args.nodes,
+                args.ranks_per_node,
+                args.parts,
+            )
+            save_plot(plans, args.plot)
+    except (TypeError, ValueError, FileNotFoundError, ImportError) as exn:
         parser.error(f"plan: {exn}")
     if args.json:
         json.dump(plan.as_dict(), sys.stdout)
