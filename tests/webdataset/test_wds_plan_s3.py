@@ -102,3 +102,8 @@ def test_an_epochs_planned_shard_and_index_bytes_and_gets_are_what_s3_serves(
         assert got["shard_bytes"] >= data
     else:  # byte ranges: under the dataset once a node, never above it
         assert got["shard_bytes"] <= data
+
+
+def test_storage_options_that_are_no_mapping_are_refused_naming_them() -> None:
+    with pytest.raises(TypeError, match="storage_options should be a mapping"):
+        plan_run(urls="s3://b/s/d-00.tar", nodes=1, batch_size=1, storage_options=[("k", 1)])  # type: ignore[arg-type]
