@@ -6,6 +6,8 @@ order is the mixture law, with its own arguments, readers and state.
 Its modules may import one another and, of ``_wds``, only the front door (``_wds/_*.py``),
 ``read/``, ``order/``, ``index/``, ``remote/`` and ``shard/``. One module a concern:
 
+- ``_mixture_fetches``: which byte ranges of each set's shards a node fetches into its cache,
+  the one decision the mixture's reader and its plan share (NOTE [ mixture fetches ]);
 - ``_mixture_lanes``: the order of a mixture of shard sets with rank-local parts: one mixture
   law per lane (NOTE [ mixture lanes ]);
 - ``_mixture_order``: the global sample order of a mixture of shard sets: the mixture law over
