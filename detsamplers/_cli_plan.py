@@ -19,6 +19,8 @@ import json
 import sys
 from typing import Any
 
+from ._cli_plan_mixture import add_mixture_arguments, run_mixture
+
 
 def add_parser(commands: Any) -> None:
     """Add the ``plan`` command to the CLI's subparsers."""
@@ -58,11 +60,15 @@ def add_parser(commands: Any) -> None:
     plan.add_argument("--price-per-1000-gets", type=float, default=0.0, help="request price")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--progress", action="store_true", help="a progress bar on long plans")
+    add_mixture_arguments(plan)  # NOTE [ mixture plan command ]
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run ``plan``; the exit status (2 for an argument refused)."""
     from .loader import Network, SyntheticShards, plan_run
+
+    if args.weights is not None:  # a WebDatasetMix: one URL pattern a shard set
+        return run_mixture(parser, args)
 
     synthetic_args = (args.shards, args.shard_bytes, args.samples_per_shard)
     try:

@@ -14,6 +14,8 @@ Its modules may import one another and, of ``_wds``, only the front door (``_wds
   shard streams (NOTE [ shard stream mixture ]);
 - ``_mixture_state``: the resume state of a mixture of shard sets, and the checks made when it
   is loaded (NOTE [ mixture state ]);
+- ``_plan_mixture``: ``plan_mixture``: what a mixture's run downloads per node and pass, with a
+  batch-size schedule, from the mixture's own order and fetch decisions (NOTE [ mixture plan ]);
 - ``_per_set_args``: the arguments of a mixture of shard sets that are particular to it, checked
   (NOTE [ per-set arguments ]);
 - ``_set_readers``: one reader per shard set of a mixture, so that each set's reads stay
