@@ -20,6 +20,8 @@ import json
 import sys
 from typing import Any
 
+from ._cli_plan_mixture import add_mixture_arguments, run_mixture
+
 
 def add_parser(commands: Any) -> None:
     """Add the ``plan`` command to the CLI's subparsers."""
@@ -66,11 +68,15 @@ def add_parser(commands: Any) -> None:
         help="also plan 1, 2, 4, ... nodes up to --nodes and save bytes and cost per node "
         "against the world size to this PNG (needs matplotlib: the plot extra)",
     )
+    add_mixture_arguments(plan)  # NOTE [ mixture plan command ]
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run ``plan``; the exit status (2 for an argument refused)."""
     from .loader import Network, SyntheticShards, plan_run
+
+    if args.weights is not None:  # a WebDatasetMix: one URL pattern a shard set
+        return run_mixture(parser, args)
 
     synthetic_args = (args.shards, args.shard_bytes, args.samples_per_shard)
     try:

@@ -120,5 +120,5 @@ def test_the_loaders_public_names_are_sorted_and_each_has_a_runnable_example() -
     assert loader.__all__ == sorted(loader.__all__)
     # The run plan (issue 31) added Network, RunPlan, SyntheticShards and plan_run.
     assert {"Network", "RunPlan", "SyntheticShards", "plan_run"} <= set(loader.__all__)
-    for name in ("Network", "RunPlan", "SyntheticShards", "plan_run"):
+    for name in ("Network", "RunPlan", "SyntheticShards", "plan_run", "plan_mixture"):
         assert ">>>" in (inspect.getdoc(getattr(loader, name)) or ""), name

@@ -27,6 +27,7 @@ from ._wds import (
     WebDataLoader,
     WebDatasetMix,
     WebDatasetSource,
+    plan_mixture,
     plan_run,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "WebDatasetMix",
     "WebDatasetSource",
     "check_reproducible",
+    "plan_mixture",
     "plan_run",
 ]
 

@@ -23,6 +23,7 @@ from ._plan_inputs import Network, SyntheticShards
 from ._plan_report import RunPlan
 from ._web_data_loader import WebDataLoader
 from ._webdataset_source import WebDatasetSource
+from .mix._plan_mixture import plan_mixture
 from .mix._webdataset_mix import WebDatasetMix
 
 # ShardWriter (``_shard_writer``) imports webdataset, an optional extra: detsamplers.loader
@@ -34,5 +35,6 @@ __all__ = [
     "WebDataLoader",
     "WebDatasetMix",
     "WebDatasetSource",
+    "plan_mixture",
     "plan_run",
 ]

@@ -35,6 +35,7 @@ from ..order._shard_order import ShardOrder
 from ..read._cache_reader import CachedReader
 from ..read._sample_reader import SampleReader
 from ..remote._urls import expand_urls
+from ._mixture_fetches import mixture_fetches
 from ._mixture_lanes import LaneOrder
 from ._mixture_order import MixOrder
 from ._mixture_state import (
@@ -313,7 +314,14 @@ class WebDatasetMix(WebDatasetSource):
     def _reader(self) -> SampleReader:
         """One reader per shard set (NOTE [ mixture readers ]), or the node cache's."""
         if self.cache is not None:
-            return CachedReader(self.shards, self.cache, self.prefetch)
+            fetches = None
+            if self._lanes is not None:  # NOTE [ mixture fetches ]
+                ranks = [self.rank]
+                lanes = self._lanes
+                fetches = mixture_fetches(
+                    lanes.orders, lanes.offsets.tolist(), self.world_size, ranks, self._origin
+                )
+            return CachedReader(self.shards, self.cache, self.prefetch, fetches)
         block = max(1, self.shuffle_block_shards)
         capacities = [
             min(2 * max(1, c // self.world_size) * block, _OPEN_SHARDS) if c > 1 or block > 1 else 0

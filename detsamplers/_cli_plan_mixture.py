@@ -1,0 +1,84 @@
+"""``python -m detsamplers plan --weights ...``: the plan of a ``WebDatasetMix`` run.
+
+NOTE [ mixture plan command ]
+With ``--weights`` (one a shard set) the ``plan`` command plans a mixture: each positional
+URL pattern is one shard set, and :func:`detsamplers.loader.plan_mixture` (NOTE [ mixture
+plan ]) is called with the cluster, the order arguments, ``--parts``, ``--epochs`` (passes
+of the sets' samples), the network model and, with ``--batch-schedule POSITION:SIZE ...``,
+a batch-size schedule (the first segment from position 0). The synthetic description, the
+set index, the cache limit and a resume stay the single source's (refused here, naming
+the argument). The table and ``--json`` are the single source's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_mixture_arguments(plan: Any) -> None:
+    """The mixture's arguments of ``plan``."""
+    plan.add_argument(
+        "--weights", type=float, nargs="+", default=None,
+        help="a WebDatasetMix: one weight per shard set (each URL pattern is one set)",
+    )  # fmt: skip
+    plan.add_argument(
+        "--batch-schedule", nargs="+", default=None, metavar="POSITION:SIZE",
+        help="with --weights: batch-size segments, the first from position 0",
+    )  # fmt: skip
+
+
+def _schedule(values: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for value in values:
+        at, sep, size = value.partition(":")
+        if not sep or not at.isdigit() or not size.isdigit():
+            raise ValueError(
+                f"--batch-schedule should hold POSITION:SIZE pairs of integers, but got "
+                f"{value!r}; pass --batch-schedule 0:8 100000:16 for example"
+            )
+        out.append((int(at), int(size)))
+    return out
+
+
+def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run ``plan`` for a mixture; the exit status (2 for an argument refused)."""
+    from .loader import Network, plan_mixture
+
+    try:
+        single = {
+            "--set-index": args.set_index, "--shards": args.shards,
+            "--cache-limit": args.cache_limit, "--resume-at": args.resume_at,
+        }  # fmt: skip
+        for name, value in single.items():
+            if value is not None:
+                raise ValueError(
+                    f"{name} should not be given with --weights (a mixture's plan takes URL "
+                    f"patterns, no cache limit and no resume), but got {name} {value}"
+                )
+        network = None
+        if args.bandwidth is not None:
+            network = Network(
+                args.bandwidth, args.rtt, args.requests_per_second, args.price_per_gb,
+                args.price_per_1000_gets,
+            )  # fmt: skip
+        batch: Any = args.batch_size
+        if args.batch_schedule is not None:
+            batch = _schedule(args.batch_schedule)
+        plan = plan_mixture(
+            args.urls, args.weights, nodes=args.nodes, ranks_per_node=args.ranks_per_node,
+            num_workers=args.num_workers, batch_size=batch, seed=args.seed,
+            shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,
+            shuffle_block_shards=args.shuffle_block_shards, parts=args.parts,
+            epochs=args.epochs, network=network, index_dir=args.index_dir,
+        )  # fmt: skip
+    except (TypeError, ValueError, FileNotFoundError) as exn:
+        parser.error(f"plan: {exn}")
+    if args.json:
+        json.dump(plan.as_dict(), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(plan.table())
+    return 0

@@ -1,0 +1,296 @@
+"""``plan_mixture``: what a ``WebDatasetMix`` run downloads per node, with a batch-size schedule.
+
+NOTE [ mixture plan ]
+A mixture's order is a pure function of the position too (NOTE [ shard set mixture ]), so
+the plan of a run (NOTE [ run plan ]) extends to it by running the mixture's own code in a
+dry mode: :func:`plan_mixture` builds the :class:`WebDatasetMix` itself (its shards indexed
+as the source indexes them, no cache folder; a local shard planned as if served), locates
+every position of the run with its order (``LaneOrder`` with parts, else ``MixOrder``),
+and takes each rank's partly read
+shards from :func:`mixture_fetches`, the reader's own decision (NOTE [ mixture fetches ]).
+
+- The run reads ``epochs`` passes of ``P = sum(N_k)`` positions from ``start``; pass ``e``
+  is ``[start + e P, start + (e + 1) P)`` (with weights proportional to the sets' sizes,
+  each set about once). ``RunPlan``'s lists hold one entry per pass.
+- ``batch_size`` is an int or a schedule ``[(from_position, size), ...]``, the first from
+  ``start``: each segment is read as the trial reads it after a switch, a loader built with
+  ``skip_samples=from_position`` and the new size, so the grid's origin is ``from_position
+  mod (size W)`` and rank ``r`` reads the positions ``≡ origin + r (mod W)`` of the
+  segment. The origin decides which parts a rank reads, so a switch can move a node's
+  byte ranges: the plan counts what the node's cache lacks, each segment's ranges written
+  after what it holds (``ranged_cost``, NOTE [ planned fetches ]).
+- A node's cache starts cold and keeps everything (no ``cache_limit`` here); a shard costs
+  its whole download the first pass a rank of the node reads it whole, or the byte ranges
+  its ranks read it by, less the bytes the node already holds. The first batch of each
+  reader of a segment fetches its cold shards as ``first_batch_whole`` decides; a cold
+  shard it does not choose has the batch's samples read by ranges of their own (bytes
+  estimated from the shard's mean sample plus a tar header, as ``plan_run`` does), and is
+  downloaded with the rest of the pass.
+
+Exact (bytes and GETs of shards, against nginx's log) for one rank a node and for ranks of
+a node that read disjoint shards; with several ranks a node reading one shard the
+requests may differ by one a stretch (NOTE [ planned fetches ]). Every position is located,
+a chunk at a time: the cost is linear in the positions planned (no closed form here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...._errors import check_int
+from .._plan_fetches import Spans, ranged_cost
+from .._plan_inputs import Network
+from .._plan_report import NodePlan, RunPlan
+from ..order._rank_batches import rank_positions
+from ..read._cache_reader import first_batch_whole
+from ..read._node_cache import download_step
+from ._mixture_fetches import mixture_fetches
+from ._webdataset_mix import WebDatasetMix
+
+__all__ = ["plan_mixture"]
+
+I64 = npt.NDArray[np.int64]
+#: Positions located at once.
+_CHUNK = 1 << 20
+#: Bytes a ranged read of a shard's first sample adds: the tar header checked before it.
+_HEADER = 512
+
+
+def _length(span: tuple[int, int]) -> int:
+    """A span's sort key: the largest first (as the reader pins a shard's ranges)."""
+    return span[0] - span[1]
+
+
+def _schedule(batch_size: Any, start: int) -> list[tuple[int, int]]:
+    """``[(from_position, size), ...]`` from an int or a list of segments, checked."""
+    if not isinstance(batch_size, list | tuple):
+        return [(start, check_int("batch_size", batch_size, minimum=1))]
+    out: list[tuple[int, int]] = []
+    for i, segment in enumerate(batch_size):
+        if not isinstance(segment, list | tuple) or len(segment) != 2:
+            raise TypeError(
+                f"batch_size[{i}] should be a (from_position, size) pair, but got {segment!r}; "
+                f"pass batch_size=[({start}, 8), (100000, 16)] for example"
+            )
+        at = check_int(f"batch_size[{i}][0]", segment[0], minimum=0)
+        size = check_int(f"batch_size[{i}][1]", segment[1], minimum=1)
+        if (i == 0 and at != start) or (out and at <= out[-1][0]):
+            raise ValueError(
+                f"batch_size[{i}] should start at {'start=' + str(start) if i == 0 else 'a later position than the segment before'}"  # noqa: E501
+                f", but got from_position={at}; list the segments in order, the first from start"
+            )
+        out.append((at, size))
+    if not out:
+        raise ValueError("batch_size should be a size or a non-empty list of segments, but got []")
+    return out
+
+
+class _Node:
+    """What one node's cache holds: per shard, the byte ranges written (whole: one range)."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, list[tuple[int, int]]] = {}
+
+    def fetch(self, shard: int, writes: Sequence[Spans], step: int) -> tuple[int, int]:
+        """Bytes and requests of writing ``writes`` after what the node holds of ``shard``."""
+        before = tuple(self.held.get(shard, ()))
+        base = ranged_cost([before], step) if before else (0, 0)
+        total = ranged_cost([before, *writes] if before else list(writes), step)
+        self.held.setdefault(shard, []).extend(span for spans in writes for span in spans)
+        return total[0] - base[0], total[1] - base[1]
+
+    def covers(self, shard: int, spans: Spans) -> bool:
+        held = self.held.get(shard, [])
+        return all(any(a <= low and high <= b for a, b in held) for low, high in spans)
+
+
+def plan_mixture(
+    urls: Sequence[str | Sequence[str]],
+    weights: Sequence[float],
+    *,
+    nodes: int,
+    ranks_per_node: int = 1,
+    num_workers: int = 0,
+    batch_size: int | Sequence[tuple[int, int]],
+    seed: int = 0,
+    window: int | None = None,
+    curriculum: Sequence[tuple[int, Sequence[float]]] = (),
+    shuffle_shards: bool = True,
+    shuffle_window: int = 0,
+    shuffle_block_shards: int = 0,
+    parts: int | Sequence[int] = 0,
+    epochs: int = 1,
+    start: int = 0,
+    prefetch: int = 8,
+    read_ahead: int = 4 << 20,
+    network: Network | None = None,
+    index_dir: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> RunPlan:
+    """Plan a ``WebDatasetMix`` run through node caches (NOTE [ mixture plan ]).
+
+    Args:
+        urls: One shard set per component, as :class:`WebDatasetMix`'s.
+        weights: As :class:`WebDatasetMix`'s.
+        nodes: Nodes, each with one cache.
+        ranks_per_node: Ranks on each node.
+        num_workers: DataLoader workers per rank (each reader's first batch is fetched).
+        batch_size: Samples per batch on each rank, or a schedule ``[(from_position,
+            size), ...]``, the first from ``start``.
+        seed: As the mixture's.
+        window: As the mixture's.
+        curriculum: As the mixture's.
+        shuffle_shards: As the mixture's.
+        shuffle_window: As the mixture's.
+        shuffle_block_shards: As the mixture's.
+        parts: As the mixture's (one for every set, or one per set).
+        epochs: Passes of ``sum(N_k)`` positions the run reads, from ``start``.
+        start: The global position the run starts at.
+        prefetch: As the mixture's (the first batch's whole-or-ranged choice).
+        read_ahead: As the mixture's (the range of one download request).
+        network: A :class:`Network`, for times and costs.
+        index_dir: As the mixture's.
+        storage_options: As the mixture's.
+
+    Returns:
+        A :class:`RunPlan`: per node, one entry per pass.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range (the message names it).
+
+    Examples:
+        >>> import os, tempfile, webdataset as wds
+        >>> folder = tempfile.mkdtemp()
+        >>> for name in "ab":
+        ...     with wds.ShardWriter(os.path.join(folder, name + "-%d.tar"), maxcount=6,
+        ...             verbose=0) as w:
+        ...         for i in range(12):
+        ...             w.write({"__key__": f"{name}{i}", "bin": bytes(1000)})
+        >>> sets = [os.path.join(folder, n + "-{0..1}.tar") for n in "ab"]
+        >>> plan = plan_mixture(sets, [1, 1], nodes=2, batch_size=4, parts=4, epochs=2)
+        >>> [n.shard_bytes for n in plan.nodes]  # a shard of each set a node, then nothing
+        [[40960, 0], [40960, 0]]
+    """
+    nodes = check_int("nodes", nodes, minimum=1)
+    ranks_per_node = check_int("ranks_per_node", ranks_per_node, minimum=1)
+    num_workers = check_int("num_workers", num_workers, minimum=0)
+    epochs = check_int("epochs", epochs, minimum=1)
+    start = check_int("start", start, minimum=0)
+    prefetch = check_int("prefetch", prefetch, minimum=1)
+    read_ahead = check_int("read_ahead", read_ahead, minimum=1)
+    if network is not None and not isinstance(network, Network):
+        raise TypeError(f"network should be a Network, but got {type(network).__name__}")
+    schedule = _schedule(batch_size, start)
+    world = nodes * ranks_per_node
+    mix = WebDatasetMix(
+        urls, weights, seed=seed, batch_size=schedule[0][1], world_size=world, window=window,
+        curriculum=curriculum, shuffle_shards=shuffle_shards, shuffle_window=shuffle_window,
+        shuffle_block_shards=shuffle_block_shards, index_dir=index_dir,
+        storage_options=storage_options, parts=parts, cache_dir=False, skip_samples=start,
+        prefetch=prefetch, read_ahead=read_ahead,
+    )  # fmt: skip
+    order = mix._order
+    lanes = mix._lanes
+    # A local shard (size -1) is planned as if served remotely: its file's size.
+    infos = [
+        info if info.size >= 0 else replace(info, size=os.path.getsize(info.path))
+        for info in mix.shards
+    ]
+    sizes = np.asarray([info.size for info in infos], dtype=np.int64)
+    counts = np.asarray([n for part in mix._mix_counts for n in part], dtype=np.int64)
+    step = download_step(read_ahead)
+    whole = [((0, int(size)),) for size in sizes.tolist()]
+    total = int(counts.sum())
+    end = start + epochs * total
+    bounds = [*[a for a, _ in schedule[1:]], end]
+    caches = [_Node() for _ in range(nodes)]
+    out = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
+    for (low, size), high in zip(schedule, bounds, strict=True):
+        high = min(high, end)
+        if low >= high:
+            continue
+        grid = size * world
+        origin = low % grid
+        fetches = [
+            None
+            if lanes is None
+            else mixture_fetches(lanes.orders, lanes.offsets.tolist(), world, [r], origin)
+            for r in range(world)
+        ]
+
+        def spans(rank: int, shard: int, fetches: list[Any] = fetches) -> Spans:
+            mine = fetches[rank]
+            got = None if mine is None else mine.byte_ranges(shard, infos[shard])
+            return whole[shard] if got is None else tuple(sorted(got, key=_length))
+
+        # The first batch of each reader (rank, worker) of the segment, caches as they are.
+        batch = (low - origin) // grid
+        for node, cache in enumerate(caches):
+            for rank in range(node * ranks_per_node, (node + 1) * ranks_per_node):
+                for worker in range(max(num_workers, 1)):
+                    positions = rank_positions(batch + worker, size, world, rank, None, origin)
+                    positions = positions[(positions >= low) & (positions < high)]
+                    shards, _ = order.locate(positions)
+                    cold = [
+                        s
+                        for s in dict.fromkeys(shards.tolist())
+                        if not cache.covers(s, spans(rank, s))
+                    ]
+                    fetched = fetches[rank]
+                    partial = () if fetched is None else fetched.partial.keys()
+                    chosen = first_batch_whole(
+                        cold, [int(sizes[s]) for s in cold], prefetch, read_ahead, partial
+                    )
+                    for shard in cold:
+                        if shard in chosen:
+                            continue
+                        samples = int((shards == shard).sum())
+                        mean = int(sizes[shard]) // max(int(counts[shard]), 1)
+                        pass_ = min((int(positions[0]) - start) // total, epochs - 1)
+                        out[node].shard_bytes[pass_] += samples * mean + _HEADER
+                        out[node].shard_requests[pass_] += samples
+        # Every position of the segment, located with the mixture's order, pass by pass.
+        for pass_ in range(epochs):
+            a = max(low, start + pass_ * total)
+            b = min(high, start + (pass_ + 1) * total)
+            readers: dict[tuple[int, int], set[int]] = {}  # (node, shard): its ranks
+            for chunk in range(a, b, _CHUNK):
+                positions = np.arange(chunk, min(chunk + _CHUNK, b), dtype=np.int64)
+                shards, _ = order.locate(positions)
+                ranks = (positions - origin) % world
+                for shard, rank in set(zip(shards.tolist(), ranks.tolist(), strict=True)):
+                    readers.setdefault((rank // ranks_per_node, shard), set()).add(rank)
+            for (node, shard), ranks_of in sorted(readers.items()):
+                writes = [spans(r, shard) for r in sorted(ranks_of)]
+                if any(w == whole[shard] for w in writes):
+                    writes = [whole[shard]]
+                if all(caches[node].covers(shard, w) for w in writes):
+                    continue
+                got = caches[node].fetch(shard, writes, step)
+                out[node].shards[pass_] += 1
+                out[node].shard_bytes[pass_] += got[0]
+                out[node].shard_requests[pass_] += got[1]
+    for node, plan in enumerate(out):
+        cache = caches[node]
+        plan.high_water = sum(ranged_cost([tuple(h)], step)[0] for h in cache.held.values())
+    return RunPlan(
+        world_size=world,
+        epochs=epochs,
+        samples=total,
+        shard_count=len(mix.shards),
+        dataset_bytes=int(sizes.sum()),
+        method="mixture: located",
+        nodes=out,
+        order_bytes_per_rank=0,
+        state_bytes_per_rank=len(json.dumps(mix.state_dict())),
+        index_memory_per_rank=0,
+        network=network,
+    )
