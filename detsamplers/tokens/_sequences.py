@@ -248,7 +248,11 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         same arrays as :meth:`at` gives one by one, computed for the batch at once: one
         table of windows and one pass of :func:`features_rows`.
         """
-        checked = [self._checked(index, epoch) for epoch, index in pairs]
+        checked = [(index, epoch) for epoch, index in pairs]
+        plain = all(type(k) is int and type(e) is int for k, e in checked)  # noqa: E721
+        if not (plain and checked and min(checked)[0] >= 0 and max(checked)[0] < self._length
+                and min(e for _, e in checked) >= 0):  # fmt: skip
+            checked = [self._checked(index, epoch) for index, epoch in checked]
         if len(checked) < 2:
             return [self.at(index, epoch) for index, epoch in checked]
         width = self.seq_len + 1
