@@ -48,6 +48,10 @@ from typing import Any
 import numpy as np
 
 
+# These peak-memory helpers repeat benchmarks/tokens_pack.py's on purpose: the shared
+# benchmarks/_common.py imports torch and detsamplers, and this script runs each peer in a
+# process whose whole-process peak RSS it reports, so importing it would add both to every
+# peer's figure.
 def _status_mb(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
