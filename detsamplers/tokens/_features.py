@@ -40,8 +40,8 @@ import torch
 
 __all__ = [
     "IGNORE_INDEX",
-    "BatchRows",
     "KEYS",
+    "BatchRows",
     "check_outputs",
     "collate_tokens",
     "features",

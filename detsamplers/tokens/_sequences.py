@@ -249,7 +249,7 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         table of windows and one pass of :func:`features_rows`.
         """
         checked = [(index, epoch) for epoch, index in pairs]
-        plain = all(type(k) is int and type(e) is int for k, e in checked)  # noqa: E721
+        plain = all(type(k) is int and type(e) is int for k, e in checked)
         if not (plain and checked and min(checked)[0] >= 0 and max(checked)[0] < self._length
                 and min(e for _, e in checked) >= 0):  # fmt: skip
             checked = [self._checked(index, epoch) for index, epoch in checked]

@@ -81,9 +81,7 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
     tokens = np.empty((len(starts), width), dtype=np.int64)
     for row, first in zip(tokens, local.tolist(), strict=True):
         row[:] = mapped[first : first + width]  # the int64 conversion is this copy
-    if corpus.vocab_size is not None and bool(
-        ((tokens >= corpus.vocab_size) | (tokens < 0)).any()
-    ):
+    if corpus.vocab_size is not None and bool(((tokens >= corpus.vocab_size) | (tokens < 0)).any()):
         for start in starts.tolist():
             corpus.read(start, start + width)  # raises, naming the file and the offset
     return (tokens, *_pieces(corpus, f, local, width))
