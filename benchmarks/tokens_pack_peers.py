@@ -48,6 +48,10 @@ from typing import Any
 import numpy as np
 
 
+# These peak-memory helpers repeat benchmarks/tokens_pack.py's on purpose: the shared
+# benchmarks/_common.py imports torch and detsamplers, and this script runs each peer in a
+# process whose whole-process peak RSS it reports, so importing it would add both to every
+# peer's figure.
 def _status_mb(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -185,6 +189,75 @@ def olmo(lengths: Any, seq_len: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _rate(batches: Any, batch: int, seq_len: int, budget: int, cap: float) -> dict[str, Any]:
+    """Packed tokens/s of an endless iterator of batches, after a warm-up of ``batch``."""
+    for _ in range(batch):
+        next(batches)
+    start, cpu, count = time.perf_counter(), time.process_time(), 0
+    while count < budget and time.perf_counter() - start < cap:
+        next(batches)
+        count += 1
+    seconds = time.perf_counter() - start
+    return {"tokens_per_s": count * batch * seq_len / seconds, "batches": count,
+            "main_cpu_us_per_batch": (time.process_time() - cpu) / count * 1e6}  # fmt: skip
+
+
+def rate_ours(lengths: Any, seq_len: int, window: int, folder: Path, long: str,
+              args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
+    """``mode="pack"`` through ``DataLoader(shuffle=True)`` and ``collate_tokens``."""
+    from detsamplers.loader import DataLoader
+    from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+
+    tokens, sidecar = folder / "docs.bin", folder / "docs.lengths.npy"
+    with open(tokens, "wb") as handle:
+        handle.truncate(int(lengths.sum()) * 2)  # sparse zeros: a read is page-cache work
+    np.save(sidecar, lengths)
+    corpus = TokenCorpus(tokens, dtype="uint16", lengths=[sidecar])
+    outputs = args.outputs.split(",")
+    sequences = TokenSequences(corpus, seq_len, mode="pack", window=window,
+                               long_documents=long, outputs=outputs)  # fmt: skip
+    loader = DataLoader(sequences, batch_size=args.batch, shuffle=True, seed=0,
+                        num_workers=args.rate, collate_fn=collate_tokens)  # fmt: skip
+    batches = iter(loader.get_data_loader(repeat=True))
+    return {"outputs": outputs, **_rate(batches, args.batch, seq_len, args.budget, args.cap)}
+
+
+def rate_torchtune(lengths: Any, seq_len: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``PackedDataset`` (packed before, untimed) through torch's ``DataLoader``.
+
+    ``--collate torchtune``: its ``padded_collate_packed`` (tokens, labels, input_pos and a
+    dense ``(B, L, L)`` block-causal mask on CPU); ``--collate stack``: tokens, labels and
+    input_pos stacked, the mask left out (ours' ``input_ids``, ``labels``,
+    ``position_ids``).
+    """
+    import torch
+    from torch.utils.data import DataLoader as TorchLoader
+
+    PackedDataset = importlib.import_module("torchtune.datasets").PackedDataset  # noqa: N806
+    collate_packed = importlib.import_module("torchtune.data").padded_collate_packed
+
+    def stack(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return {key: torch.stack([x[key] for x in batch]) for key in ("tokens", "labels",
+                                                                      "input_pos")}  # fmt: skip
+
+    cut = np.minimum(lengths, seq_len)
+    packed = PackedDataset([{"tokens": [1] * int(n), "labels": [1] * int(n)} for n in cut],
+                           max_seq_len=seq_len)  # fmt: skip
+    collate = collate_packed if args.collate == "torchtune" else stack
+
+    def endless() -> Any:
+        epoch = 0
+        while True:
+            torch.manual_seed(epoch)
+            loader = TorchLoader(packed, batch_size=args.batch, shuffle=True,
+                                 num_workers=args.rate, collate_fn=collate)  # fmt: skip
+            yield from loader
+            epoch += 1
+
+    return {"collate": args.collate, **_rate(endless(), args.batch, seq_len, args.budget,
+                                             args.cap)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("peer", choices=["ours", "grain", "trl", "torchtune", "olmo"])
@@ -194,10 +267,26 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000, help="ours: documents per window")
     parser.add_argument("--bins", type=int, default=8, help="grain: num_packing_bins")
     parser.add_argument("--long-documents", default="split", choices=["split", "truncate"])
+    parser.add_argument("--rate", type=int, default=None, metavar="WORKERS",
+                        help="packed tokens/s through the loader with WORKERS workers")  # fmt: skip
+    parser.add_argument("--batch", type=int, default=8, help="--rate: sequences per batch")
+    parser.add_argument("--budget", type=int, default=200, help="--rate: batches timed")
+    parser.add_argument("--cap", type=float, default=10.0, help="--rate: seconds at most")
+    parser.add_argument("--outputs", default="input_ids,labels,position_ids,document_ids,"
+                        "cu_seqlens", help="--rate, ours: the arrays computed")  # fmt: skip
+    parser.add_argument("--collate", default="torchtune", choices=["torchtune", "stack"])
     args = parser.parse_args()
     lengths = lengths_of(args.dist, args.documents)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if args.peer == "ours":
+    if args.rate is not None and args.peer == "ours":
+        with tempfile.TemporaryDirectory() as folder:
+            out = rate_ours(lengths, args.seq_len, args.window, Path(folder),
+                            args.long_documents, args)  # fmt: skip
+    elif args.rate is not None and args.peer == "torchtune":
+        out = rate_torchtune(lengths, args.seq_len, args)
+    elif args.rate is not None:
+        parser.error("--rate measures ours and torchtune only")
+    elif args.peer == "ours":
         with tempfile.TemporaryDirectory() as folder:
             out = ours(lengths, args.seq_len, args.window, Path(folder), args.long_documents)
     elif args.peer == "grain":
@@ -208,6 +297,7 @@ def main() -> None:
     settings = {"window": args.window, "long_documents": args.long_documents}
     settings = settings if args.peer == "ours" else {}
     settings.update({"bins": args.bins} if args.peer == "grain" else {})
+    settings.update({"workers": args.rate, "batch": args.batch} if args.rate is not None else {})
     line = {
         "peer": args.peer, **settings, "dist": args.dist, "documents": args.documents,
         "seq_len": args.seq_len, "tokens": int(lengths.sum()), **out,

@@ -222,7 +222,8 @@ def fetch_seeded(dataset: Any, indices: Sequence[int], record: int | None = None
         seed_globals(key)
     epochs = getattr(indices, "epochs", None)
     if epochs is not None:  # NOTE [ epoch-aware datasets ]
-        return list(dataset.getitems_in_epochs(list(zip(epochs, indices, strict=True))))
+        got = dataset.getitems_in_epochs(list(zip(epochs, indices, strict=True)))
+        return got if isinstance(got, list) else list(got)  # a list subclass kept as it is
     getitems = getattr(dataset, "__getitems__", None)
     if getitems is not None and callable(getitems):
         return list(getitems(list(indices)))

@@ -41,6 +41,7 @@ import torch
 __all__ = [
     "IGNORE_INDEX",
     "KEYS",
+    "BatchRows",
     "check_outputs",
     "collate_tokens",
     "features",
@@ -197,7 +198,49 @@ def features_rows(
         cu[:, 0] = 0
         cu[row[inner], (running - before[row])[inner]] = local[inner]
         table["cu_seqlens"] = cu
-    return [{key: value[j] for key, value in table.items()} for j in range(count)]
+    return BatchRows(table)
+
+
+class BatchRows(list[dict[str, npt.NDArray[Any]]]):
+    """A batch's sequences as rows of one table per key (NOTE [ batch rows ]).
+
+    NOTE [ batch rows ]
+    :func:`features_rows` computes each array of a batch as one ``(B, ...)`` table and hands
+    out its rows, so that a dataset's ``__getitems__`` returns a list of per-sequence dicts
+    as torch's fetcher expects. :func:`collate_tokens` would then copy the rows back into
+    tables (``np.stack``). A ``BatchRows`` keeps the tables beside the rows, and
+    ``collate_tokens`` converts the tables directly (one copy at most: a table that is a
+    strided view is made contiguous), as long as the list still holds the same row dicts
+    holding the same arrays (:meth:`tables`); a row changed in place changes its table too,
+    since a row is a view of it. Anything else collates row by row, as before.
+
+    Examples:
+        >>> import numpy as np
+        >>> rows = BatchRows({"input_ids": np.arange(6).reshape(2, 3)})
+        >>> rows[1]["input_ids"].tolist(), rows.tables() is not None
+        ([3, 4, 5], True)
+        >>> rows[0] = {"input_ids": np.zeros(3)}
+        >>> rows.tables() is None
+        True
+    """
+
+    def __init__(self, table: dict[str, npt.NDArray[Any]]) -> None:
+        count = len(table["input_ids"])
+        super().__init__({key: value[j] for key, value in table.items()} for j in range(count))
+        self._table = table
+        self._rows = tuple(self)
+        self._views = tuple(tuple(row.values()) for row in self._rows)
+
+    def tables(self) -> dict[str, npt.NDArray[Any]] | None:
+        """The tables, or ``None`` if the list or a row no longer holds what was made."""
+        if len(self) != len(self._rows):
+            return None
+        for row, made, views in zip(self, self._rows, self._views, strict=True):
+            if row is not made or len(row) != len(views):
+                return None
+            if not all(a is b for a, b in zip(row.values(), views, strict=True)):
+                return None
+        return self._table
 
 
 def _boundaries(cu: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -243,6 +286,9 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
             "batch sequences of one TokenSequences"
         )
     length = lengths.pop()
+    tables = samples.tables() if isinstance(samples, BatchRows) else None
+    if tables is not None:
+        return _collate_tables(tables, length)
     out = {
         key: torch.as_tensor(np.stack([np.asarray(s[key]) for s in samples]), dtype=torch.int64)
         for key in KEYS[:4]
@@ -262,6 +308,29 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
         offsets = np.unique(offsets)
     cu[: len(offsets)] = offsets
     out["cu_seqlens"] = torch.from_numpy(cu)
+    return out
+
+
+def _collate_tables(tables: Mapping[str, npt.NDArray[Any]], length: int) -> dict[str, torch.Tensor]:
+    """``collate_tokens`` of a :class:`BatchRows`' tables: the same tensors, no stacking."""
+    out = {
+        key: torch.from_numpy(np.ascontiguousarray(tables[key], dtype=np.int64))
+        for key in KEYS[:4]
+        if key in tables
+    }
+    if "cu_seqlens" not in tables:
+        return out
+    # Row j's offsets shifted by j L, each kept where it rises: the padding (repeats of L)
+    # and row j + 1's leading 0 (row j's L) drop, as the row-by-row join does.
+    cu = np.asarray(tables["cu_seqlens"], dtype=np.int64)
+    rows = len(cu)
+    total = length * rows
+    shifted = cu[:, 1:] + (np.arange(rows, dtype=np.int64) * length)[:, None]
+    offsets = shifted[cu[:, 1:] != cu[:, :-1]]
+    flat = np.full(total + 1, total, dtype=np.int32)
+    flat[0] = 0
+    flat[1 : 1 + len(offsets)] = offsets
+    out["cu_seqlens"] = torch.from_numpy(flat)
     return out
 
 

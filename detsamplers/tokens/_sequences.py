@@ -49,6 +49,7 @@ from ._concat import ConcatOrder, Pieces
 from ._corpus import TokenCorpus
 from ._features import IGNORE_INDEX, KEYS, check_outputs, features, features_rows
 from ._pack import LONG_DOCUMENTS, PackOrder
+from ._windows import chunk_windows
 
 __all__ = ["MODES", "TokenSequences"]
 
@@ -247,10 +248,19 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         same arrays as :meth:`at` gives one by one, computed for the batch at once: one
         table of windows and one pass of :func:`features_rows`.
         """
-        checked = [self._checked(index, epoch) for epoch, index in pairs]
+        checked = [(index, epoch) for epoch, index in pairs]
+        plain = all(type(k) is int and type(e) is int for k, e in checked)
+        if not (plain and checked and min(checked)[0] >= 0 and max(checked)[0] < self._length
+                and min(e for _, e in checked) >= 0):  # fmt: skip
+            checked = [self._checked(index, epoch) for index, epoch in checked]
         if len(checked) < 2:
             return [self.at(index, epoch) for index, epoch in checked]
         width = self.seq_len + 1
+        if self._concat is None and self._pack is None:
+            starts = np.array([k for k, _ in checked], dtype=np.int64) * width
+            windows = chunk_windows(self.corpus, starts, width)  # NOTE [ batched chunk windows ]
+            if windows is not None:
+                return features_rows(*windows, self.outputs)
         if self._concat is not None:
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
         if self._pack is not None:

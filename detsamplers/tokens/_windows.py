@@ -1,0 +1,130 @@
+"""A batch of ``chunk`` windows read at once: one token copy per row, one search per batch.
+
+NOTE [ batched chunk windows ]
+``chunk`` sequence ``k`` is corpus tokens ``[k w, (k + 1) w)`` with ``w = L + 1``
+(NOTE [ token sequences ]). Read one by one, each costs a search for its file, two
+searches in the file's document ends, a few small arrays and a slice converted to int64:
+about ten numpy calls per sequence, which is most of a batch when ``L`` is a few thousand.
+When every window of a batch lies inside one memory-mapped file (always, for a corpus of
+one file), the batch needs only:
+
+- the tokens: each window's slice of the map copied into its row of one ``(B, w)`` int64
+  table (the uint16 or uint32 to int64 conversion happens in that copy), and checked
+  against ``vocab_size`` in one pass; a bad id re-reads its row by
+  :meth:`TokenCorpus.read`, whose error names the file and offset;
+- the pieces: the windows' first and last documents are two ``searchsorted`` calls over
+  the batch, the documents between them one ``arange`` and their ends one gather.
+
+The lazy check of the cached ends (NOTE [ lazy ends check ]) covers the same regions as
+``documents_in`` does row by row (those holding each window's documents and the end
+before the first), and the same bracketing test of the search's answer runs on the whole
+batch. The pieces equal ``TokenCorpus.documents_in``'s, the tokens ``read``'s; a batch
+that crosses files, or a remote file, returns ``None`` and the caller reads row by row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ._corpus import TokenCorpus
+
+__all__ = ["chunk_windows"]
+
+I64 = npt.NDArray[np.int64]
+#: The windows' tokens ``(B, w)`` and pieces (documents, counts, closes, pieces per row).
+Windows = tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]
+
+
+def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | None:
+    """Windows ``[starts[j], starts[j] + width)`` of ``corpus``, or ``None`` if not one file.
+
+    Args:
+        corpus: The corpus read.
+        starts: Each window's first corpus token.
+        width: The tokens per window.
+
+    Returns:
+        The ``(B, width)`` int64 tokens, and the windows' pieces one row after the other:
+        each piece's document, its token count, whether it ends its document, and how many
+        pieces each row has (what :func:`features_rows` takes).
+
+    Raises:
+        ValueError: a token id lies outside ``[0, vocab_size)`` (as ``read`` says it).
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> from detsamplers.tokens import TokenCorpus
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([5, 6, 0, 7, 0, 8, 9, 9, 0], dtype=np.uint16))
+        >>> tokens, docs, counts, closes, pieces = chunk_windows(
+        ...     TokenCorpus(path, eod_id=0), np.array([4, 0]), 4)
+        >>> tokens.tolist(), docs.tolist(), counts.tolist(), pieces.tolist()
+        ([[0, 8, 9, 9], [5, 6, 0, 7]], [1, 2, 0, 1], [1, 3, 3, 1], [2, 2])
+        >>> closes.tolist()
+        [True, False, True, False]
+    """
+    token_start = corpus._token_start
+    files = np.searchsorted(token_start, starts, side="right") - 1
+    f = int(files[0])
+    mapped = corpus._tokens[f]
+    if not isinstance(mapped, np.ndarray) or bool((files != f).any()):
+        return None
+    base = int(token_start[f])
+    if int(starts.max()) + width > int(token_start[f + 1]):
+        return None
+    local = starts - base
+    tokens = np.empty((len(starts), width), dtype=np.int64)
+    for row, first in zip(tokens, local.tolist(), strict=True):
+        row[:] = mapped[first : first + width]  # the int64 conversion is this copy
+    if corpus.vocab_size is not None and bool(((tokens >= corpus.vocab_size) | (tokens < 0)).any()):
+        for start in starts.tolist():
+            corpus.read(start, start + width)  # raises, naming the file and the offset
+    return (tokens, *_pieces(corpus, f, local, width))
+
+
+def _pieces(
+    corpus: TokenCorpus, f: int, local: I64, width: int
+) -> tuple[I64, I64, npt.NDArray[np.bool_], I64]:
+    """The pieces of windows ``[local[j], local[j] + width)`` of file ``f`` (its offsets)."""
+    ends: Any = corpus._ends[f]
+    last = len(ends)
+    stops = local + width
+    low = np.searchsorted(ends, local, side="right")
+    high = np.minimum(np.searchsorted(ends, stops, side="left") + 1, last)
+    pieces = (high - low).astype(np.int64)
+    row = np.repeat(np.arange(len(local), dtype=np.int64), pieces)
+    begins = np.cumsum(pieces) - pieces
+    docs = np.arange(int(pieces.sum()), dtype=np.int64) - begins[row] + low[row]
+    check = corpus._checks[f]
+    if not check.complete:  # as documents_in: cover the regions, then test the brackets
+        check.cover_at(ends, docs)
+        if not _brackets(ends, low, high, local, stops):
+            check.cover(ends, 0, last)  # not increasing: names it
+    doc_ends = np.asarray(ends[docs], dtype=np.int64)
+    row_stops = stops[row]
+    cut = np.minimum(doc_ends, row_stops)
+    firsts = np.empty_like(cut)
+    firsts[1:] = cut[:-1]
+    firsts[begins] = local
+    return docs + int(corpus._doc_start[f]), cut - firsts, doc_ends <= row_stops, pieces
+
+
+def _brackets(ends: Any, low: I64, high: I64, start: I64, stop: I64) -> bool:
+    """``_corpus._brackets`` of every window at once."""
+    last = len(ends)
+    if not bool(((low < high) & (high <= last)).all()):
+        return False
+    before = np.asarray(ends[np.maximum(low - 1, 0)])
+    closing = np.asarray(ends[high - 1])
+    inner = np.asarray(ends[np.maximum(high - 2, 0)])
+    return bool(
+        ((low == 0) | (before <= start)).all()
+        and (np.asarray(ends[low]) > start).all()
+        and ((high == last) | (closing >= stop)).all()
+        and ((high - 1 == low) | (inner < stop)).all()
+    )
