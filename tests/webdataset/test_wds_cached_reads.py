@@ -135,7 +135,7 @@ def test_a_warm_cache_too_large_to_hold_reads_each_sample_in_one_pread_with_the_
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "pread", counted)
-        mp.setattr(_cache_reader, "_HELD_BYTES", 0)  # no block of a pinned file is held
+        mp.setattr(_cache_reader, "_HELD_FILE", 0)  # no pinned file is held whole
         sources = [bucket.make(tmp_path, rank=r, **options) for r in (0, 1)]
         warm = [list(source) for source in sources]
     assert warm == plain  # byte for byte, in the same order
@@ -157,20 +157,22 @@ def test_a_warm_cache_too_large_to_hold_reads_each_sample_in_one_pread_with_the_
     assert bucket.shard_traffic() == (0, 0)
 
 
-@pytest.mark.parametrize("block", [4096, 1 << 20])
-def test_a_warm_cache_reads_pinned_shards_in_held_blocks_and_gives_the_same_samples(
-    bucket: Bucket, tmp_path: Path, block: int
+@pytest.mark.parametrize("room", ["every shard", "one shard"])
+def test_a_warm_cache_holds_each_pinned_shard_read_whole_once_and_gives_the_same_samples(
+    bucket: Bucket, tmp_path: Path, room: str
 ) -> None:
     options: dict[str, Any] = {"parts": 12, "shuffle_block_shards": 2, "world_size": 2}
     plain = [list(bucket.make(None, rank=r, **options)) for r in (0, 1)]
     for r in (0, 1):  # epoch 1 fills the cache
         assert list(bucket.make(tmp_path, rank=r, **options)) == plain[r]
     shards = bucket.make(None).shards
-    spans = [
-        max(o + n for _, o, n in members) - min(o for _, o, n in members)
+    sizes = {info.size for info in shards}
+    budget = 1 << 40 if room == "every shard" else max(sizes)
+    spans = Counter(
+        max(o + n for _, o, n in members) - min(o for _, o, n in members) + 512
         for info in shards
         for members in info.members
-    ]
+    )
     calls: list[int] = []
     real = os.pread
 
@@ -180,21 +182,20 @@ def test_a_warm_cache_reads_pinned_shards_in_held_blocks_and_gives_the_same_samp
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "pread", counted)
-        mp.setattr(_cache_reader, "_HELD_BLOCK", block)
+        mp.setattr(_cache_reader, "_HELD_BYTES", budget)
         sources = [bucket.make(tmp_path, rank=r, **options) for r in (0, 1)]
         warm = [list(source) for source in sources]
     assert warm == plain  # byte for byte, in the same order
     pins = sum(source.cache.stats.hits for source in sources if source.cache is not None)
-    # A read is a block (at most ``block``), a pin's first sample with its tar header, or
-    # a sample across two blocks: never more than that, and far fewer reads than samples
-    # once a block holds several.
-    assert Counter(calls) - Counter(spans + [span + 512 for span in spans]) == Counter(
-        [size for size in calls if size <= block and size not in spans and size - 512 not in spans]
-    )
-    blocks = sum(-(-info.size // block) for info in shards)
-    assert len(calls) <= pins + blocks * pins + len(spans) * (block < 8192)
-    if block > max(info.size for info in shards):  # each pin: its check, then one block
-        assert len(calls) <= 2 * pins < bucket.total
+    # A pinned file is a whole shard or the byte range of it a node reads (NOTE [ node fetches ]).
+    files = {path.stat().st_size for path in tmp_path.iterdir() if path.suffix in (".tar", ".part")}
+    whole = [size for size in calls if size in files]
+    if room == "every shard":  # every pinned shard held: two reads a pin at most
+        assert len(shards) <= len(whole) <= pins and len(calls) <= 2 * pins < bucket.total
+        # The others are the first sample's read of a pin, its tar header checked before.
+        assert Counter(calls) - Counter(whole) - spans == Counter()
+    else:  # a reader holds at most the budget: the rest is read sample by sample
+        assert 0 < len(whole) < pins and len(calls) > 2 * pins
 
 
 def test_the_one_pread_path_and_the_sample_by_sample_path_give_the_same_samples(
@@ -225,10 +226,10 @@ def test_a_reader_holds_at_most_its_budget_and_its_held_slices_are_the_pread_sam
     assert source.cache is not None
     budget = 2 * max(info.size for info in source.shards)
     reader = CachedReader(source.shards, source.cache, source.prefetch)
+    total = 0
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_cache_reader, "_HELD_BYTES", budget)
-            mp.setattr(_cache_reader, "_HELD_BLOCK", 1 << 20)  # a block holds a whole shard
             for shard, info in enumerate(source.shards):
                 fd = reader._fd(shard)
                 reader._sample(shard, 0)
@@ -236,9 +237,9 @@ def test_a_reader_holds_at_most_its_budget_and_its_held_slices_are_the_pread_sam
                 for index in range(len(info.keys)):
                     assert reader._read(shard, index, fd) == reader._sample(shard, index)
                     assert reader.held_bytes <= budget
-            held = [sum(map(len, blocks.values())) for _, _, blocks in reader.held.values()]
-            assert held[:2] == [info.size for info in source.shards[:2]]  # two fit, whole
-            assert sum(held) == reader.held_bytes <= budget and 0 in held  # then no more
+                fits = total + info.size <= budget  # held while the budget has room
+                total += info.size if fits else 0
+                assert (reader.held[shard] is not None) == fits and reader.held_bytes == total
     finally:
         reader.close()
     assert reader.held == {} and reader.held_bytes == 0

@@ -55,18 +55,16 @@ order, a part's stretch) is one ``os.pread`` from the first's first member to th
 end, at most ``_RUN_BYTES``, cut the same way. A shard whose members are not in tar order
 is read sample by sample as before.
 
-A pinned file (a whole shard, or the range of it this node fetches) is read in aligned
-blocks of ``_HELD_BLOCK`` bytes, each on its first use after the shard's header check, and
-held while pinned: a sample within one block is a slice of it, no system call (with
-parts, a warm epoch was mostly one ``pread`` per sample; whole files held were read again
-at each re-pin). One reader holds at most ``_HELD_BYTES``; a run of samples, a sample
-across two blocks or past the budget is read by ``pread``. The samples and errors are
-unchanged. The cached copy is the version indexed (its file name holds the URL, size and
-ETag; its size is checked once downloaded), so, as for a remote shard read by ranges, the
-tar headers are read only with the first sample read of each shard pinned (NOTE [ set
-index ]); a copy shorter than its index is an error naming the file. The views add one
-small tuple per pinned shard (and per shard the first batch read by ranges, until the
-reader closes).
+A pinned file (a whole shard, or the range of it this node fetches) of at most
+``_HELD_FILE`` bytes is read whole once, after its first sample's header check, and held
+while pinned, each later sample a slice of it, no system call (with parts, a warm epoch
+was mostly one ``pread`` per sample); one reader holds at most ``_HELD_BYTES``, and a file
+beyond either bound is read by ``pread``. The samples and errors are unchanged. The
+cached copy is the version indexed (its file name holds the URL, size and ETag; its size is
+checked once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
+with the first sample read of each shard pinned (NOTE [ set index ]); a copy shorter than
+its index is an error naming the file. The views add one small tuple per pinned shard
+(and per shard the first batch read by ranges, until the reader closes).
 """
 
 from __future__ import annotations
@@ -99,9 +97,9 @@ _RANGED_THREADS = 16
 _DOWNLOADS = 4
 #: A run of a shard's next samples read with one ``pread`` spans at most this many bytes.
 _RUN_BYTES = 8 << 20
-#: Pinned files are read and held in blocks of ``_HELD_BLOCK`` bytes, at most
+#: A pinned file of at most ``_HELD_FILE`` bytes is read whole and held, at most
 #: ``_HELD_BYTES`` a reader (NOTE [ cached reads ]).
-_HELD_BLOCK, _HELD_BYTES = 256 << 10, 64 << 20
+_HELD_FILE, _HELD_BYTES = 8 << 20, 128 << 20
 
 
 class _View(NamedTuple):
@@ -184,8 +182,8 @@ class CachedReader:
         self.done = -1  # the plan's batches read so far, minus one
         self.walked = -1
         self.views: dict[int, _View] = {}  # the pinned shards' lookups (reading thread only)
-        #: Pinned files' held blocks: the file's first and end offsets, its blocks by number.
-        self.held: dict[int, tuple[int, int, dict[int, bytes]]] = {}
+        #: Pinned files held in memory: their first shard offset and bytes (reading thread).
+        self.held: dict[int, tuple[int, bytes] | None] = {}
         self.held_bytes = 0
         #: Pinned shards whose first sample read had its tar headers checked (NOTE [ set index ]).
         self.checked: set[int] = set()
@@ -391,8 +389,7 @@ class CachedReader:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
-                    held = self.held.pop(shard, None)  # its held blocks go with the pin
-                    self.held_bytes -= sum(map(len, held[2].values())) if held else 0
+                    self._drop(shard)
                     self.bases.pop(shard, None)
                     for _, _, other in self.extra.pop(shard, ()):
                         self.cache.unpin(other)
@@ -478,27 +475,27 @@ class CachedReader:
         return sample
 
     def _held(self, shard: int, fd: int, start: int, end: int) -> tuple[int, bytes] | None:
-        """The first offset and bytes of ``shard``'s held block with ``[start, end)``, or None."""
-        held = self.held.get(shard)
-        if held is None:
+        """Pinned ``shard``'s file, held whole, if it has ``[start, end)`` (NOTE above)."""
+        if shard in self.held:
+            held = self.held[shard]
+        else:
             with self.lock:
                 base, stop = self.bases.get(shard, (0, self.shards[shard].size))
-            held = self.held[shard] = (base, stop, {})
-        base, stop, blocks = held
-        number = (start - base) // _HELD_BLOCK
-        first = base + number * _HELD_BLOCK
-        if start < base or end > first + _HELD_BLOCK or end > stop:
+            size, held = stop - base, None
+            if size <= _HELD_FILE and self.held_bytes + size <= _HELD_BYTES:
+                held = (base, os.pread(fd, size, 0))
+                if len(held[1]) != size:
+                    self._short(self.shards[shard])
+                self.held_bytes += size
+            self.held[shard] = held
+        if held is None or start < held[0] or end - held[0] > len(held[1]):
             return None
-        data = blocks.get(number)
-        if data is None:
-            size = min(_HELD_BLOCK, stop - first)
-            if self.held_bytes + size > _HELD_BYTES:
-                return None
-            data = blocks[number] = os.pread(fd, size, first - base)
-            if len(data) != size:
-                self._short(self.shards[shard])
-            self.held_bytes += size
-        return first, data
+        return held
+
+    def _drop(self, shard: int) -> None:
+        held = self.held.pop(shard, None)
+        if held is not None:
+            self.held_bytes -= len(held[1])
 
     def _read_run(self, shard: int, index: int, count: int, fd: int) -> list[dict[str, Any]]:
         """The samples ``index`` to ``index + count - 1`` of the pinned, checked ``shard``."""
@@ -512,12 +509,16 @@ class CachedReader:
         if high == low:
             return [self._read(shard, index + k, fd) for k in range(count)]
         start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
-        if end - start > _RUN_BYTES:
+        held = self._held(shard, fd, start, end)
+        if held is not None:
+            start, data = held
+        elif end - start > _RUN_BYTES:
             return [self._read(shard, index + k, fd) for k in range(count)]
-        fd, base = self._at(shard, start, end)
-        data = os.pread(fd, end - start, start - base)
-        if len(data) != end - start:
-            self._short(view.info)
+        else:
+            fd, base = self._at(shard, start, end)
+            data = os.pread(fd, end - start, start - base)
+            if len(data) != end - start:
+                self._short(view.info)
         url = view.info.url
         out = []
         for k in range(index, index + count):
