@@ -28,7 +28,6 @@ from detsamplers.loader import WebDatasetSource
 from detsamplers.loader._wds.order._located_batches import located_batches
 from detsamplers.loader._wds.order._rank_batches import BatchShape, rank_positions
 from detsamplers.loader._wds.order._shard_order import ShardOrder
-from detsamplers.loader._wds.read import _cache_reader
 from detsamplers.loader._wds.read._cache_reader import CachedReader
 
 SHARDS = 8
@@ -118,7 +117,7 @@ def test_batches_located_a_chunk_at_a_time_are_those_located_one_by_one(
         assert indexes.tolist() == want_indexes.tolist()
 
 
-def test_a_warm_cache_too_large_to_hold_reads_each_sample_in_one_pread_with_the_range_reads_bytes(
+def test_a_warm_cache_reads_each_sample_in_one_pread_and_gives_the_range_reads_bytes(
     bucket: Bucket, tmp_path: Path
 ) -> None:
     options: dict[str, Any] = {"parts": 12, "shuffle_block_shards": 2, "world_size": 2}
@@ -135,7 +134,6 @@ def test_a_warm_cache_too_large_to_hold_reads_each_sample_in_one_pread_with_the_
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "pread", counted)
-        mp.setattr(_cache_reader, "_HELD_FILE", 0)  # no pinned file is held whole
         sources = [bucket.make(tmp_path, rank=r, **options) for r in (0, 1)]
         warm = [list(source) for source in sources]
     assert warm == plain  # byte for byte, in the same order
@@ -157,47 +155,6 @@ def test_a_warm_cache_too_large_to_hold_reads_each_sample_in_one_pread_with_the_
     assert bucket.shard_traffic() == (0, 0)
 
 
-@pytest.mark.parametrize("room", ["every shard", "one shard"])
-def test_a_warm_cache_holds_each_pinned_shard_read_whole_once_and_gives_the_same_samples(
-    bucket: Bucket, tmp_path: Path, room: str
-) -> None:
-    options: dict[str, Any] = {"parts": 12, "shuffle_block_shards": 2, "world_size": 2}
-    plain = [list(bucket.make(None, rank=r, **options)) for r in (0, 1)]
-    for r in (0, 1):  # epoch 1 fills the cache
-        assert list(bucket.make(tmp_path, rank=r, **options)) == plain[r]
-    shards = bucket.make(None).shards
-    sizes = {info.size for info in shards}
-    budget = 1 << 40 if room == "every shard" else max(sizes)
-    spans = Counter(
-        max(o + n for _, o, n in members) - min(o for _, o, n in members) + 512
-        for info in shards
-        for members in info.members
-    )
-    calls: list[int] = []
-    real = os.pread
-
-    def counted(fd: int, size: int, offset: int) -> bytes:
-        calls.append(size)
-        return real(fd, size, offset)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "pread", counted)
-        mp.setattr(_cache_reader, "_HELD_BYTES", budget)
-        sources = [bucket.make(tmp_path, rank=r, **options) for r in (0, 1)]
-        warm = [list(source) for source in sources]
-    assert warm == plain  # byte for byte, in the same order
-    pins = sum(source.cache.stats.hits for source in sources if source.cache is not None)
-    # A pinned file is a whole shard or the byte range of it a node reads (NOTE [ node fetches ]).
-    files = {path.stat().st_size for path in tmp_path.iterdir() if path.suffix in (".tar", ".part")}
-    whole = [size for size in calls if size in files]
-    if room == "every shard":  # every pinned shard held: two reads a pin at most
-        assert len(shards) <= len(whole) <= pins and len(calls) <= 2 * pins < bucket.total
-        # The others are the first sample's read of a pin, its tar header checked before.
-        assert Counter(calls) - Counter(whole) - spans == Counter()
-    else:  # a reader holds at most the budget: the rest is read sample by sample
-        assert 0 < len(whole) < pins and len(calls) > 2 * pins
-
-
 def test_the_one_pread_path_and_the_sample_by_sample_path_give_the_same_samples(
     bucket: Bucket, tmp_path: Path
 ) -> None:
@@ -217,32 +174,6 @@ def test_the_one_pread_path_and_the_sample_by_sample_path_give_the_same_samples(
     finally:
         reader.close()
     assert reader.views == {} and reader.pins == {}
-
-
-def test_a_reader_holds_at_most_its_budget_and_its_held_slices_are_the_pread_samples(
-    bucket: Bucket, tmp_path: Path
-) -> None:
-    source = bucket.make(tmp_path)
-    assert source.cache is not None
-    budget = 2 * max(info.size for info in source.shards)
-    reader = CachedReader(source.shards, source.cache, source.prefetch)
-    total = 0
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_cache_reader, "_HELD_BYTES", budget)
-            for shard, info in enumerate(source.shards):
-                fd = reader._fd(shard)
-                reader._sample(shard, 0)
-                reader.checked.add(shard)  # its header checked: the next reads may be held
-                for index in range(len(info.keys)):
-                    assert reader._read(shard, index, fd) == reader._sample(shard, index)
-                    assert reader.held_bytes <= budget
-                fits = total + info.size <= budget  # held while the budget has room
-                total += info.size if fits else 0
-                assert (reader.held[shard] is not None) == fits and reader.held_bytes == total
-    finally:
-        reader.close()
-    assert reader.held == {} and reader.held_bytes == 0
 
 
 def test_while_the_first_batch_downloads_the_prefetch_starts_a_later_batchs_shard(

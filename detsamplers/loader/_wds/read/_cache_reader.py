@@ -52,16 +52,10 @@ packed members), and a sample is then one ``os.pread`` from its first member to 
 of its last, each member a slice of it (NOTE [ one way to read a sample ]): the bytes a
 sample-by-sample read gives. A run of a batch's samples that are a shard's next ones (tar
 order, a part's stretch) is one ``os.pread`` from the first's first member to the last's
-end, at most ``_RUN_BYTES``, cut the same way. A shard whose members are not in tar order
-is read sample by sample as before.
-
-A pinned file (a whole shard, or the range of it this node fetches) of at most
-``_HELD_FILE`` bytes is read whole once, after its first sample's header check, and held
-while pinned, each later sample a slice of it, no system call (with parts, a warm epoch
-was mostly one ``pread`` per sample); one reader holds at most ``_HELD_BYTES``, and a file
-beyond either bound is read by ``pread``. The samples and errors are unchanged. The
-cached copy is the version indexed (its file name holds the URL, size and ETag; its size is
-checked once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
+end, at most ``_RUN_BYTES``, cut the same way. A shard
+whose members are not in tar order is read sample by sample as before. The cached copy is
+the version indexed (its file name holds the URL, size and ETag; its size is checked
+once downloaded), so, as for a remote shard read by ranges, the tar headers are read only
 with the first sample read of each shard pinned (NOTE [ set index ]); a copy shorter than
 its index is an error naming the file. The views add one small tuple per pinned shard
 (and per shard the first batch read by ranges, until the reader closes).
@@ -97,9 +91,6 @@ _RANGED_THREADS = 16
 _DOWNLOADS = 4
 #: A run of a shard's next samples read with one ``pread`` spans at most this many bytes.
 _RUN_BYTES = 8 << 20
-#: A pinned file of at most ``_HELD_FILE`` bytes is read whole and held, at most
-#: ``_HELD_BYTES`` a reader (NOTE [ cached reads ]).
-_HELD_FILE, _HELD_BYTES = 8 << 20, 128 << 20
 
 
 class _View(NamedTuple):
@@ -182,9 +173,6 @@ class CachedReader:
         self.done = -1  # the plan's batches read so far, minus one
         self.walked = -1
         self.views: dict[int, _View] = {}  # the pinned shards' lookups (reading thread only)
-        #: Pinned files held in memory: their first shard offset and bytes (reading thread).
-        self.held: dict[int, tuple[int, bytes] | None] = {}
-        self.held_bytes = 0
         #: Pinned shards whose first sample read had its tar headers checked (NOTE [ set index ]).
         self.checked: set[int] = set()
         self.closed = False
@@ -389,7 +377,6 @@ class CachedReader:
                     self.cache.unpin(self.pins.pop(shard))
                     self.first.pop(shard, None)
                     self.views.pop(shard, None)
-                    self._drop(shard)
                     self.bases.pop(shard, None)
                     for _, _, other in self.extra.pop(shard, ()):
                         self.cache.unpin(other)
@@ -463,39 +450,12 @@ class CachedReader:
             start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
             if shard not in self.checked:  # its first sample read: with the tar headers
                 return self._sample(shard, index)
-            held = self._held(shard, fd, start, end)
-            if held is not None:
-                cut_sample(sample, held[1], held[0], suffixes, offsets, sizes, range(low, high))
-                return sample
             fd, base = self._at(shard, start, end)
             data = os.pread(fd, end - start, start - base)
             if len(data) != end - start:
                 self._short(view.info)
             cut_sample(sample, data, start, suffixes, offsets, sizes, range(low, high))
         return sample
-
-    def _held(self, shard: int, fd: int, start: int, end: int) -> tuple[int, bytes] | None:
-        """Pinned ``shard``'s file, held whole, if it has ``[start, end)`` (NOTE above)."""
-        if shard in self.held:
-            held = self.held[shard]
-        else:
-            with self.lock:
-                base, stop = self.bases.get(shard, (0, self.shards[shard].size))
-            size, held = stop - base, None
-            if size <= _HELD_FILE and self.held_bytes + size <= _HELD_BYTES:
-                held = (base, os.pread(fd, size, 0))
-                if len(held[1]) != size:
-                    self._short(self.shards[shard])
-                self.held_bytes += size
-            self.held[shard] = held
-        if held is None or start < held[0] or end - held[0] > len(held[1]):
-            return None
-        return held
-
-    def _drop(self, shard: int) -> None:
-        held = self.held.pop(shard, None)
-        if held is not None:
-            self.held_bytes -= len(held[1])
 
     def _read_run(self, shard: int, index: int, count: int, fd: int) -> list[dict[str, Any]]:
         """The samples ``index`` to ``index + count - 1`` of the pinned, checked ``shard``."""
@@ -509,16 +469,12 @@ class CachedReader:
         if high == low:
             return [self._read(shard, index + k, fd) for k in range(count)]
         start, end = offsets[low], offsets[high - 1] + sizes[high - 1]
-        held = self._held(shard, fd, start, end)
-        if held is not None:
-            start, data = held
-        elif end - start > _RUN_BYTES:
+        if end - start > _RUN_BYTES:
             return [self._read(shard, index + k, fd) for k in range(count)]
-        else:
-            fd, base = self._at(shard, start, end)
-            data = os.pread(fd, end - start, start - base)
-            if len(data) != end - start:
-                self._short(view.info)
+        fd, base = self._at(shard, start, end)
+        data = os.pread(fd, end - start, start - base)
+        if len(data) != end - start:
+            self._short(view.info)
         url = view.info.url
         out = []
         for k in range(index, index + count):
@@ -589,8 +545,6 @@ class CachedReader:
             self.first.clear()
             self.last.clear()
             self.views.clear()
-            self.held.clear()
-            self.held_bytes = 0
             self.bases.clear()
             for held in self.extra.values():
                 for _, _, other in held:
