@@ -26,7 +26,9 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
   waited longest, its wait against its epoch time, and the waits of all ranks).
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
-``shuffle_block_shards=4``); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
+``shuffle_block_shards=4``; and tar order over the same samples written by
+``detsamplers.loader.ShardWriter(pack_small=2**31)``, one member a sample: fewer bytes, a
+row of its own); Mosaic streaming 0.13 (``StreamingDataset(remote=...,
 local=..., shuffle=True)``: py1e, ``predownload`` and ``cache_limit`` at their defaults),
 run in ``.venv-mosaic`` (``make mosaic``; with ``boto3``) when it exists; litdata
 (``StreamingDataset("s3://...", shuffle=True)``) through boto3, since its obstore client
@@ -69,11 +71,12 @@ BUCKET = "peers"
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "ours, parts=720, tar order": ("ours", {"parts": 720}),
     "ours, parts=720, shuffle_block_shards=4": ("ours", {"parts": 720, "shuffle_block_shards": 4}),
+    "ours, pack_small=2**31 shards, parts=720, tar order": ("ours", {"parts": 720, "packed": 1}),
     "Mosaic streaming (py1e)": ("mosaic", {}),
     "litdata": ("litdata", {}),
     "litdata, obstore (allow_http patched in)": ("litdata", {"obstore": True}),
 }
-SUFFIX = {"ours": ".tar", "mosaic": ".mds", "litdata": ".bin"}
+SUFFIX = {"ours": ".tar", "ours-packed": ".tar", "mosaic": ".mds", "litdata": ".bin"}
 
 
 def samples(total: int) -> list[tuple[bytes, int]]:
@@ -93,6 +96,20 @@ def write_tar(folder: Path, data: list[tuple[bytes, int]], shards: int) -> None:
         with wds.TarWriter(str(folder / f"d-{shard:03d}.tar")) as sink:
             for payload, label in data[shard * per : (shard + 1) * per]:
                 sink.write({"__key__": f"k{label:06d}", "bin": payload, "cls": label})
+
+
+def write_packed(folder: Path, data: list[tuple[bytes, int]], shards: int) -> None:
+    """The tar shards again through ``ShardWriter(pack_small=2**31)``: one member a sample."""
+    from detsamplers.loader import ShardWriter
+
+    folder.mkdir(parents=True)
+    per = len(data) // shards
+    pattern = str(folder / "d-%03d.tar")
+    with ShardWriter(pattern, maxcount=per, pack_small=2**31, verbose=0) as sink:
+        for payload, label in data:
+            sink.write({"__key__": f"k{label:06d}", "bin": payload, "cls": label})
+    for index in folder.glob("*.index.npz"):  # indexed on S3 below, as the plain tars are
+        index.unlink()
 
 
 def write_mds(folder: Path, total: int, shards: int) -> None:
@@ -153,7 +170,7 @@ def _ours(spec: dict[str, Any]) -> tuple[Any, Any]:
             cache_dir=spec["cache"],
             storage_options=spec["storage_options"],
             index_dir=spec["index_dir"],
-            **spec["config"],
+            **{k: v for k, v in spec["config"].items() if k != "packed"},
         )
         if state is not None:
             source.load_state_dict(state)
@@ -295,7 +312,7 @@ def run_ranks(python: str, spec: dict[str, Any], world: int, server: Any) -> lis
                 server.reset()
                 for process in ranks:
                     _read_json(process)
-                traffic.append(shard_traffic(server, spec["peer"]))
+                traffic.append(shard_traffic(server, spec["prefix"]))
                 for process in ranks:
                     assert process.stdin is not None
                     process.stdin.write("\n")
@@ -350,7 +367,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="512 samples in 8 shards, W = 1 (CI)")
     parser.add_argument("--worlds", default="1,4", help="world sizes, comma-separated")
-    parser.add_argument("--rows", help="only the rows whose name holds this text")
+    parser.add_argument(
+        "--rows", help="only the rows whose name holds one of these texts, comma-separated"
+    )
     parser.add_argument("--rank", help=argparse.SUPPRESS)
     parser.add_argument("--write-mds", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -372,11 +391,15 @@ def main() -> None:
         pythons: dict[str, str] = {"ours": sys.executable}
         write_tar(folder / "ours", data, shards)
         sizes["ours"] = upload(server, folder / "ours", "ours")
+        write_packed(folder / "ours-packed", data, shards)
+        sizes["ours-packed"] = upload(server, folder / "ours-packed", "ours-packed")
         urls = f"s3://{BUCKET}/ours/d-{{000..{shards - 1:03d}}}.tar"
+        packed_urls = urls.replace("/ours/", "/ours-packed/")
         cli = importlib.import_module("detsamplers.__main__").main
-        with contextlib.redirect_stdout(io.StringIO()):
-            argv = ["index", urls, "--endpoint-url", server.endpoint, "--storage-option"]
-            cli([*argv, "key=testing", "--storage-option", "secret=testing"])
+        for each in (urls, packed_urls):
+            with contextlib.redirect_stdout(io.StringIO()):
+                argv = ["index", each, "--endpoint-url", server.endpoint, "--storage-option"]
+                cli([*argv, "key=testing", "--storage-option", "secret=testing"])
         missing: dict[str, str] = {}
         mosaic = MOSAIC_PYTHON if MOSAIC_PYTHON.exists() else None
         if mosaic is None:
@@ -419,19 +442,21 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|")
         for name, (peer, config) in ROWS.items():
-            if args.quick and name == "ours, parts=720, tar order":
+            if args.quick and name.endswith("parts=720, tar order"):
                 continue  # CI: the shuffled row only
-            if args.rows and args.rows not in name:
+            if args.rows and not any(part in name for part in args.rows.split(",")):
                 continue
             if peer in missing:
                 print(f"| {name} | | {missing[peer]} | | | | | |")
                 continue
+            prefix = "ours-packed" if config.get("packed") else peer
             for world in worlds:
-                cache = folder / f"cache-{peer}-{world}-{len(config)}"
+                cache = folder / f"cache-{prefix}-{world}-{len(config)}"
                 spec: dict[str, Any] = {
                     "peer": peer,
+                    "prefix": prefix,
                     "config": config,
-                    "urls": urls,
+                    "urls": packed_urls if config.get("packed") else urls,
                     "remote": f"s3://{BUCKET}/{peer}",
                     "cache": str(cache),
                     "index_dir": str(folder / "index"),
@@ -451,7 +476,7 @@ def main() -> None:
                 for epoch, (sent, gets) in zip((1, 2), traffic, strict=True):
                     seen = sum(r[f"samples{epoch}"] for r in results)
                     rate = seen / max(r[f"seconds{epoch}"] for r in results)
-                    ratio = f"{sent / sizes[peer]:.2f}x" + (f" ({gets})" if epoch == 1 else "")
+                    ratio = f"{sent / sizes[prefix]:.2f}x" + (f" ({gets})" if epoch == 1 else "")
                     cells += [ratio, f"{rate:,.0f}"]
                 resume = 1000 * max(r["resume"] for r in resumed)
                 cells.append(f"{resume:,.0f} ms")

@@ -23,7 +23,9 @@ from nginx_server import Nginx
 from wds_helpers import run_two_agents, simulate
 
 from detsamplers.loader import WebDataLoader, WebDatasetSource
-from detsamplers.loader._wds.read._node_cache import ShardCache
+from detsamplers.loader._wds.read import _node_cache
+from detsamplers.loader._wds.read._node_cache import ShardCache, download_ranges, download_step
+from detsamplers.loader._wds.remote._remote_reads import RemoteOptions
 from detsamplers.loader._wds.shard._shard_info import ShardInfo
 
 SHARDS = 16
@@ -344,3 +346,46 @@ def test_a_cache_dir_the_process_cannot_write_is_refused_by_name() -> None:
             f"cache_dir should be a folder this process can write, but got cache_dir='{folder}'"
         ), done
         assert not os.listdir(folder)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(0, 9 << 20), start=st.integers(0, 9 << 20), read_ahead=st.integers(1, 5 << 20)
+)
+def test_download_ranges_tile_the_bytes_asked_for_in_steps_of_at_least_a_mebibyte(
+    size: int, start: int, read_ahead: int
+) -> None:
+    ranges = download_ranges(size, read_ahead, start)
+    step = download_step(read_ahead)
+    assert [low for low, _ in ranges] == list(range(start, size, step))
+    assert all(high - low == min(step, size - low) for low, high in ranges)
+    assert sum(high - low for low, high in ranges) == max(0, size - start)
+
+
+@pytest.mark.parametrize("copied", [None, (1 << 20, 3 << 20)])
+def test_a_download_requests_exactly_the_ranges_download_ranges_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copied: tuple[int, int] | None
+) -> None:
+    data = os.urandom((5 << 20) + 7)
+    info = ShardInfo("http://h/a.tar", "http://h/a.tar", (), [], size=len(data), version='"v"')
+    requested: list[tuple[int, int]] = []
+
+    class Recorded:  # the remote shard, served from ``data``: what it was asked for recorded
+        def __init__(self, *args: Any) -> None:
+            del args
+
+        def fetch(self, start: int, end: int) -> bytes:
+            requested.append((start, end))
+            return data[start:end]
+
+    monkeypatch.setattr(_node_cache, "RemoteShard", Recorded)
+    cache = ShardCache(str(tmp_path / "c"), options=RemoteOptions(read_ahead=2 << 20))
+    want = download_ranges(len(data), 2 << 20)
+    if copied is not None:  # the folder holds a range of the shard: only the rest is fetched
+        low, high = copied
+        cache.ranges = True
+        Path(cache.range_path(info, low, high)).write_bytes(data[low:high])
+        want = download_ranges(low, 2 << 20) + download_ranges(len(data), 2 << 20, high)
+    temporary = str(tmp_path / "t")
+    cache._write(info, temporary)
+    assert requested == want and Path(temporary).read_bytes() == data

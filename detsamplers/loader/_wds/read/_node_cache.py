@@ -79,20 +79,24 @@ def download_step(read_ahead: int) -> int:
     return max(read_ahead, 1 << 20)
 
 
-def download_ranges(size: int, read_ahead: int) -> list[tuple[int, int]]:
-    """The byte ranges, one request each, that download a shard of ``size`` bytes whole.
+def download_ranges(size: int, read_ahead: int, start: int = 0) -> list[tuple[int, int]]:
+    """The byte ranges, one request each, that download bytes ``start`` to ``size`` of a shard.
 
-    A pure function of its arguments: :meth:`ShardCache._write` requests these ranges in
-    order; ``plan_run`` counts them as ``ceil(size / download_step(read_ahead))``.
+    A pure function of its arguments, the one place the requests of a download are decided:
+    :meth:`ShardCache._write_range` requests these ranges in order for every stretch the
+    folder's copies lack (a whole shard: ``start = 0``); ``plan_run`` counts them as
+    ``ceil(size / download_step(read_ahead))``.
 
     Examples:
         >>> download_ranges(5 << 20, 4 << 20)
         [(0, 4194304), (4194304, 5242880)]
         >>> download_ranges(10, 1)
         [(0, 10)]
+        >>> download_ranges(5 << 20, 4 << 20, start=3 << 20)
+        [(3145728, 5242880)]
     """
     step = download_step(read_ahead)
-    return [(start, min(size, start + step)) for start in range(0, size, step)]
+    return [(at, min(size, at + step)) for at in range(start, size, step)]
 
 
 def default_cache_dir() -> str:
@@ -325,7 +329,6 @@ class ShardCache:
         """Write bytes ``[start, stop)``: copied from the folder's ranges, the rest fetched."""
         copies = self._copies(info) if self.ranges else []
         stream = RemoteShard(info.url, info.size, info.version, self.options)
-        step = download_step(self.options.read_ahead)
         at = start
         with open(temporary, "wb") as out:
             while at < stop:
@@ -345,8 +348,8 @@ class ShardCache:
                     copies.remove(held[0])  # gone or short: fetch those bytes instead
                     continue
                 end = min([stop] + [c[0] for c in copies if c[0] > at])
-                for begin in range(at, end, step):
-                    data = stream.fetch(begin, min(end, begin + step))
+                for begin, finish in download_ranges(end, self.options.read_ahead, at):
+                    data = stream.fetch(begin, finish)
                     out.write(data)
                     self.stats.bytes += len(data)
                 at = end
