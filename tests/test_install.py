@@ -6,9 +6,10 @@ one), and the Makefile installs the package alone for ``make demo``.
 
 The slow test (marker ``install``) runs the commands themselves, taken from the pages so
 that they cannot drift: docs/getting-started.md's blocks marked ``<!-- install-test: NAME
--->`` in a copy of the clone each (fresh venvs, from the package registry with pip's cache,
-as a user's pip would), then each page's install line in the clone's venv and the page's
-first runnable example in that venv, from a folder outside the clone.
+-->`` in a copy of the clone each (fresh venvs, from the package registry with the user's pip
+cache, as a user's pip would), then each page's install line in the clone's venv and the page's
+first runnable example in that venv, from a folder outside the clone. The two blocks' halves
+are independent and wait mostly on pip, so they run at once, in two threads.
 """
 
 from __future__ import annotations
