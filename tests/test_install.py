@@ -6,9 +6,10 @@ one), and the Makefile installs the package alone for ``make demo``.
 
 The slow test (marker ``install``) runs the commands themselves, taken from the pages so
 that they cannot drift: docs/getting-started.md's blocks marked ``<!-- install-test: NAME
--->`` in a copy of the clone each (fresh venvs, from the package registry with pip's cache,
-as a user's pip would), then each page's install line in the clone's venv and the page's
-first runnable example in that venv, from a folder outside the clone.
+-->`` in a copy of the clone each (fresh venvs, from the package registry with the user's pip
+cache, as a user's pip would), then each page's install line in the clone's venv and the page's
+first runnable example in that venv, from a folder outside the clone. The two blocks' halves
+are independent and wait mostly on pip, so they run at once, in two threads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -152,18 +154,33 @@ def copy_of_the_clone(target: Path) -> Path:
     return target
 
 
+def pip_cache() -> str:
+    """The pip cache a user's pip would use here: ``PIP_CACHE_DIR``, else ``~/.cache/pip``.
+
+    ``tests/conftest.py`` points ``XDG_CACHE_HOME`` at a fresh folder for the library's node
+    cache; without this, every run's pip would download every package again.
+    """
+    return os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+
+
 def user_environment() -> dict[str, str]:
-    """This process's environment less what the test run adds (its venv, PYTHONPATH)."""
+    """This process's environment less what the test run adds (its venv, PYTHONPATH), with
+    the user's pip cache (:func:`pip_cache`), one for both halves of the install test."""
     env = dict(os.environ)
     for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTHONHOME"):
         env.pop(name, None)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
+    env["PIP_CACHE_DIR"] = pip_cache()
     return env
 
 
 def bash(script: str, cwd: Path, log: Path, timings: list[str], what: str) -> None:
-    """Run ``script`` with bash -e in ``cwd``, appending its output to ``log``; time it."""
+    """Run ``script`` with bash -e in ``cwd``, appending its output to ``log``; time it.
+
+    Safe in a thread (the install test runs its two halves at once): each half has a log of
+    its own, and ``list.append`` is atomic.
+    """
     start = time.perf_counter()
     with log.open("a") as out:
         out.write(f"\n$ ({what}) in {cwd}\n{script}\n")
@@ -174,12 +191,14 @@ def bash(script: str, cwd: Path, log: Path, timings: list[str], what: str) -> No
             env=user_environment(),
             stdout=out,
             stderr=subprocess.STDOUT,
-            timeout=900,
+            # The test's own limit (1800 s) bounds a hang; a step's bound below it only fails
+            # a slow machine: both halves' pips at once took over 900 s at a load of 15.
+            timeout=1700,
         )
     timings.append(f"{time.perf_counter() - start:7.1f} s  {what}")
     if result.returncode:
         tail = log.read_text()[-4000:]
-        pytest.fail(f"{what} exited with {result.returncode}:\n{tail}")
+        pytest.fail(f"{what} exited with {result.returncode} (log: {log}):\n{tail}")
 
 
 def first_example(page: Path) -> str | None:
@@ -189,27 +208,17 @@ def first_example(page: Path) -> str | None:
     return None
 
 
-@pytest.mark.install
-@pytest.mark.timeout(1800)
-def test_the_documented_installs_work_in_fresh_venvs_and_each_guide_runs_its_first_example(
-    tmp_path: Path,
-) -> None:
-    blocks = dict(INSTALL_BLOCK.findall(GETTING_STARTED.read_text()))
-    assert set(blocks) == {"clone", "wheel"}
-    log, timings = tmp_path / "install.log", []
-    activate = ". .venv/bin/activate\n"
-
-    # From a clone: the block, then each guide's install line that the block did not run,
-    # in the same venv, then each guide's first example in a folder of its own.
-    clone = copy_of_the_clone(tmp_path / "clone")
-    bash(blocks["clone"], clone, log, timings, "getting-started: from a clone")
-    ran = {" ".join(line.split("#")[0].split()) for line in blocks["clone"].splitlines()}
+def from_a_clone(clone: Path, outside: Path, log: Path, timings: list[str]) -> None:
+    """getting-started's clone block in ``clone``, then each guide's install line that the
+    block did not run, in the same venv, then each page's first example in a folder of its
+    own under ``outside``, each in a process of its own."""
+    block = dict(INSTALL_BLOCK.findall(GETTING_STARTED.read_text()))["clone"]
+    bash(block, clone, log, timings, "getting-started: from a clone")
+    ran = {" ".join(line.split("#")[0].split()) for line in block.splitlines()}
     for command in dict.fromkeys(install_command(DOCS / name) for name in GUIDES):
         if command not in ran:
-            bash(activate + command, clone, log, timings, command)
+            bash(". .venv/bin/activate\n" + command, clone, log, timings, command)
     python = clone / ".venv" / "bin" / "python"
-    outside = tmp_path / "examples"
-    outside.mkdir()
     runs = []
     for name in ["getting-started.md", *GUIDES]:
         code = first_example(DOCS / name)
@@ -230,9 +239,12 @@ def test_the_documented_installs_work_in_fresh_venvs_and_each_guide_runs_its_fir
     ).stdout
     assert Path(where).is_relative_to(clone), where  # the editable install of the clone
 
-    # From a wheel: another copy of the clone, a venv of its own.
-    source = copy_of_the_clone(tmp_path / "wheel")
-    bash(blocks["wheel"], source, log, timings, "getting-started: from a wheel")
+
+def from_a_wheel(source: Path, outside: Path, log: Path, timings: list[str]) -> None:
+    """getting-started's wheel block in ``source`` (a venv of its own), then the package's
+    checks and getting-started's example with that venv's python, from ``outside``."""
+    block = dict(INSTALL_BLOCK.findall(GETTING_STARTED.read_text()))["wheel"]
+    bash(block, source, log, timings, "getting-started: from a wheel")
     python = source / ".venv" / "bin" / "python"
     check = (
         "import detsamplers, hypothesis, pathlib, sys\n"
@@ -245,4 +257,30 @@ def test_the_documented_installs_work_in_fresh_venvs_and_each_guide_runs_its_fir
     assert example is not None
     (outside / "wheel.py").write_text(check + example)
     bash(f"{python} wheel.py", outside, log, timings, "the wheel: getting-started's example")
+
+
+@pytest.mark.install
+@pytest.mark.timeout(1800)
+def test_the_documented_installs_work_in_fresh_venvs_and_each_guide_runs_its_first_example(
+    tmp_path: Path,
+) -> None:
+    blocks = dict(INSTALL_BLOCK.findall(GETTING_STARTED.read_text()))
+    assert set(blocks) == {"clone", "wheel"}
+    # The two halves share nothing but pip's cache: a copy of the clone each, a fresh venv
+    # each, a folder of their own outside it. They wait mostly on pip and the registry, so
+    # they run at once, each in a thread, each with a log of its own.
+    halves = {
+        "clone": (from_a_clone, copy_of_the_clone(tmp_path / "clone")),
+        "wheel": (from_a_wheel, copy_of_the_clone(tmp_path / "wheel")),
+    }
+    timings: list[str] = []
+    with ThreadPoolExecutor(max_workers=len(halves)) as pool:
+        running = []
+        for name, (half, copy) in halves.items():
+            outside = tmp_path / f"outside-{name}"
+            outside.mkdir()
+            log = tmp_path / f"install-{name}.log"
+            running.append(pool.submit(half, copy, outside, log, timings))
+        for future in running:  # the first failure is raised, after both halves ended
+            future.result()
     print("\n".join(["", *timings]))

@@ -169,7 +169,10 @@ def test_a_large_batch_of_several_tensors_crosses_in_one_storage_and_one_descrip
     got = [next(stream) for _ in range(5)]
     expected = batches(0, Rows(12, width), 5, collate_fn=stack_rows)
     assert same(got, [b for _, b in expected])
-    assert len(received) <= 5, received  # at most one descriptor a batch; torch's way: 15
+    # At most one descriptor a batch the main process unpickled: the 5 taken, and up to the 4
+    # in flight (2 workers x prefetch 2) that a loaded machine may deliver ahead of their turn
+    # (the iterator keeps them for later). Below 10, two descriptors a batch; torch's way: 15.
+    assert len(received) <= 5 + 2 * 2, received
     for batch in got:
         pointers = {batch[k].untyped_storage().data_ptr() for k in "abc"}
         assert len(pointers) == 1 and batch["a"].is_shared() and batch["c"].dtype == torch.int32

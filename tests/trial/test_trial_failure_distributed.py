@@ -8,9 +8,7 @@ from the newest checkpoint. Every subprocess has a timeout: a hang fails the tes
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,9 +27,6 @@ from tests.helpers import wait_agents
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16"]
 EXIT_SECONDS = 60  # from the failure to torchrun's exit; a few seconds unloaded
-# The time a hung run of 2 ranks is given before it is ended: enough for its 4 processes to
-# import torch and reach the hang on 2 loaded cores (about 5 s unloaded).
-HUNG_SECONDS = 45
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -203,47 +198,3 @@ def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_it
     assert done.returncode == 0, done.stderr[-3000:]
     verdict, seconds = done.stdout.split()
     assert verdict == "stopped", f"the loader's stop waited {seconds} s on the dead worker's lock"
-
-
-@pytest.mark.distributed
-def test_a_hung_run_is_ended_with_the_stacks_of_its_ranks_and_their_workers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``launch`` ends a run that does not exit, and says where every process was."""
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    started = time.monotonic()
-    # HUNG_SECONDS: both ranks and their workers must reach the hang first, under pytest-xdist's
-    # other workers too.
-    with pytest.raises(RuntimeError, match=f"no exit within {HUNG_SECONDS} s") as raised:
-        launch(2, [], str(tmp_path / "log"), module="hangs_in_a_worker", timeout=HUNG_SECONDS)
-    message = str(raised.value)
-    # Both ranks, in torch's wait for a batch, and both workers, in the sample's sleep.
-    assert len(re.findall(r"line \d+ in _try_get_data\n", message)) == 2, message
-    assert message.count('hangs_in_a_worker.py", line 15 in __getitem__') == 2, message
-    assert time.monotonic() - started < HUNG_SECONDS + 10.0 + 30  # timeout, stacks, slack
-    assert not _running("hangs_in_a_worker"), "a process of the hung run outlived launch"
-
-
-def _running(module: str) -> list[int]:
-    """The live processes whose command line names ``module`` (ranks and their workers)."""
-    out = []
-    for pid, (state, _, _) in processes().items():
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-            if state != "Z" and module.encode() in f.read():
-                out.append(pid)
-    return out
-
-
-@pytest.mark.distributed
-@pytest.mark.timeout(HUNG_SECONDS + 5)
-def test_a_run_whose_wait_is_interrupted_is_ended_and_the_interruption_carries_its_stacks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Here the interruption is pytest-timeout's own, as a hung test in CI gets it."""
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with pytest.raises(pytest.fail.Exception, match="Timeout") as raised:
-        launch(2, [], str(tmp_path / "log"), module="hangs_in_a_worker", timeout=600)
-    notes = "\n".join(getattr(raised.value, "__notes__", []))
-    if sys.version_info >= (3, 11):  # notes are new in 3.11
-        assert notes.count('hangs_in_a_worker.py", line 15 in __getitem__') == 2, notes
-    assert not _running("hangs_in_a_worker"), "a process of the stopped run outlived launch"
