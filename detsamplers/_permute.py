@@ -362,7 +362,8 @@ class ExactPermutation:
         if bool((epoch == first).all()):
             return self._epoch(first)[index]
         out = np.empty_like(index)
-        for e in np.unique(epoch).tolist():
+        ranked = np.sort(epoch)  # the distinct epochs (np.unique's first call imports numpy.ma)
+        for e in ranked[np.append(True, ranked[1:] != ranked[:-1])].tolist():
             mask = epoch == e
             out[mask] = self._epoch(int(e))[index[mask]]
         return out

@@ -36,7 +36,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECK_REGION", "READ_GAP", "READ_SPAN", "EndsCheck", "mapped_from", "read_at"]
+__all__ = [
+    "CHECK_REGION",
+    "READ_GAP",
+    "READ_SPAN",
+    "EndsCheck",
+    "distinct",
+    "mapped_from",
+    "read_at",
+]
 
 I64 = npt.NDArray[np.int64]
 #: Ends per region of the lazy increase check (512 kB of int64).
@@ -45,6 +53,29 @@ CHECK_REGION = 1 << 16
 READ_GAP = 1 << 12
 #: Bytes read by one ``pread`` at most (what a read holds in memory).
 READ_SPAN = 1 << 18
+
+
+def distinct(values: I64) -> tuple[I64, I64]:
+    """The sorted distinct ``values``, and where each value is among them.
+
+    ``numpy.unique``'s answer by one stable sort, without its first call's import of
+    ``numpy.ma`` (15 to 20 ms in a process that has not imported it, on a resume's path).
+
+    Examples:
+        >>> import numpy as np
+        >>> kept, back = distinct(np.array([7, 3, 7, 5]))
+        >>> kept.tolist(), back.tolist()
+        ([3, 5, 7], [2, 0, 2, 1])
+    """
+    values = np.asarray(values)
+    order = np.argsort(values, kind="stable")
+    ranked = values[order]
+    new = np.empty(len(ranked), dtype=np.bool_)
+    new[:1] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    back = np.empty(len(ranked), dtype=np.int64)
+    back[order] = np.cumsum(new) - 1
+    return ranked[new], back
 
 
 def mapped_from(values: Any, path: Any) -> Any:
@@ -91,7 +122,7 @@ def read_at(values: npt.NDArray[Any], at: I64) -> I64:
         return np.asarray(np.asarray(values)[at], np.int64)
     name, offset = found
     item = values.dtype.itemsize
-    wanted, back = np.unique(at, return_inverse=True)
+    wanted, back = distinct(at)
     where = wanted * item
     # A new run where the gap is wide or a READ_SPAN boundary is crossed.
     cut = np.flatnonzero((np.diff(where) > READ_GAP) | (np.diff(where // READ_SPAN) != 0)) + 1
@@ -189,7 +220,7 @@ class EndsCheck:
         regions = np.clip(at, 0, self._count - 1) // self._region
         if bool(self._done[regions].all()):
             return
-        for region in np.unique(regions).tolist():
+        for region in distinct(regions)[0].tolist():
             self._check(ends, region)
 
     def _check(self, ends: npt.NDArray[Any], region: int) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detsamplers.tokens._ends_check import READ_GAP, mapped_from, read_at
+from detsamplers.tokens._ends_check import READ_GAP, distinct, mapped_from, read_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,3 +111,14 @@ def test_a_concat_build_from_a_large_cached_ends_file_keeps_it_out_of_memory(
     # block starts a 4 MB window of ends at a time.
     assert found["ends"] == 16_000_000
     assert found["growth"] < 3_000_000, found
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(-(2**62), 2**62) | st.integers(0, 5), max_size=60))
+def test_distinct_values_and_their_places_are_numpys_unique_and_inverse(values: list[int]) -> None:
+    array = np.array(values, dtype=np.int64)
+    kept, back = distinct(array)
+    unique, inverse = np.unique(array, return_inverse=True)
+    assert kept.tolist() == unique.tolist()
+    assert back.tolist() == inverse.reshape(-1).tolist()
+    assert kept[back].tolist() == values
