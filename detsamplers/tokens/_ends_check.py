@@ -218,8 +218,7 @@ class EndsCheck:
         first, last = max(lo, 0) // self._region, (min(hi, self._count) - 1) // self._region
         if bool(self._done[first : last + 1].all()):
             return
-        for region in range(first, last + 1):
-            self._check(ends, region)
+        self._check_runs(ends, first + np.flatnonzero(~self._done[first : last + 1]))
 
     def cover_at(self, ends: npt.NDArray[Any], at: I64) -> None:
         """Check the regions holding the ends ``at`` (each with the end before it)."""
@@ -228,20 +227,44 @@ class EndsCheck:
         regions = np.clip(at, 0, self._count - 1) // self._region
         if bool(self._done[regions].all()):
             return
-        for region in distinct(regions)[0].tolist():
-            self._check(ends, region)
+        wanted = distinct(regions)[0]
+        self._check_runs(ends, wanted[~self._done[wanted]])
+
+    def _check_runs(self, ends: npt.NDArray[Any], regions: I64) -> None:
+        """Check ``regions`` (increasing, unchecked), each run of consecutive ones in one pass.
+
+        A pack's window reads documents all over the file, so one batch can need most
+        regions: one comparison per run, not one per region (a run that fails is checked
+        region by region, to name the first that fails).
+        """
+        cut = np.flatnonzero(np.diff(regions) != 1) + 1
+        for run in np.split(regions, cut) if len(regions) else ():
+            low, high = (
+                int(run[0]) * self._region,
+                min((int(run[-1]) + 1) * self._region, self._count),
+            )
+            if len(run) > 1 and self._sound(ends[max(low - 1, 0) : high]):
+                self._done[int(run[0]) : int(run[-1]) + 1] = True
+                continue
+            for region in run.tolist():
+                self._check(ends, region)
+        if bool(self._done.all()):
+            self._all = True
+
+    def _sound(self, part: npt.NDArray[Any]) -> bool:
+        """Whether ``part`` increases from at least 1 to at most the token count."""
+        return (
+            int(part[0]) >= 1
+            and int(part[-1]) <= self._tokens
+            and bool((part[1:] > part[:-1]).all())  # no temporary of differences
+        )
 
     def _check(self, ends: npt.NDArray[Any], region: int) -> None:
         if self._done[region]:
             return
         start = region * self._region
         part = ends[max(start - 1, 0) : min(start + self._region, self._count)]
-        sound = (
-            int(part[0]) >= 1
-            and int(part[-1]) <= self._tokens
-            and bool((part[1:] > part[:-1]).all())  # no temporary of differences
-        )
-        if not sound:
+        if not self._sound(part):
             raise ValueError(
                 f"document ends cache {self._where} should hold increasing ends in [1, "
                 f"{self._tokens}], but its ends {max(start - 1, 0)} to "
