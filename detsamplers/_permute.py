@@ -28,6 +28,18 @@ chi-square and adjacent-pair statistics, next to numpy's exact permutation, are 
 by benchmarks/shuffle_quality.py and recorded in docs/shuffle-quality.md.
 ``ExactPermutation`` is the opt-in uniform alternative for small n: a numpy Generator keyed
 the same way, one cached array per epoch.
+
+NOTE [ batched permutations ]
+The network's parameters (the halves' widths ``k`` and ``b``, the divisor, the round keys)
+are plain numbers, so numpy takes them as arrays as well, one per value. ``_rounds`` is the
+one copy of the network's rounds and takes either: ``FeistelPermutation`` evaluates one
+domain with 0-d parameters, and :meth:`FeistelPermutation.orders` evaluates many domains
+at once (each value under its own domain's parameters, one pass per round count), for a
+caller that needs the whole order of many small domains, as a pack's batch needs the bin
+orders of up to one window per sequence (NOTE [ packed sequences ]): one permutation object
+and forty-odd numpy calls per domain would be mostly call overhead on a few hundred values.
+Both cycle-walk the values that leave their domain, so the orders are the same bit for bit
+(tests/tokens/test_tokens_bin_orders.py compares them on random counts and epochs).
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -74,6 +87,59 @@ MAX_N = 2**62
 SCALAR_WALK = 16
 
 
+@lru_cache(maxsize=64)
+def _round_seeds(key: int) -> npt.NDArray[np.uint64]:
+    """The round seeds of ``key``, as many as the most rounds a network uses."""
+    rounds = max(ROUNDS, SMALL_DOMAIN_ROUNDS)
+    return np.array([derive(key, "feistel-round", r) for r in range(rounds)], dtype=np.uint64)
+
+
+def _keys_table(seeds: npt.NDArray[np.uint64], epochs: npt.NDArray[np.uint64]) -> U32:
+    """Round keys, shape (rounds, len(epochs)): a hash of (round seed, epoch)."""
+    mixed = mix64(epochs)
+    return (mix64(seeds[:, None] ^ mixed[None, :]) & _LOW32).astype(np.uint32)
+
+
+def _hash(half: U32, key: U32, h: U32, scratch: U32) -> U32:
+    """A keyed 32-bit hash of ``half`` into ``h`` (murmur3-style multiply-xorshift)."""
+    np.bitwise_xor(half, key, out=h)
+    np.multiply(h, _M1, out=h)
+    np.bitwise_xor(h, np.right_shift(h, _S15, out=scratch), out=h)
+    return np.multiply(h, _M2, out=h)
+
+
+def _network(x: I64, k: I64 | int, b: U32, divisor: U32, keys: Keys) -> I64:
+    """The Feistel network of NOTE [ keyed permutation ] on ``x``, one pass.
+
+    The parameters are 0-d (one domain) or one per value of ``x`` (NOTE [ batched
+    permutations ]): ``k`` the low half's bits, ``b`` the high half's values, ``divisor``
+    ``ceil(2**32 / b)``, ``keys`` one per round.
+    """
+    low = (x & ((np.int64(1) << k) - 1)).astype(np.uint32)
+    high = (x >> k).astype(np.uint32)
+    h, scratch = np.empty_like(low), np.empty_like(low)
+    top = np.asarray(32 - k, dtype=np.uint32)
+    for i, key in enumerate(keys):
+        if i % 2 == 0:
+            # low ^= the top k bits of hash(high): a bijection of the power-of-two half.
+            _hash(high, key, h, scratch)
+            np.bitwise_xor(low, np.right_shift(h, top, out=h), out=low)
+        else:
+            # high = (high + hash(low) // ceil(2**32 / b)) mod b, the addend in [0, b);
+            # high - b wraps around (uint32) when high < b.
+            _hash(low, key, h, scratch)
+            np.add(high, np.floor_divide(h, divisor, out=h), out=high)
+            np.minimum(high, np.subtract(high, b, out=scratch), out=high)
+    out: I64 = (high.astype(np.int64) << k) | low
+    return out
+
+
+def _halves(n: int) -> tuple[int, int]:
+    """``(k, b)`` of a domain of ``n`` values: ``2**k >= sqrt(n)``, ``b = ceil(n / 2**k)``."""
+    k = max(MIN_SIDE_BITS, math.isqrt(n - 1).bit_length())
+    return k, max(2**MIN_SIDE_BITS, -(-n // 2**k))
+
+
 class Permutation(Protocol):
     """A family of permutations of ``[0, n)``, one per epoch."""
 
@@ -105,20 +171,17 @@ class FeistelPermutation:
             raise ValueError(f"n should be in [1, 2**62], but got n={n}")
         self.n = n
         # x = high * 2**k + low: low is a power-of-two half, high counts to b = ceil(n / 2**k).
-        self._k = max(MIN_SIDE_BITS, (math.isqrt(n - 1) + 1 - 1).bit_length())
-        self._b = max(2**MIN_SIDE_BITS, -(-n // 2**self._k))
+        self._k, self._b = _halves(n)
+        self._b_array = np.array(self._b, dtype=np.uint32)
         self._divisor = np.array(-(-(2**32) // self._b), dtype=np.uint32)
         rounds = SMALL_DOMAIN_ROUNDS if self._b << self._k < SMALL_DOMAIN else ROUNDS
-        self._round_seeds = np.array(
-            [derive(key, "feistel-round", r) for r in range(rounds)], dtype=np.uint64
-        )
+        self._round_seeds = _round_seeds(key)[:rounds]
         self._cached_epoch = -1
         self._cached_keys: Keys = []
 
     def _keys_for(self, epochs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint32]:
         """Round keys, shape (rounds, len(epochs)): a hash of (round seed, epoch)."""
-        mixed = mix64(epochs)
-        return (mix64(self._round_seeds[:, None] ^ mixed[None, :]) & _LOW32).astype(np.uint32)
+        return _keys_table(self._round_seeds, epochs)
 
     def _round_keys(self, epoch: I64) -> Keys:
         first, low, high = int(epoch[0]), int(epoch.min()), int(epoch.max())
@@ -140,31 +203,8 @@ class FeistelPermutation:
             return [np.take(row, slot) for row in table]
         return list(self._keys_for(epoch.astype(np.uint64)))
 
-    def _hash(self, half: U32, key: U32 | np.uint32, h: U32, scratch: U32) -> U32:
-        """A keyed 32-bit hash of ``half`` into ``h`` (murmur3-style multiply-xorshift)."""
-        np.bitwise_xor(half, key, out=h)
-        np.multiply(h, _M1, out=h)
-        np.bitwise_xor(h, np.right_shift(h, _S15, out=scratch), out=h)
-        return np.multiply(h, _M2, out=h)
-
     def _network(self, x: I64, keys: Keys) -> I64:
-        k, b = self._k, np.array(self._b, dtype=np.uint32)
-        low = (x & ((1 << k) - 1)).astype(np.uint32)
-        high = (x >> k).astype(np.uint32)
-        h, scratch = np.empty_like(low), np.empty_like(low)
-        top = np.array(32 - k, dtype=np.uint32)
-        for i, key in enumerate(keys):
-            if i % 2 == 0:
-                # low ^= the top k bits of hash(high): a bijection of the power-of-two half.
-                self._hash(high, key, h, scratch)
-                np.bitwise_xor(low, np.right_shift(h, top, out=h), out=low)
-            else:
-                # high = (high + hash(low) // ceil(2**32 / b)) mod b, the addend in [0, b).
-                self._hash(low, key, h, scratch)
-                np.add(high, np.floor_divide(h, self._divisor, out=h), out=high)
-                np.minimum(high, np.subtract(high, b, out=scratch), out=high)
-        out: I64 = (high.astype(np.int64) << k) | low
-        return out
+        return _network(x, self._k, self._b_array, self._divisor, keys)
 
     def _walk_one(self, x: int, keys: list[int]) -> int:
         """:meth:`_network` on one value, repeated until it falls inside ``[0, n)``."""
@@ -221,6 +261,49 @@ class FeistelPermutation:
             [np.repeat(row, self.n) for row in table],
         )
         return flat.reshape(count, self.n)
+
+    @staticmethod
+    def orders(key: int, counts: I64, epochs: I64) -> I64:
+        """The whole order of many domains at once, concatenated (NOTE [ batched permutations ]).
+
+        Part ``i`` (``counts[i]`` values) is ``FeistelPermutation(counts[i], key)`` at
+        ``arange(counts[i])`` and epoch ``epochs[i]``, computed in one pass of the network
+        per round count, not one object and one pass per domain.
+
+        Args:
+            key: The permutations' key.
+            counts: Each domain's size, at least 1.
+            epochs: Each domain's epoch.
+
+        Examples:
+            >>> import numpy as np
+            >>> out = FeistelPermutation.orders(5, np.array([3, 4]), np.array([7, 2]))
+            >>> out[3:].tolist() == FeistelPermutation(4, 5).at_epoch(np.arange(4), 2).tolist()
+            True
+        """
+        counts, epochs = np.asarray(counts, np.int64), np.asarray(epochs, np.int64)
+        total = int(counts.sum())
+        owner = np.repeat(np.arange(len(counts)), counts)
+        out = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        halves = [_halves(n) for n in counts.tolist()]
+        ks = np.array([k for k, _ in halves], dtype=np.int64)
+        bs = np.array([b for _, b in halves], dtype=np.uint32)
+        divisors = np.array([-(-(2**32) // b) for _, b in halves], dtype=np.uint32)
+        rounds = np.where((bs.astype(np.int64) << ks) < SMALL_DOMAIN, SMALL_DOMAIN_ROUNDS, ROUNDS)
+        seeds = _round_seeds(key)[: int(rounds.max(initial=0))]
+        table = _keys_table(seeds, epochs.astype(np.uint64))  # (rounds, domains)
+        todo = np.flatnonzero(counts[owner] > 1)  # a domain of one value is the identity
+        while len(todo):
+            at = owner[todo]
+            x = out[todo]
+            for count in dict.fromkeys(rounds[at].tolist()):  # one network per round count
+                pick = np.flatnonzero(rounds[at] == count)
+                of = at[pick]
+                keys = [table[r, of] for r in range(count)]
+                x[pick] = _network(x[pick], ks[of], bs[of], divisors[of], keys)
+            out[todo] = x
+            todo = todo[x >= counts[at]]  # cycle walking: again until inside the domain
+        return out
 
     def _walk(self, index: I64, keys: Keys) -> I64:
         """The network, cycle-walking the elements that leave ``[0, n)``."""
@@ -279,7 +362,8 @@ class ExactPermutation:
         if bool((epoch == first).all()):
             return self._epoch(first)[index]
         out = np.empty_like(index)
-        for e in np.unique(epoch).tolist():
+        ranked = np.sort(epoch)  # the distinct epochs (np.unique's first call imports numpy.ma)
+        for e in ranked[np.append(True, ranked[1:] != ranked[:-1])].tolist():
             mask = epoch == e
             out[mask] = self._epoch(int(e))[index[mask]]
         return out

@@ -47,7 +47,7 @@ changes. Writing a file beside the corpus already gives that power (edit the
 sidecar). The positions depend on the binding and not on a random draw, so every rank
 and worker that opens the same files makes the same decision and reads the same
 corpus. The increase check is what makes an undetected cache harmless. For a cache of
-at most ``CHECK_REGION`` ends it is done at open, a vectorised comparison over the mapped
+at most ``CHECK_WHOLE`` ends it is done at open, a vectorised comparison over the mapped
 pages (no temporary of differences); above that it is done per region on first read
 (NOTE [ lazy ends check ]), so that an open is O(1) and a region that fails names the
 cache in an error instead of being rebuilt.
@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._ends_check import CHECK_REGION, mapped_from, read_at
+from ._ends_check import CHECK_WHOLE, mapped_from, read_at
 from ._files import open_npy
 
 __all__ = [
@@ -132,7 +132,7 @@ def sidecar_ends(
 ) -> tuple[I64, bool]:
     """:func:`lengths_ends`, and whether the ends' increase was checked.
 
-    A cache of more than ``CHECK_REGION`` ends is returned with every check of NOTE
+    A cache of more than ``CHECK_WHOLE`` ends is returned with every check of NOTE
     [ cached document ends ] but the increase, which the corpus makes per region on
     first read (NOTE [ lazy ends check ]); anything else comes back checked whole.
     """
@@ -167,7 +167,7 @@ def _cached_lengths_ends(
 ) -> tuple[I64, bool] | None:
     """The ends in ``where`` if they pass NOTE [ cached document ends ]'s checks, else None.
 
-    With them, whether their increase was checked: not above ``CHECK_REGION`` ends
+    With them, whether their increase was checked: not above ``CHECK_WHOLE`` ends
     (NOTE [ lazy ends check ]).
     """
     try:
@@ -199,7 +199,7 @@ def _cached_lengths_ends(
     if not np.array_equal(steps, given[1:]):
         return None
     ends = stored[ENDS_HEADER:]
-    if n > CHECK_REGION:
+    if n > CHECK_WHOLE:
         return ends, False
     if not bool((ends[1:] > ends[:-1]).all()):  # no temporary of differences
         return None

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, sidecar_ends
-from ._ends_check import EndsCheck, read_at
+from ._ends_check import EndsCheck, distinct, read_at
 from ._files import BIN_DTYPES, check_path, open_tokens
 from ._megatron import megatron_ends, megatron_tokens
 
@@ -353,7 +353,7 @@ class TokenCorpus:
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
         files = np.searchsorted(self._doc_start, docs, side="right") - 1
         inside = docs < self.num_documents
-        touched = [0] if len(self._ends) == 1 else np.unique(files[inside]).tolist()
+        touched = [0] if len(self._ends) == 1 else distinct(files[inside])[0].tolist()
         for f in touched if inside.any() else []:
             mask = files == f
             local = docs[mask] - self._doc_start[f]

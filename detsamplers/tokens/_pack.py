@@ -20,7 +20,7 @@ tokens too: the inputs and the shifted labels):
   in window order, then padding up to ``C``. Sorting groups similar lengths (the first
   bins hold the longest pieces), so the bins of window ``w`` are read in the order of a
   keyed permutation of their count, evaluated at ``w`` (a batch's windows together,
-  NOTE [ batched bin orders ]).
+  NOTE [ batched permutations ]).
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
   order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
@@ -68,7 +68,6 @@ import numpy.typing as npt
 from .. import _native
 from .._permute import FeistelPermutation
 from .._seeds import derive
-from ._bin_orders import bin_orders
 from ._boundaries import store_ends
 from ._concat import Pieces
 from ._corpus import TokenCorpus
@@ -400,10 +399,10 @@ class PackOrder:
                 )
         # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
         # offset by the sequences of the windows before it in ``ws``.
-        # All the windows' bin orders in one pass (NOTE [ batched bin orders ]).
+        # All the windows' bin orders in one pass (NOTE [ batched permutations ]).
         ranks = np.empty(int(counts.sum()), dtype=np.int64)
         base = np.cumsum(counts) - counts
-        read = bin_orders(self._bin_key, counts, np.array(ws, dtype=np.int64))
+        read = FeistelPermutation.orders(self._bin_key, counts, np.array(ws, dtype=np.int64))
         ranks[read + np.repeat(base, counts)] = np.arange(len(ranks), dtype=np.int64)
         bin_of = np.empty(len(size), dtype=np.int64)
         bin_of[by_size] = placed + np.repeat(base, np.diff(edges))

@@ -207,8 +207,8 @@ def test_a_large_caches_increase_is_checked_per_region_when_read_and_a_break_nam
 ) -> None:
     import detsamplers.tokens._ends_check as ends_check
 
-    monkeypatch.setattr(_boundaries, "CHECK_REGION", 4)  # regions of 4 ends
-    monkeypatch.setattr(ends_check, "CHECK_REGION", 4)
+    monkeypatch.setattr(_boundaries, "CHECK_WHOLE", 4)  # lazily above 4 ends,
+    monkeypatch.setattr(ends_check, "CHECK_REGION", 4)  # in regions of 4
     n = 400
     path, sidecar = write(tmp_path, [2] * n)
     right = documents(open_corpus(path, sidecar))
@@ -249,7 +249,7 @@ def test_a_large_caches_forged_end_gives_the_true_documents_a_partition_or_an_er
     import detsamplers.tokens._ends_check as ends_check
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_boundaries, "CHECK_REGION", 4)
+        patch.setattr(_boundaries, "CHECK_WHOLE", 4)
         patch.setattr(ends_check, "CHECK_REGION", 4)
         path, sidecar = write(tmp_path_factory.mktemp("f"), lengths)
         right = documents(open_corpus(path, sidecar))

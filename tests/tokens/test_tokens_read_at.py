@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detsamplers.tokens._ends_check import READ_GAP, mapped_from, read_at
+from detsamplers.tokens._ends_check import READ_GAP, EndsCheck, distinct, mapped_from, read_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +70,7 @@ def test_a_file_that_shrank_while_open_is_an_error_naming_it(tmp_path: Path) -> 
 GROWTH = """
 import json, sys
 from pathlib import Path
+from typing import Any
 import numpy as np
 from detsamplers.tokens import TokenCorpus, TokenSequences
 
@@ -111,3 +113,57 @@ def test_a_concat_build_from_a_large_cached_ends_file_keeps_it_out_of_memory(
     # block starts a 4 MB window of ends at a time.
     assert found["ends"] == 16_000_000
     assert found["growth"] < 3_000_000, found
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(-(2**62), 2**62) | st.integers(0, 5), max_size=60))
+def test_distinct_values_and_their_places_are_numpys_unique_and_inverse(values: list[int]) -> None:
+    array = np.array(values, dtype=np.int64)
+    kept, back = distinct(array)
+    unique, inverse = np.unique(array, return_inverse=True)
+    assert kept.tolist() == unique.tolist()
+    assert back.tolist() == inverse.reshape(-1).tolist()
+    assert kept[back].tolist() == values
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(st.integers(1, 5), min_size=1, max_size=90),
+    forged=st.none() | st.tuples(st.integers(0, 89), st.integers(-3, 400)),
+    at=st.lists(st.integers(0, 89), min_size=1, max_size=30),
+    region=st.integers(1, 9),
+)
+def test_regions_checked_in_runs_pass_and_fail_as_they_do_one_by_one(
+    steps: list[int], forged: tuple[int, int] | None, at: list[int], region: int
+) -> None:
+    ends = np.cumsum(steps).astype(np.int64)
+    if forged is not None:
+        ends[forged[0] % len(ends)] = forged[1]
+    tokens = int(np.cumsum(steps)[-1])
+    at = [a % len(ends) for a in at]
+
+    def outcome(check: EndsCheck, cover: Any) -> tuple[str, list[bool]]:
+        try:
+            cover()
+        except ValueError as error:
+            return str(error), check._done.tolist()
+        return "", check._done.tolist()
+
+    runs = EndsCheck(len(ends), tokens, "c.npy", checked=False, region=region)
+    one_by_one = EndsCheck(len(ends), tokens, "c.npy", checked=False, region=region)
+    got = outcome(runs, lambda: runs.cover_at(ends, np.array(at)))
+
+    def each() -> None:
+        for r in sorted({a // region for a in at}):
+            one_by_one._check(ends, r)
+
+    assert got == outcome(one_by_one, each)
+    ranged = EndsCheck(len(ends), tokens, "c.npy", checked=False, region=region)
+    low, high = min(at), max(at) + 1
+    whole = EndsCheck(len(ends), tokens, "c.npy", checked=False, region=region)
+
+    def each_range() -> None:
+        for r in range(low // region, (high - 1) // region + 1):
+            whole._check(ends, r)
+
+    assert outcome(ranged, lambda: ranged.cover(ends, low, high)) == outcome(whole, each_range)

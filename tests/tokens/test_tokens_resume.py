@@ -90,3 +90,63 @@ def test_flattened_batches_resume_exactly_with_workers(folder: Path) -> None:
     batch = next(iter(factory(0, 1, 0).get_data_loader(repeat=True)))
     assert batch["cu_seqlens"].dtype == torch.int32 and batch["cu_seqlens"].shape == (13,)
     assert int(batch["cu_seqlens"][-1]) == 12 and np.all(np.diff(batch["cu_seqlens"].numpy()) >= 0)
+
+
+FRESH_RESUME = """
+import json, sys
+from pathlib import Path
+from detsamplers.loader import DataLoader
+from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+
+folder = Path(sys.argv[1])
+saved = json.loads((folder / "states.json").read_text())
+firsts = {}
+for mode, state in saved.items():
+    corpus = TokenCorpus(folder / "t.bin", dtype="uint16", lengths=[folder / "t.lengths.npy"])
+    sequences = TokenSequences(corpus, 64, mode=mode, seed=3, window=50)
+    sequences.load_state_dict(state["tokens"])
+    train = DataLoader(sequences, batch_size=4, shuffle=True, seed=3,
+                       collate_fn=collate_tokens).get_data_loader(repeat=True)
+    train.load_state_dict(state["loader"])
+    firsts[mode] = next(iter(train))["input_ids"].tolist()
+print(json.dumps({"numpy.ma": "numpy.ma" in sys.modules, "firsts": firsts}))
+"""
+
+
+@pytest.mark.subprocess
+def test_a_resume_in_a_fresh_process_takes_the_saved_batch_without_importing_numpy_ma(
+    tmp_path: Path,
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from detsamplers.tokens import TokenCorpus
+
+    # Over 2**16 documents: the ends cache is checked by regions as reads need them.
+    lengths = np.random.default_rng(0).integers(1, 40, 70_000).astype(np.uint32)
+    tokens = np.random.default_rng(1).integers(0, 500, int(lengths.sum())).astype(np.uint16)
+    tokens.tofile(tmp_path / "t.bin")
+    np.save(tmp_path / "t.lengths.npy", lengths)
+    states, expected = {}, {}
+    for mode in ("chunk", "concat", "pack"):
+        corpus = TokenCorpus(
+            tmp_path / "t.bin", dtype="uint16", lengths=[tmp_path / "t.lengths.npy"]
+        )
+        sequences = TokenSequences(corpus, 64, mode=mode, seed=3, window=50)
+        loader = DataLoader(
+            sequences, batch_size=4, shuffle=True, seed=3, collate_fn=collate_tokens
+        )
+        skip = 7 * len(sequences) + 4 * 101  # epoch 7, batch 101
+        train = loader.get_data_loader(repeat=True, skip_samples=skip)
+        states[mode] = {"loader": train.state_dict(), "tokens": sequences.state_dict()}
+        expected[mode] = next(iter(train))["input_ids"].tolist()
+    (tmp_path / "states.json").write_text(json.dumps(states))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", FRESH_RESUME, str(tmp_path)], check=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                          timeout=300)  # fmt: skip
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert found["firsts"] == expected
+    assert not found["numpy.ma"]  # np.unique's first call imports it: 15 to 20 ms
