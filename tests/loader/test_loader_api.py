@@ -37,6 +37,7 @@ def test_the_public_names_are_exported_in_a_sorted_all() -> None:
             "WebDatasetMix",
             "WebDatasetSource",
             "check_reproducible",
+            "plan_mixture",
             "plan_run",
         ]
     )
