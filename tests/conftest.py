@@ -49,8 +49,8 @@ settings.register_profile(
     print_blob=True,
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
-# `make test-fast`: every law still runs, on 10 examples (a test's own
-# @settings(max_examples=...) holds in every profile).
+# `make test-fast`: every law still runs, on 10 examples; a test's own
+# @settings(max_examples=n) runs max(10, n / 6) of them there, or n if n <= 10 (tests/tiers.py).
 settings.register_profile("fast", parent=settings.get_profile("default"), max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

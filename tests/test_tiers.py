@@ -148,7 +148,8 @@ def test_make_test_fast_deselects_every_slow_marker_and_make_test_deselects_none
     fast = re.search(r"^test-fast:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
     full = re.search(r"^test:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
     assert fast is not None and full is not None
-    assert fast.group(1) == f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest $(XDIST) -q -m "{tiers.FAST}"'
+    command = f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest $(XDIST) -q -m "{tiers.FAST}"'
+    assert fast.group(1) == "PYTHONDONTWRITEBYTECODE= " + command
     assert full.group(1) == "$(PY) -m pytest $(XDIST)"
     # Both on pytest-xdist workers, a file per worker (tests/parallel.py); no marker in it.
     xdist = re.search(r"^XDIST := (.*)$", makefile, flags=re.MULTILINE)
@@ -198,3 +199,53 @@ def test_a_case_with_workers_above_zero_is_marked_and_its_zero_case_stays_fast(
     result.stdout.fnmatch_lines(
         ["*::test_loader?2?", "*::test_handed?1?", "*::test_kit?two?", "3/7 tests collected*"]
     )
+
+
+@pytest.mark.parametrize("profile", ["fast", "default"])
+def test_the_fast_profile_runs_a_sixth_of_a_propertys_own_examples_and_the_default_all_of_them(
+    pytester: pytest.Pytester, profile: str
+) -> None:
+    from hypothesis import settings
+
+    pytester.makepyfile(
+        """
+        import pytest
+        from hypothesis import given, settings, strategies as st
+
+        def note(name):
+            with open("runs.txt", "a") as runs:
+                runs.write(name + "\\n")
+
+        @settings(max_examples=120, database=None)
+        @given(st.integers())
+        def test_own_120(x): note("own_120")
+
+        @pytest.mark.parametrize("case", ["a", "b"])
+        @settings(max_examples=30, database=None)
+        @given(st.integers())
+        def test_own_30(case, x): note("own_30_" + case)
+
+        @settings(max_examples=4, database=None)
+        @given(st.integers())
+        def test_own_4(x): note("own_4")
+
+        @settings(database=None)
+        @given(st.integers())
+        def test_profiles(x): note("profiles")
+        """
+    )
+    previous = settings.get_current_profile_name()
+    settings.load_profile(profile)
+    try:
+        result = pytester.runpytest_inprocess(*PLUGINS)
+    finally:
+        settings.load_profile(previous)
+    result.assert_outcomes(passed=5)
+    runs = (pytester.path / "runs.txt").read_text().split()
+    counts = {name: runs.count(name) for name in sorted(set(runs))}
+    if profile == "fast":  # 120 / 6; 30 / 6 is below the floor of 10, once per case
+        expected = {"own_120": 20, "own_30_a": 10, "own_30_b": 10, "own_4": 4, "profiles": 10}
+    else:
+        expected = {"own_120": 120, "own_30_a": 30, "own_30_b": 30, "own_4": 4, "profiles": 60}
+    assert counts == expected
+    assert [tiers.fast_examples(n) for n in (1, 10, 11, 60, 61, 300)] == [1, 10, 10, 10, 11, 50]

@@ -12,11 +12,16 @@ difference: while a test without a slow marker runs (its setup, call and teardow
 process or listening on a socket raises :class:`UnmarkedSpawnError` and fails the test, even if the
 code under test swallows the error. So the fast tier cannot start a process silently, and a
 new test that does is told which marker it lacks, in every tier.
+
+Under the ``fast`` hypothesis profile (``make test-fast``) this plugin also gives each property
+that sets its own ``max_examples`` a sixth of them, never fewer than 10 (:func:`fast_examples`):
+every law runs in the fast tier, and every example of it in ``make test``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import multiprocessing.process
 import os
 import socket
@@ -26,6 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from detsamplers.testing import Config
 
@@ -46,6 +52,36 @@ FIXTURE_MARKERS = {
     "nginx_small": "servers",
     "demo": "distributed",
 }
+
+
+# The fast tier's share of a property's examples: the ``fast`` profile runs 10 where ``default``
+# runs 60, and a test that sets its own ``max_examples`` above 10 runs a sixth of them, never
+# fewer than 10 (:func:`fast_examples`); its own count at or below 10 holds as written.
+FAST_SHARE = 6
+FAST_FLOOR = 10
+
+
+def fast_examples(max_examples: int) -> int:
+    """The examples the fast tier runs of a property that sets ``max_examples`` itself."""
+    if max_examples <= FAST_FLOOR:
+        return max_examples
+    return max(FAST_FLOOR, math.ceil(max_examples / FAST_SHARE))
+
+
+def _scale_examples(item: pytest.Item) -> None:
+    """Under the ``fast`` profile, give a property with its own ``max_examples`` its fast share.
+
+    ``@given`` reads the test's settings from ``_hypothesis_internal_use_settings`` when it runs;
+    ``tests/test_tiers.py`` pins that this reaches the examples run.
+    """
+    test = getattr(item, "obj", None)
+    test = getattr(test, "__func__", test)  # a method's function
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if not isinstance(own, settings) or hasattr(test, "_fast_examples_of"):
+        return  # not a property, or scaled already (another case of the same function)
+    test._fast_examples_of = own.max_examples
+    scaled = settings(own, max_examples=fast_examples(own.max_examples))
+    test._hypothesis_internal_use_settings = scaled
 
 
 # A parametrized test whose case has one of these parameters above 0, or a parameter whose
@@ -120,7 +156,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    fast = settings.get_current_profile_name() == "fast"
     for item in items:
+        if fast:
+            _scale_examples(item)
         used = set(getattr(item, "fixturenames", ()))
         for fixture in sorted(used & FIXTURE_MARKERS.keys()):
             item.add_marker(FIXTURE_MARKERS[fixture])
