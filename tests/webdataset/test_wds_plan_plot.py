@@ -91,5 +91,5 @@ def test_plot_without_matplotlib_says_how_to_install_it(
     with pytest.raises(SystemExit) as exit_info:
         main([*ARGS, "--plot", str(tmp_path / "p.png")])
     assert exit_info.value.code == 2
-    assert "pip install 'detsamplers[plot]'" in capsys.readouterr().err
+    assert "pip install -c constraints.txt -e '.[plot]'" in capsys.readouterr().err
     assert not (tmp_path / "p.png").exists()

@@ -48,8 +48,8 @@ def _pyplot() -> Any:
         matplotlib = importlib.import_module("matplotlib")
     except ImportError:
         raise ImportError(
-            "plot needs matplotlib, but it is not installed; install the extra: "
-            "pip install 'detsamplers[plot]'"
+            "plot needs matplotlib, but it is not installed; install the plot extra from "
+            "the clone (pip install -c constraints.txt -e '.[plot]') or pip install matplotlib"
         ) from None
     matplotlib.use("Agg")  # a file, never a window
     return importlib.import_module("matplotlib.pyplot")
