@@ -433,10 +433,10 @@ class PackOrder:
             offsets = np.zeros(int(counts[i]) + 1, dtype=np.int64)
             np.cumsum(sizes[at : at + int(counts[i])], out=offsets[1:])
             a, b = cut[i], cut[i + 1]
-            self._packed[w] = (offsets, docs_of[a:b].copy(), firsts[a:b].copy(),
-                               sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
             if w in self._packed:  # not reached by prepare or window: they pack new ones
                 self._kept_pieces -= len(self._packed[w][1])
+            self._packed[w] = (offsets, docs_of[a:b].copy(), firsts[a:b].copy(),
+                               sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
             self._kept_pieces += b - a
         while len(self._packed) > CACHED_WINDOWS and self._kept_pieces > CACHED_PIECES:
             _, evicted = self._packed.popitem(last=False)
