@@ -287,7 +287,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         ``IGNORE_INDEX`` (NOTE [ sequence features ]).
         """
         width, count = self.seq_len + 1, len(parts)
-        docs, firsts, counts, closes = (np.concatenate(column) for column in zip(*parts, strict=True))
+        columns = zip(*parts, strict=True)
+        docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
         real = self.corpus.read_pieces(firsts, counts)
         lengths = np.array([len(part[0]) for part in parts], dtype=np.int64)
         row = np.repeat(np.arange(count, dtype=np.int64), lengths)

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from tokens_helpers import write_eod, write_unique
 
 from detsamplers.loader import DataLoader
-from detsamplers.tokens import TokenSequences, collate_tokens
-from detsamplers.tokens import _pack
+from detsamplers.tokens import TokenSequences, _pack, collate_tokens
 from detsamplers.tokens._pack import PackOrder
 
 #: Files of document lengths, some longer than the sequences they are packed into.
