@@ -92,7 +92,7 @@ LONG_DOCUMENTS = ("split", "truncate")
 #: Windows whose packed bins are always kept (a batch of a shuffled loader touches several).
 CACHED_WINDOWS = 16
 #: Pieces kept over all kept windows beyond the ``CACHED_WINDOWS`` most recent: the cache's
-#: memory (about 33 bytes a piece), whatever the window size.
+#: memory (about 28 bytes a piece), whatever the window size.
 CACHED_PIECES = 1 << 18
 #: Documents (whole windows) packed per step of the index build: its memory.
 BUILD_BLOCK = 1 << 16
