@@ -32,8 +32,14 @@ tokens too: the inputs and the shifted labels):
   (not a regular ``.npy`` of int64, a size unlike its header, another binding, ``N`` not
   increasing) is rebuilt and rewritten; one whose counts lie in a way these checks miss
   is found when a window re-packs to another count, an error naming the file. A seek
-  re-packs one window, O(W log W); the last ``CACHED_WINDOWS`` are kept, and a batch's
-  windows are packed together (one gather, one sort, one grouping for all of them).
+  re-packs one window, O(W log W); a batch's windows are packed together (one gather,
+  one sort, one grouping for all of them).
+- **Kept windows.** Packed windows are kept in a least-recently-used table keyed by the
+  window alone (the bins are the same every epoch): the ``CACHED_WINDOWS`` last used
+  always, older ones while all kept hold at most ``CACHED_PIECES`` pieces. A window is a
+  pure function of ``w``, so a kept window equals a fresh pack; the table changes the
+  time a batch takes, never a value. A batch's windows already kept are marked used
+  before the missing ones are packed, so packing them never evicts one the batch reads.
 - **Kernel.** The best-fit loop runs in the compiled kernel when it is there
   (``_kernel_pack.c``, NOTE [ compiled mixture kernel ]): the same sorted keys, search
   and moves as :func:`best_fit_decreasing`, so the same bins; the Python functions here
@@ -83,8 +89,11 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 #: What to do with a document longer than ``L + 1`` tokens.
 LONG_DOCUMENTS = ("split", "truncate")
-#: Windows whose packed bins are kept (a batch of a shuffled loader touches several).
+#: Windows whose packed bins are always kept (a batch of a shuffled loader touches several).
 CACHED_WINDOWS = 16
+#: Pieces kept over all kept windows beyond the ``CACHED_WINDOWS`` most recent: the cache's
+#: memory (about 28 bytes a piece), whatever the window size.
+CACHED_PIECES = 1 << 18
 #: Documents (whole windows) packed per step of the index build: its memory.
 BUILD_BLOCK = 1 << 16
 #: Values before the cumulative bin counts in ``<file>.pack-<digest>.npy``.
@@ -251,6 +260,7 @@ class PackOrder:
             self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
         self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
         self._packed = OrderedDict()
+        self._kept_pieces = 0  # the pieces of the windows in ``_packed``
         header = self._load() if self.path is not None else None
         if header is None:
             header = self._build()
@@ -369,7 +379,12 @@ class PackOrder:
         shares each numpy step among them (the bins are those :meth:`window` makes).
         """
         found = np.searchsorted(self._cumulative, np.asarray(ks, dtype=np.int64), side="right")
-        wanted = [w for w in dict.fromkeys((found - 1).tolist()) if w not in self._packed]
+        wanted = []
+        for w in dict.fromkeys((found - 1).tolist()):
+            if w in self._packed:
+                self._packed.move_to_end(w)  # used: not evicted by the packing below
+            else:
+                wanted.append(w)
         self._pack_windows(wanted[-CACHED_WINDOWS:])
 
     def _pack_windows(self, ws: list[int]) -> None:
@@ -418,10 +433,14 @@ class PackOrder:
             offsets = np.zeros(int(counts[i]) + 1, dtype=np.int64)
             np.cumsum(sizes[at : at + int(counts[i])], out=offsets[1:])
             a, b = cut[i], cut[i + 1]
+            if w in self._packed:  # not reached by prepare or window: they pack new ones
+                self._kept_pieces -= len(self._packed[w][1])
             self._packed[w] = (offsets, docs_of[a:b].copy(), firsts[a:b].copy(),
                                sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
-        while len(self._packed) > CACHED_WINDOWS:
-            self._packed.popitem(last=False)
+            self._kept_pieces += b - a
+        while len(self._packed) > CACHED_WINDOWS and self._kept_pieces > CACHED_PIECES:
+            _, evicted = self._packed.popitem(last=False)
+            self._kept_pieces -= len(evicted[1])
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""

@@ -286,30 +286,36 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         at 0, ``cu_seqlens`` closes the last document before it, and its labels are
         ``IGNORE_INDEX`` (NOTE [ sequence features ]).
         """
-        width = self.seq_len + 1
-        firsts = np.concatenate([part[1] for part in parts])
-        counts = np.concatenate([part[2] for part in parts])
+        width, count = self.seq_len + 1, len(parts)
+        columns = zip(*parts, strict=True)
+        docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
         real = self.corpus.read_pieces(firsts, counts)
-        tokens = np.zeros((len(parts), width), dtype=np.int64)
-        docs, all_counts, closes, pieces, used_columns = [], [], [], [], []
-        at = 0
-        for row, (d, _, c, e) in zip(tokens, parts, strict=True):
-            used = int(c.sum())
-            row[:used] = real[at : at + used]
-            at += used
-            pad = [width - used] if used < width else []
-            docs.append(np.concatenate([d, [-1] * len(pad)]).astype(np.int64))
-            all_counts.append(np.concatenate([c, pad]).astype(np.int64))
-            closes.append(np.concatenate([e, [True] * len(pad)]).astype(bool))
-            pieces.append(len(d) + len(pad))
-            used_columns.append(used)
-        # Only the arrays ``outputs`` names, each in KEYS order (check_outputs made it so).
-        rows = features_rows(tokens, np.concatenate(docs), np.concatenate(all_counts),
-                             np.concatenate(closes), np.array(pieces, dtype=np.int64),
-                             self.outputs)  # fmt: skip
+        lengths = np.array([len(part[0]) for part in parts], dtype=np.int64)
+        row = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        used = np.bincount(row, weights=counts, minlength=count).astype(np.int64)
+        # Each real token's place in the flattened (B, L + 1) table: its row's first column
+        # plus its rank among its row's tokens.
+        before = np.cumsum(used) - used
+        tokens = np.zeros((count, width), dtype=np.int64)
+        place = np.arange(len(real), dtype=np.int64) + np.repeat(
+            np.arange(count, dtype=np.int64) * width - before, used
+        )
+        tokens.reshape(-1)[place] = real
+        # One padding piece after each row's pieces where the row is not full.
+        padded = used < width
+        at = np.repeat(np.cumsum(lengths), padded)
+        pads = int(padded.sum())
+        rows = features_rows(
+            tokens,
+            np.insert(docs.astype(np.int64), at, np.full(pads, -1, dtype=np.int64)),
+            np.insert(counts.astype(np.int64), at, (width - used)[padded]),
+            np.insert(closes.astype(bool), at, np.ones(pads, dtype=bool)),
+            lengths + padded,
+            self.outputs,
+        )
         if "labels" in self.outputs:
-            for out, used in zip(rows, used_columns, strict=True):
-                out["labels"][used:] = IGNORE_INDEX  # the padding's columns
+            for out, first in zip(rows, used.tolist(), strict=True):
+                out["labels"][first:] = IGNORE_INDEX  # the padding's columns (views of one table)
         return rows
 
     def stats(self) -> dict[str, Any]:
