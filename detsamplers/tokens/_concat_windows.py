@@ -21,9 +21,9 @@ token by token (one index per token). A batch's windows need only:
 
 The blocks met by a window are consecutive in the epoch's block order and all in the
 table, so the documents between a window's first and last are exactly those it meets,
-as the per-sequence walk finds them block after block. A zero-length document makes the
-two differ (the walk skips one at the start of a block), so a batch meeting one, or a
-corpus with a remote file, returns ``None`` and the caller reads sequence by sequence.
+as the per-sequence walk finds them block after block (every document holds a token: a
+corpus refuses an empty one, so no two documents end at the same stream token). A corpus
+with a remote file returns ``None`` and the caller reads sequence by sequence.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
         return None
     starts = sequences * width
     stops = starts + width
-    order.prepare([(s, s + width, e) for s, e in zip(starts.tolist(), epochs.tolist(), strict=True)])
+    order.prepare_table(np.column_stack([starts, stops, epochs]))
     shift = np.int64(corpus.num_tokens + 1)
     parts: list[tuple[I64, I64, I64, I64]] = []
     keys_start = starts.copy()
@@ -97,8 +97,6 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
             docs, firsts, lengths, ends = order._block(int(block_order[j]), epoch)
             parts.append((docs, firsts, lengths, ends + (cumulative[j] + rank * shift)))
     docs, firsts, lengths, ends = (np.concatenate(column) for column in zip(*parts, strict=True))
-    if not bool(lengths.all()):
-        return None  # a zero-length document: the per-sequence walk decides (see the NOTE)
     keys_stop = keys_start + width
     low = np.searchsorted(ends, keys_start, side="right")
     high = np.searchsorted(ends, keys_stop, side="left") + 1

@@ -263,7 +263,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             if windows is not None:
                 return features_rows(*windows, self.outputs)
         if self._concat is not None:
-            sequences, epochs = (np.array(column, dtype=np.int64) for column in zip(*checked))
+            sequences, epochs = (
+                np.array(column, dtype=np.int64) for column in zip(*checked, strict=True)
+            )
             windows = concat_windows(self._concat, sequences, epochs, width)
             if windows is not None:  # NOTE [ batched concat windows ]
                 return features_rows(*windows, self.outputs)
