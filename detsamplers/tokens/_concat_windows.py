@@ -83,7 +83,7 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
     shift = np.int64(corpus.num_tokens + 1)
     parts: list[tuple[I64, I64, I64, I64]] = []
     keys_start = starts.copy()
-    for rank, epoch in enumerate(np.unique(epochs).tolist()):
+    for rank, epoch in enumerate(dict.fromkeys(epochs.tolist())):  # np.unique imports numpy.ma
         mine = epochs == epoch
         keys_start[mine] += rank * shift
         block_order, cumulative = order.index(epoch)
