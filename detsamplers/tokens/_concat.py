@@ -157,12 +157,22 @@ class ConcatOrder:
         random windows touches a block or two each, and per-call overhead dominates a
         block's few thousand elements. The orders are the same as :meth:`_block`'s.
         """
+        self.prepare_table(np.array(windows, dtype=np.int64).reshape(-1, 3))
+
+    def prepare_table(self, table: I64) -> None:
+        """:meth:`prepare` of the windows as the rows of a ``(n, 3)`` int64 table."""
         wanted: dict[tuple[int, int], None] = {}
-        for start, stop, epoch in windows:
+        for epoch in dict.fromkeys(table[:, 2].tolist()):
             order, cumulative = self.index(epoch)
-            j = int(np.searchsorted(cumulative, start, side="right")) - 1
-            k = int(np.searchsorted(cumulative, stop, side="left"))
-            for block in order[j:k].tolist():
+            mine = table[table[:, 2] == epoch]
+            # Each window's blocks j .. k - 1, searched for the epoch's windows at once.
+            j = np.searchsorted(cumulative, mine[:, 0], side="right") - 1
+            k = np.searchsorted(cumulative, mine[:, 1], side="left")
+            spans = k - j
+            at = np.arange(int(spans.sum()), dtype=np.int64) - np.repeat(
+                np.cumsum(spans) - spans - j, spans
+            )
+            for block in order[at].tolist():
                 wanted[(epoch, block)] = None
         self._capacity = len(wanted)
         missing = [key for key in wanted if key not in self._cache and key[1] != self._blocks - 1]

@@ -46,6 +46,7 @@ import torch.utils.data as tud
 from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
+from ._concat_windows import concat_windows
 from ._corpus import TokenCorpus
 from ._features import IGNORE_INDEX, KEYS, check_outputs, features, features_rows
 from ._pack import LONG_DOCUMENTS, PackOrder
@@ -262,6 +263,12 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             if windows is not None:
                 return features_rows(*windows, self.outputs)
         if self._concat is not None:
+            sequences, epochs = (
+                np.array(column, dtype=np.int64) for column in zip(*checked, strict=True)
+            )
+            windows = concat_windows(self._concat, sequences, epochs, width)
+            if windows is not None:  # NOTE [ batched concat windows ]
+                return features_rows(*windows, self.outputs)
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
         if self._pack is not None:
             self._pack.prepare([k for k, _ in checked])
