@@ -101,8 +101,15 @@ class Nginx:
                 time.sleep(0.05)
 
     def mark(self) -> int:
-        """Where the log ends now: :meth:`served` counts from here."""
-        return self.log.stat().st_size if self.log.exists() else 0
+        """Where the log ends once every request answered before is in it: :meth:`served`
+        counts from here.
+
+        nginx may write the line of a request the client already has after a loaded moment,
+        so the log is first settled as :meth:`lines` does (a marker request waited for); a
+        line written late would otherwise count in the next :meth:`served`.
+        """
+        self.lines(self.log.stat().st_size if self.log.exists() else 0)
+        return self.log.stat().st_size
 
     def lines(self, since: int) -> list[str]:
         """The log's lines since ``since``, once every request answered before is in it.
