@@ -16,6 +16,7 @@ above ``vocab_size`` (or below 0) fails naming the file and the token's offset i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Mapping, Sequence
@@ -232,17 +233,7 @@ class TokenCorpus:
             os.stat(path).st_size if isinstance(path, Path) else tokens.file.size
             for path, tokens in zip(files, self._tokens, strict=True)
         ]
-        total = sum(len(tokens) for tokens in self._tokens)
-        tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
-        bar = tqdm(
-            total=total if eod_id is not None else 0,
-            desc="document index",
-            unit="tok",
-            unit_scale=True,
-            disable=True if eod_id is None else (not progress if progress is not None else None),
-            leave=False,
-        )
-        with bar:
+        with self._progress(progress) as bar:
             found = [
                 self._boundaries(tokens, path, sidecar, bar, cache)
                 for tokens, path, sidecar in zip(
@@ -259,6 +250,25 @@ class TokenCorpus:
         ]
         self._token_start = np.cumsum([0] + [len(t) for t in self._tokens], dtype=np.int64)
         self._doc_start = np.cumsum([0] + [len(e) for e in self._ends], dtype=np.int64)
+
+    def _progress(self, progress: bool | None) -> Any:
+        """The bar of an end-of-document scan; none for a sidecar's or an index's ends.
+
+        Even a disabled ``tqdm`` creates a multiprocessing lock, whose first creation in a
+        process imports ``multiprocessing.synchronize`` and opens a semaphore (15 to 25 ms
+        of a fresh process's first resume), for a bar that would never advance.
+        """
+        if self.eod_id is None:
+            return contextlib.nullcontext(None)
+        tqdm = importlib.import_module("tqdm").tqdm  # tqdm ships no type stubs
+        return tqdm(
+            total=sum(len(tokens) for tokens in self._tokens),
+            desc="document index",
+            unit="tok",
+            unit_scale=True,
+            disable=not progress if progress is not None else None,
+            leave=False,
+        )
 
     def _open(self, path: Path | str, dtype: str | None) -> Any:
         if isinstance(path, Path):
