@@ -64,8 +64,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._ends_check import CHECK_WHOLE, mapped_from, read_at
-from ._files import open_npy
+from ._ends_check import CHECK_WHOLE, mapped_from, read_at, read_file_at
+from ._files import npy_values, open_npy
 
 __all__ = [
     "ENDS_HEADER",
@@ -136,23 +136,30 @@ def sidecar_ends(
     [ cached document ends ] but the increase, which the corpus makes per region on
     first read (NOTE [ lazy ends check ]); anything else comes back checked whole.
     """
-    lengths = mapped_from(open_npy(sidecar, LENGTH_DTYPES, what="document lengths file"), sidecar)
-    if not cache or len(lengths) == 0:
-        return ends_of_lengths(lengths, len(tokens), path, sidecar), True
+    if not cache:
+        return ends_of_lengths(_lengths(sidecar), len(tokens), path, sidecar), True
+    # The sidecar's header only: a cache that passes needs 65 of its lengths, read by
+    # position (NOTE [ ends read by position ]); it is mapped whole only to sum it.
+    layout = npy_values(sidecar, LENGTH_DTYPES, what="document lengths file")
     where = sidecar.with_name(f"{sidecar.name}.ends.npy")
     try:
         binding = _binding(sidecar, Path(path))
     except OSError:
-        return ends_of_lengths(lengths, len(tokens), path, sidecar), True
-    found = _cached_lengths_ends(where, binding, lengths, len(tokens))
+        return ends_of_lengths(_lengths(sidecar), len(tokens), path, sidecar), True
+    found = _cached_lengths_ends(where, binding, (str(sidecar), *layout), len(tokens))
     if found is not None:
         return found
-    ends = ends_of_lengths(lengths, len(tokens), path, sidecar)
+    ends = ends_of_lengths(_lengths(sidecar), len(tokens), path, sidecar)
     stored = np.empty(ENDS_HEADER + len(ends), dtype=np.int64)
     stored[:ENDS_HEADER] = binding
     stored[ENDS_HEADER:] = ends
     store_ends(where, stored)
     return ends, True
+
+
+def _lengths(sidecar: Path) -> npt.NDArray[Any]:
+    """The sidecar's lengths, memory-mapped after its checks (NOTE [ token files ])."""
+    return open_npy(sidecar, LENGTH_DTYPES, what="document lengths file")
 
 
 def _binding(sidecar: Path, path: Path) -> I64:
@@ -163,20 +170,21 @@ def _binding(sidecar: Path, path: Path) -> I64:
 
 
 def _cached_lengths_ends(
-    where: Path, binding: I64, lengths: npt.NDArray[Any], count: int
+    where: Path, binding: I64, lengths: tuple[str, np.dtype[Any], int, int], count: int
 ) -> tuple[I64, bool] | None:
     """The ends in ``where`` if they pass NOTE [ cached document ends ]'s checks, else None.
 
-    With them, whether their increase was checked: not above ``CHECK_WHOLE`` ends
-    (NOTE [ lazy ends check ]).
+    ``lengths`` is where the sidecar's lengths lie: its name, dtype, data offset and
+    count (:func:`~._files.npy_values`). With the ends, whether their increase was
+    checked: not above ``CHECK_WHOLE`` ends (NOTE [ lazy ends check ]).
     """
+    sidecar, kind, offset, n = lengths
     try:
         if not stat.S_ISREG(os.stat(where).st_mode):
             return None
         stored = open_npy(where, ("int64",), what="document ends cache")
     except (OSError, ValueError):
         return None
-    n = len(lengths)
     if len(stored) != ENDS_HEADER + n:
         return None
     # The checked values are read from the files, not through their maps (NOTE [ ends
@@ -191,7 +199,7 @@ def _cached_lengths_ends(
     if not np.array_equal(picked[:ENDS_HEADER], binding):
         return None
     first, last = int(picked[ENDS_HEADER]), int(picked[ENDS_HEADER + 1])
-    given = read_at(lengths, np.concatenate(([0], at)).astype(np.int64))
+    given = read_file_at(sidecar, offset, kind, np.concatenate(([0], at)).astype(np.int64))
     if last != count or first != int(given[0]) or first < 1:
         return None
     middle = ENDS_HEADER + 2 + len(at)

@@ -46,6 +46,7 @@ __all__ = [
     "distinct",
     "mapped_from",
     "read_at",
+    "read_file_at",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -126,8 +127,28 @@ def read_at(values: npt.NDArray[Any], at: I64) -> I64:
     found = _source(values)
     if found is None or len(at) == 0:
         return np.asarray(np.asarray(values)[at], np.int64)
-    name, offset = found
-    item = values.dtype.itemsize
+    return read_file_at(found[0], found[1], values.dtype, at)
+
+
+def read_file_at(name: str, offset: int, dtype: np.dtype[Any], at: I64) -> I64:
+    """Values ``at`` of the ``dtype`` array at byte ``offset`` of file ``name``, as int64.
+
+    :func:`read_at` without a map: the caller knows the array's place in the file (a
+    ``.npy`` header it checked, :func:`~._files.npy_values`). ``at`` is non-empty and
+    holds valid positions, in any order.
+
+    Raises:
+        ValueError: the file ends before a position, or is no longer a regular file.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "e.npy"
+        >>> np.save(path, np.arange(10, 20, dtype=np.int32))
+        >>> read_file_at(str(path), 128, np.dtype(np.int32), np.array([9, 0, 9])).tolist()
+        [19, 10, 19]
+    """
+    item = dtype.itemsize
     wanted, back = distinct(at)
     where = wanted * item
     # A new run where the gap is wide or a READ_SPAN boundary is crossed: one pread a run.
@@ -161,7 +182,7 @@ def read_at(values: npt.NDArray[Any], at: I64) -> I64:
                     f"{offset + int(lows[g0 + short])}, but it ends {len(data[short])} bytes "
                     "in; it changed while open, open the corpus again"
                 )
-            run = np.frombuffer(b"".join(data), dtype=values.dtype)
+            run = np.frombuffer(b"".join(data), dtype=dtype)
             picked = slot[int(firsts[g0]) : int(lasts[g1 - 1])] - int(starts[g0]) // item
             parts.append(run[picked].astype(np.int64))
     finally:

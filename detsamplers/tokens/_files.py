@@ -30,6 +30,7 @@ __all__ = [
     "bin_count",
     "check_path",
     "npy_layout",
+    "npy_values",
     "open_bin",
     "open_npy",
     "open_tokens",
@@ -148,6 +149,32 @@ def open_npy(
         size = os.fstat(handle.fileno()).st_size
         kind, offset, count = npy_layout(handle, size, path, allowed, what)
         return _memmap(handle, path, kind, offset, count)  # type: ignore[no-any-return]
+
+
+def npy_values(path: Path, allowed: tuple[str, ...], what: str) -> tuple[np.dtype[Any], int, int]:
+    """The dtype, data offset and count of a 1-D ``.npy``, checked as :func:`open_npy` does.
+
+    Nothing is mapped: for a file of which only a few values are read, by position
+    (NOTE [ ends read by position ]).
+
+    Raises:
+        ValueError: as :func:`open_npy` (an empty array too).
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([1, 2, 3], dtype=np.uint32))
+        >>> kind, offset, count = npy_values(path, NPY_DTYPES, "token file")
+        >>> str(kind), offset, count
+        ('uint32', 128, 3)
+    """
+    with _open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        kind, offset, count = npy_layout(handle, size, path, allowed, what)
+    if count == 0:
+        raise ValueError(f"token file {path} holds no tokens; remove it from the corpus")
+    return kind, offset, count
 
 
 def npy_layout(

@@ -1,0 +1,70 @@
+"""A corpus's open on the resume path: what it builds, and what it still refuses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tqdm
+
+from detsamplers.tokens import TokenCorpus, _boundaries
+
+
+def write(folder: Path, lengths: list[int]) -> tuple[Path, Path]:
+    """A token file of ``sum(lengths)`` tokens ``1, 2, ...`` and its lengths sidecar."""
+    path, sidecar = folder / "t.npy", folder / "t.lengths.npy"
+    np.save(path, np.arange(1, sum(lengths) + 1, dtype=np.uint32))
+    np.save(sidecar, np.array(lengths, dtype=np.uint32))
+    return path, sidecar
+
+
+@pytest.fixture
+def bars(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the progress bars built (each ``tqdm.tqdm``)."""
+    built: list[int] = []
+    real = tqdm.tqdm
+
+    def counted(*args: object, **kwargs: object) -> object:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", counted)
+    return built
+
+
+def test_a_corpus_opened_from_a_sidecar_or_its_cache_builds_no_progress_bar(
+    tmp_path: Path, bars: list[int]
+) -> None:
+    path, sidecar = write(tmp_path, [3, 1, 4, 2])
+    for _ in range(2):  # the first open writes the ends cache, the second reads it
+        corpus = TokenCorpus(path, lengths=[sidecar])
+        assert corpus.document(2).tolist() == [5, 6, 7, 8]
+    assert bars == []
+    scanned = TokenCorpus(path, eod_id=4, progress=False)  # a scan still has its bar
+    assert scanned.num_documents == 2 and len(bars) == 1
+
+
+def test_a_sidecar_rewritten_in_place_with_its_stat_restored_is_refused_by_the_sampled_lengths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 201 documents; every length but the first moves, the sum and the size stay.
+    lengths = list(range(1, 202))
+    path, sidecar = write(tmp_path, lengths)
+    TokenCorpus(path, lengths=[sidecar])  # writes the cache
+    before = os.stat(sidecar)
+    changed = [lengths[0], *reversed(lengths[1:])]
+    np.save(sidecar, np.array(changed, dtype=np.uint32))
+    os.utime(sidecar, ns=(before.st_atime_ns, before.st_mtime_ns))  # the binding matches
+    sums: list[int] = []
+    real = _boundaries.ends_of_lengths
+
+    def counted(*args: object) -> object:
+        sums.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_boundaries, "ends_of_lengths", counted)
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    assert sums == [1]  # the cache failed its sampled lengths and was rebuilt
+    assert [len(corpus.document(d)) for d in range(corpus.num_documents)] == changed
