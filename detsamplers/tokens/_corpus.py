@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from .._errors import check_bool, check_int
 from ._boundaries import eod_ends, sidecar_ends
-from ._ends_check import EndsCheck, distinct, read_at
+from ._ends_check import EndsCheck, distinct, mapped_from, read_at
 from ._files import BIN_DTYPES, check_path, open_tokens
 from ._megatron import megatron_ends, megatron_tokens
 
@@ -102,6 +102,12 @@ def _megatron(files: list[Path | str], dtype: str | None, eod_id: Any, lengths: 
             "with a lengths sidecar (TokenWriter), which are read remotely"
         )
     return True
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The device and inode of ``path``: which file a map of it reads."""
+    found = os.stat(path)
+    return found.st_dev, found.st_ino
 
 
 def _plain(array: Any) -> Any:
@@ -233,6 +239,11 @@ class TokenCorpus:
             os.stat(path).st_size if isinstance(path, Path) else tokens.file.size
             for path, tokens in zip(files, self._tokens, strict=True)
         ]
+        # The file each local map reads, to read it by position (NOTE [ batched chunk windows ]).
+        self._identity = [
+            _identity(path) if isinstance(path, Path) and path.suffix != ".idx" else None
+            for path in files
+        ]
         with self._progress(progress) as bar:
             found = [
                 self._boundaries(tokens, path, sidecar, bar, cache)
@@ -272,8 +283,11 @@ class TokenCorpus:
 
     def _open(self, path: Path | str, dtype: str | None) -> Any:
         if isinstance(path, Path):
-            tokens = megatron_tokens(path) if path.suffix == ".idx" else open_tokens(path, dtype)
-            return _plain(tokens)
+            if path.suffix == ".idx":
+                return _plain(megatron_tokens(path))
+            # The map records its file: chunk rows are read from it by position
+            # (NOTE [ batched chunk windows ]).
+            return _plain(mapped_from(open_tokens(path, dtype), path))
         from ._remote import open_remote
 
         assert self._remote is not None

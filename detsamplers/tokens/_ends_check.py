@@ -44,6 +44,7 @@ __all__ = [
     "READ_SPAN",
     "EndsCheck",
     "distinct",
+    "mapped_file",
     "mapped_from",
     "read_at",
     "read_file_at",
@@ -92,7 +93,7 @@ def mapped_from(values: Any, path: Any) -> Any:
     return values
 
 
-def _source(values: npt.NDArray[Any]) -> tuple[str, int] | None:
+def mapped_file(values: npt.NDArray[Any]) -> tuple[str, int] | None:
     """The file a 1-D contiguous view of a recorded map reads, and its first byte there."""
     base: Any = values  # the map's own array: the memmap whose base is the mmap
     while base is not None and not (
@@ -124,7 +125,7 @@ def read_at(values: npt.NDArray[Any], at: I64) -> I64:
         >>> read_at(ends[2:], np.array([5, 0, 5])).tolist()
         [17, 12, 17]
     """
-    found = _source(values)
+    found = mapped_file(values)
     if found is None or len(at) == 0:
         return np.asarray(np.asarray(values)[at], np.int64)
     return read_file_at(found[0], found[1], values.dtype, at)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tqdm
 
-from detsamplers.tokens import TokenCorpus, _boundaries
+from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
 
 
 def write(folder: Path, lengths: list[int]) -> tuple[Path, Path]:
@@ -68,3 +68,47 @@ def test_a_sidecar_rewritten_in_place_with_its_stat_restored_is_refused_by_the_s
     corpus = TokenCorpus(path, lengths=[sidecar])
     assert sums == [1]  # the cache failed its sampled lengths and was rebuilt
     assert [len(corpus.document(d)) for d in range(corpus.num_documents)] == changed
+
+
+def chunk_batch(path: Path, sidecar: Path, corpus: TokenCorpus) -> list[list[int]]:
+    """The ``input_ids`` of sequences 3, 0 and 5 of ``chunk`` at ``L = 3``, as one batch."""
+    sequences = TokenSequences(corpus, 3, mode="chunk", outputs=("input_ids", "labels"))
+    rows = sequences.getitems_in_epochs([(0, 3), (0, 0), (0, 5)])
+    return [row["input_ids"].tolist() for row in rows]
+
+
+def test_a_chunk_batch_reads_each_window_by_one_pread_of_the_mapped_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, sidecar = write(tmp_path, [5, 7, 4, 8])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    reads: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, size: int, at: int) -> bytes:
+        reads.append(size)
+        return real(fd, size, at)
+
+    monkeypatch.setattr(os, "pread", counted)
+    assert chunk_batch(path, sidecar, corpus) == [[13, 14, 15], [1, 2, 3], [21, 22, 23]]
+    assert reads == [4 * 4] * 3  # a window of L + 1 uint32 tokens each, nothing else
+
+
+def test_a_token_file_replaced_after_the_open_is_still_read_as_it_was_opened(
+    tmp_path: Path,
+) -> None:
+    path, sidecar = write(tmp_path, [5, 7, 4, 8])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    other = tmp_path / "other.npy"
+    np.save(other, np.arange(100, 124, dtype=np.uint32))
+    os.replace(other, path)  # another inode under the same name: the map reads the old one
+    assert chunk_batch(path, sidecar, corpus) == [[13, 14, 15], [1, 2, 3], [21, 22, 23]]
+
+
+def test_a_token_file_cut_short_after_the_open_is_an_error_naming_it(tmp_path: Path) -> None:
+    path, sidecar = write(tmp_path, [5, 7, 4, 8])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    with open(path, "r+b") as handle:  # the same inode, shorter: a map would fault
+        handle.truncate(128 + 4 * 10)
+    with pytest.raises(ValueError, match=rf"token file {path} should hold 16 bytes at byte"):
+        chunk_batch(path, sidecar, corpus)
