@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import re
 import socket
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests import tiers
 
@@ -249,3 +252,98 @@ def test_the_fast_profile_runs_a_sixth_of_a_propertys_own_examples_and_the_defau
         expected = {"own_120": 120, "own_30_a": 30, "own_30_b": 30, "own_4": 4, "profiles": 60}
     assert counts == expected
     assert [tiers.fast_examples(n) for n in (1, 10, 11, 60, 61, 300)] == [1, 10, 10, 10, 11, 50]
+
+
+def test_a_file_whose_every_test_is_slow_is_not_imported_by_the_fast_tier_and_collected_by_all(
+    pytester: pytest.Pytester,
+) -> None:
+    # Each file appends its name to imported.txt when imported: the fast tier must not import
+    # test_slow_only.py at all, must import and run the fast half of test_half.py, and a run
+    # without -m (make test) collects both whole.
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    record = "open('imported.txt', 'a').write(__name__ + chr(10))\n"
+    pytester.makepyfile(
+        test_slow_only=record
+        + """
+import pytest
+pytestmark = pytest.mark.frameworks
+slow = pytest.mark.servers
+@slow
+def test_a(): pass
+def test_b(http_server): pass
+class TestC:
+    def test_d(self): pass
+""",
+        test_half=record
+        + """
+import pytest
+@pytest.mark.servers
+def test_slow(): pass
+def test_fast(): pass
+""",
+    )
+    pytester.makeconftest("import pytest\n@pytest.fixture\ndef http_server(): pass\n")
+    imported = pytester.path / "imported.txt"
+    fast = pytester.runpytest_inprocess(*PLUGINS, "--strict-markers", "-m", tiers.FAST)
+    fast.assert_outcomes(passed=1, deselected=1)
+    assert imported.read_text().split() == ["test_half"]
+    imported.unlink()
+    everything = pytester.runpytest_inprocess(*PLUGINS, "--strict-markers")
+    everything.assert_outcomes(passed=5)
+    assert sorted(imported.read_text().split()) == ["test_half", "test_slow_only"]
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        (
+            "import pytest\n@pytest.mark.servers\ndef test_a(): pass\ndef test_b(): pass\n",
+            "one test",
+        ),
+        ("import pytest\npytestmark = pytest.mark.servers\nfrom x import test_a\n", "an import"),
+        ("import pytest\npytestmark = pytest.mark.servers\ntest_a = print\n", "an assignment"),
+        ('"""\n>>> 1\n1\n"""\nimport pytest\npytestmark = pytest.mark.servers\n', "a doctest"),
+        ("import pytest\npytestmark = pytest.mark.servers\n", "no test"),
+        ("def test_a(:\n", "a syntax error"),
+        ("from hypothesis import given\n@given(served=None)\ndef test_a(served): pass\n", "drawn"),
+    ],
+)
+def test_a_file_that_may_hold_a_fast_test_is_collected(source: str, why: str) -> None:
+    markers = tiers.sure_markers(source)
+    assert markers is None or not tiers.deselects(tiers.FAST, markers), why
+
+
+@given(
+    carried=st.sets(st.sampled_from([*tiers.SLOW, "parametrize", "filterwarnings"])),
+    expression=st.sampled_from(
+        [
+            tiers.FAST,
+            "servers",
+            "not servers",
+            "servers and not workers",
+            "not (a or b)",
+            "x or not y",
+        ]
+    ),
+)
+def test_a_file_is_left_out_only_when_every_marker_set_a_test_may_add_is_deselected(
+    carried: set[str], expression: str
+) -> None:
+    # The law of deselects(): True only if -m rejects the markers with any extra markers added.
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    extras = [set(), {"a"}, {"b"}, {"x"}, {"y"}, {"workers"}, {"servers"}, {"a", "b", "x", "y"}]
+    selected = [
+        compiled.evaluate(lambda name, /, m=more, **kw: name in carried | m) for more in extras
+    ]
+    if tiers.deselects(expression, frozenset(carried)):
+        assert not any(selected)
+    else:  # collected: some marker set with these markers is selected
+        names = sorted({*carried, "a", "b", "x", "y", "workers", "servers"})
+        assert any(
+            compiled.evaluate(lambda name, /, c=chosen, **kw: name in c)
+            for k in range(len(names) + 1)
+            for chosen in itertools.combinations(names, k)
+            if carried <= set(chosen)
+        )

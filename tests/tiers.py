@@ -13,6 +13,12 @@ process or listening on a socket raises :class:`UnmarkedSpawnError` and fails th
 code under test swallows the error. So the fast tier cannot start a process silently, and a
 new test that does is told which marker it lacks, in every tier.
 
+A file whose every test carries a marker the ``-m`` expression deselects is not imported at all
+(:func:`pytest_ignore_collect`): each ``make test-fast`` worker would otherwise import the slow
+tiers' modules (and the frameworks, servers and clients they import) only to deselect their tests.
+Which markers a test surely carries is read from the file's syntax (:func:`sure_markers`), without
+importing it; a file it cannot read so, or one with a test that may be selected, is collected.
+
 Under the ``fast`` hypothesis profile (``make test-fast``) this plugin also gives each property
 that sets its own ``max_examples`` a sixth of them, never fewer than 10 (:func:`fast_examples`):
 every law runs in the fast tier, and every example of it in ``make test``.
@@ -20,17 +26,22 @@ every law runs in the fast tier, and every example of it in ``make test``.
 
 from __future__ import annotations
 
+import ast
 import functools
+import itertools
 import math
 import multiprocessing.process
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression
 from hypothesis import settings
 
 from detsamplers.testing import Config
@@ -193,3 +204,158 @@ def pytest_runtest_makereport(
             report.longrepr = "\n".join(found)
         found.clear()  # one failed phase per test is enough
     return report
+
+
+# A name of a marker expression (pytest's ``ident``), and the expression's own words.
+_IDENT = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")
+_CALLED = re.compile(r"((?:\w|:|\+|-|\.|\[|\]|\\|/)+)\s*\(")
+_WORDS = frozenset({"and", "or", "not", "True", "False", "None"})
+# Above this many names an expression is not tried in every combination (the file is collected).
+_MAX_NAMES = 12
+
+
+def _mark_names(node: ast.expr, aliases: dict[str, frozenset[str]]) -> frozenset[str] | None:
+    """The markers ``node`` applies: ``pytest.mark.x``, ``pytest.mark.x(...)``, an alias, a list.
+
+    None if it is something else (a ``given``, a fixture, a helper's decorator).
+    """
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        parts = [_mark_names(item, aliases) for item in node.elts]
+        if any(part is None for part in parts):
+            return None
+        return frozenset().union(*(part for part in parts if part is not None))
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "pytest"
+    ):
+        return frozenset({node.attr})
+    return None
+
+
+def _test_markers(
+    node: ast.FunctionDef | ast.AsyncFunctionDef,
+    around: frozenset[str],
+    aliases: dict[str, frozenset[str]],
+) -> frozenset[str]:
+    """The markers each case of test ``node`` surely gets (``around``: its module's, class's)."""
+    names = set(around)
+    given = False
+    for decorator in node.decorator_list:
+        names |= _mark_names(decorator, aliases) or set()
+        call = decorator.func if isinstance(decorator, ast.Call) else decorator
+        given |= isinstance(call, (ast.Name, ast.Attribute)) and "given" in ast.unparse(call)
+    if not given:  # a property's arguments are drawn, not fixtures
+        arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        names |= {FIXTURE_MARKERS[a.arg] for a in arguments if a.arg in FIXTURE_MARKERS}
+    return frozenset(names)
+
+
+def sure_markers(source: str) -> frozenset[str] | None:
+    """The markers every test of a module surely carries, read from its source (not run).
+
+    Counted: the module's ``pytestmark``, a test's or its class's ``@pytest.mark.x`` (or a
+    module-level alias of one), and a fixture of :data:`FIXTURE_MARKERS` a test takes as an
+    argument. None when the module cannot be read so: it does not parse, has a docstring example
+    (``--doctest-modules`` collects it), binds a ``test`` name otherwise than by ``def`` (an
+    import, an assignment), or has no test.
+
+    >>> sure_markers("import pytest\\n@pytest.mark.servers\\ndef test_a(): pass\\n")
+    frozenset({'servers'})
+    >>> sure_markers("def test_a(http_server): pass\\ndef test_b(): pass\\n")
+    frozenset()
+    """
+    if ">>>" in source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    aliases: dict[str, frozenset[str]] = {}
+    module: frozenset[str] = frozenset()
+    tests: list[frozenset[str]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            names = _mark_names(node.value, aliases)
+            if isinstance(target, ast.Name) and names is not None:
+                if target.id == "pytestmark":
+                    module = names
+                else:
+                    aliases[target.id] = names
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name.startswith("test"):
+                tests.append(_test_markers(node, module, aliases))
+        elif isinstance(node, ast.ClassDef):
+            if not node.name.startswith("Test"):
+                continue
+            around = set(module)
+            for decorator in node.decorator_list:
+                around |= _mark_names(decorator, aliases) or set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if item.name.startswith("test"):
+                        tests.append(_test_markers(item, frozenset(around), aliases))
+                elif isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "pytestmark" for t in item.targets
+                ):
+                    return None  # a class's own pytestmark: not read here
+        else:
+            bound = {
+                name
+                for sub in ast.walk(node)
+                if isinstance(sub, (ast.Name, ast.alias))
+                for name in [sub.id if isinstance(sub, ast.Name) else (sub.asname or sub.name)]
+            }
+            if any(name.startswith(("test", "Test")) for name in bound):
+                return None
+    if not tests:
+        return None
+    return frozenset.intersection(*tests)
+
+
+def deselects(markexpr: str, markers: frozenset[str]) -> bool:
+    """Whether ``-m markexpr`` deselects every test that carries ``markers``, whatever else it has.
+
+    >>> deselects(FAST, frozenset({"servers"})), deselects(FAST, frozenset({"parametrize"}))
+    (True, False)
+    """
+    try:
+        expression = Expression.compile(markexpr)
+    except Exception:  # pytest reports a bad expression itself
+        return False
+    names = sorted(set(_IDENT.findall(markexpr)) - _WORDS - markers)
+    with_arguments = [m for m in _CALLED.findall(markexpr) if m not in _WORDS]
+    if len(names) > _MAX_NAMES or with_arguments:
+        return False  # too many combinations, or a marker with arguments: collect
+    for values in itertools.product((False, True), repeat=len(names)):
+        carried = markers | {name for name, value in zip(names, values, strict=True) if value}
+        if expression.evaluate(lambda name, /, carried=carried, **kwargs: name in carried):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Do not import a test file whose every test ``-m`` deselects (the fast tier's slow files)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if (
+        not markexpr
+        or collection_path.suffix != ".py"
+        or not collection_path.name.startswith("test_")
+    ):
+        return None
+    try:
+        source = collection_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    markers = sure_markers(source)
+    if markers is None or not deselects(markexpr, markers):
+        return None
+    return True

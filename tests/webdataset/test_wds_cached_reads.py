@@ -25,7 +25,7 @@ from wds_helpers import write_small_samples
 
 from detsamplers.__main__ import main
 from detsamplers.loader import WebDatasetSource
-from detsamplers.loader._wds.order._located_batches import located_batches
+from detsamplers.loader._wds.order._located_batches import CHUNK_POSITIONS, located_batches
 from detsamplers.loader._wds.order._rank_batches import BatchShape, rank_positions
 from detsamplers.loader._wds.order._shard_order import ShardOrder
 from detsamplers.loader._wds.read._cache_reader import CachedReader
@@ -115,6 +115,28 @@ def test_batches_located_a_chunk_at_a_time_are_those_located_one_by_one(
         want_shards, want_indexes = alone.locate(rank_positions(t, *shape))
         assert shards.tolist() == want_shards.tolist()
         assert indexes.tolist() == want_indexes.tolist()
+
+
+def test_the_first_batch_locates_its_own_positions_and_each_next_call_twice_as_many() -> None:
+    # A reader that stops after a batch or two (a first batch, a resume) locates about what
+    # it reads; a long read still locates CHUNK_POSITIONS at a time.
+    order = ShardOrder([40] * 50, 3, True, 5)
+    sizes: list[int] = []
+    real = order.locate
+
+    def counting(positions: Any) -> Any:
+        sizes.append(len(positions))
+        return real(positions)
+
+    order.locate = counting  # type: ignore[method-assign]
+    shape = BatchShape(4, 2, 1, None, 0)
+    batches = located_batches(order, shape, 0, 1, None)
+    next(batches)
+    assert sizes == [4]
+    for _ in range(3000 // 4):
+        next(batches)
+    assert sizes[:9] == [4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert set(sizes[9:]) == {CHUNK_POSITIONS}
 
 
 def test_a_warm_cache_reads_each_sample_in_one_pread_and_gives_the_range_reads_bytes(

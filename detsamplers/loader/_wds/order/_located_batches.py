@@ -10,13 +10,15 @@ at a time and hands them out batch by batch: each batch gets exactly the shards 
 sample indexes that locating it alone gives (the positions are those of
 :func:`rank_positions`, concatenated). The source's batches and the prefetch plan (NOTE
 [ shard prefetch ]) each walk so, with an order of their own (the plan's a fork, used by
-its thread only). Memory: one chunk's positions, shards and indexes (at most
-``CHUNK_POSITIONS`` or one batch, 24 bytes each).
+its thread only). The first chunk is one batch and each next one twice the last, up to
+``CHUNK_POSITIONS``: a reader that stops after a few batches (a first batch, a resume, a
+small validation set) locates about what it reads, not a whole chunk ahead (with a window
+shuffle, each window located costs a keyed permutation). Memory: one chunk's positions,
+shards and indexes (at most ``CHUNK_POSITIONS`` or one batch, 24 bytes each).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,8 +73,10 @@ def located_batches(
         >>> [(s.tolist(), i.tolist()) for s, i in located_batches(order, shape, 1, 1, 3)]
         [([0, 1], [2, 0]), ([1, 1], [1, 2])]
     """
-    chunk = max(1, CHUNK_POSITIONS // shape.batch_size)
-    for first in itertools.count(batch, step * chunk):
+    widest = max(1, CHUNK_POSITIONS // shape.batch_size)
+    chunk = 1  # batches in this call: doubling up to ``widest``
+    first = batch
+    while True:
         stop = first + step * chunk if end is None else min(end, first + step * chunk)
         if stop <= first:
             return
@@ -82,3 +86,4 @@ def located_batches(
         bounds = np.cumsum(counts).tolist()
         for low, high in zip([0, *bounds[:-1]], bounds, strict=True):
             yield shards[low:high], indexes[low:high]
+        first, chunk = stop, min(2 * chunk, widest)
