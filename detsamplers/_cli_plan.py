@@ -85,6 +85,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     synthetic_args = (args.shards, args.shard_bytes, args.samples_per_shard)
     try:
+        if args.plot is not None:  # before planning: a path that cannot take it fails now
+            from .loader._wds._plan_plot import check_plot_path
+
+            check_plot_path(args.plot)
         synthetic = None
         if any(a is not None for a in synthetic_args):
             if any(a is None for a in synthetic_args):
