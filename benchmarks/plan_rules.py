@@ -14,15 +14,20 @@ downloads every shard it reads whole, once, with the caches at their defaults):
   node ``c`` holds samples ``[c N // C, (c + 1) N // C)``, and with ``C`` equal to the
   physical nodes (``StreamingDataset``'s default for py1e) node ``n`` is canonical node
   ``n``. ``cache_limit`` defaults to none: epoch 2 on downloads nothing.
-- litdata, ``src/litdata/streaming/shuffle.py`` ``FullShuffle.get_chunks_and_intervals_per_workers``
-  with more than one node: one chunk order for the run (``RandomState(seed + 1)``), then
-  ``src/litdata/utilities/shuffle.py`` ``_associate_chunks_and_internals_to_workers``: the
-  ``W * num_workers`` workers, rank-major, each take the next ``N // (W * num_workers)``
-  items of that order (the last one the rest), so node ``n`` reads a contiguous run of it.
-  ``max_cache_size`` defaults to ``"100GB"`` (``StreamingDataset.__init__``), below what a
-  node reads per epoch here: from epoch 2 on, at least the node's share less 100 GB is
-  downloaded again each epoch (a lower bound; the exact figure depends on its eviction
-  order, not computed here).
+- litdata 0.2.76, ``src/litdata/streaming/shuffle.py``
+  ``FullShuffle.get_chunks_and_intervals_per_workers`` with more than one node: epoch 1's
+  chunk order is ``RandomState([seed, 1])``'s permutation (``_global_assign``), then
+  ``src/litdata/utilities/shuffle.py``
+  ``_associate_chunks_and_intervals_to_workers``: each rank takes, in that order,
+  ``(N // batch_size) // W`` batches of items (the last rank the rest), spread over its
+  workers, so node ``n`` reads a contiguous run of it. ``max_cache_size`` defaults to
+  ``"100GB"`` (``StreamingDataset.__init__``), below what a node reads here: the node's
+  share does not fit, so each later epoch is assigned anew (``seed_shift`` the epoch), and at
+  least the node's share less 100 GB is downloaded again each epoch (a lower bound; the
+  exact figure depends on its eviction order, not computed here).
+
+tests/webdataset/test_wds_plan_peers.py runs the peers' own code on small clusters and
+checks that :func:`mosaic_sets` and :func:`litdata_sets` give the shards it assigns.
 """
 
 from __future__ import annotations
@@ -38,9 +43,7 @@ NODES, PER_NODE, WORKERS, BATCH, EPOCHS, PARTS = 128, 8, 8, 32, 10, 8192
 PRICE = 0.09
 
 
-def contiguous_rule(
-    sizes: np.ndarray, counts: np.ndarray, order: np.ndarray, cuts: np.ndarray
-) -> list[np.ndarray]:
+def contiguous_rule(counts: np.ndarray, order: np.ndarray, cuts: np.ndarray) -> list[np.ndarray]:
     """Per node, the shards of ``order`` whose samples meet ``[cuts[n], cuts[n + 1])``."""
     starts = np.concatenate([[0], np.cumsum(counts[order])])
     out = []
@@ -49,6 +52,26 @@ def contiguous_rule(
         last = np.searchsorted(starts, high - 1, side="right") - 1
         out.append(order[first : last + 1])
     return out
+
+
+def mosaic_sets(counts: np.ndarray, nodes: int, seed: int = 9176) -> list[np.ndarray]:
+    """Each node's shards under Mosaic's py1e order and orig partition (its default seed)."""
+    order = np.arange(len(counts))
+    np.random.default_rng(seed).shuffle(order)
+    total = int(counts.sum())
+    return contiguous_rule(counts, order, np.arange(nodes + 1) * total // nodes)
+
+
+def litdata_sets(
+    counts: np.ndarray, nodes: int, per_node: int, batch: int, seed: int = 42
+) -> list[np.ndarray]:
+    """Each node's chunks in litdata's first epoch with more than one node (its default seed)."""
+    order = np.random.RandomState([seed, 1]).permutation(len(counts))
+    total = int(counts.sum())
+    per_rank = (total // batch) // (nodes * per_node) * batch
+    cuts = np.arange(nodes + 1) * per_rank * per_node
+    cuts[-1] = total
+    return contiguous_rule(counts, order, cuts)
 
 
 def figures(name: str, sets: list[np.ndarray], sizes: np.ndarray, later: str) -> None:
@@ -64,7 +87,6 @@ def figures(name: str, sets: list[np.ndarray], sizes: np.ndarray, later: str) ->
 def main() -> None:
     source = SyntheticShards(100_000, 256 << 20, 1000, spread=0.2).sizes()
     sizes, counts = source.sizes, source.counts
-    total = int(counts.sum())
     network = Network(bandwidth=12.5e9, rtt=0.02, price_per_gb=PRICE, price_per_1000_gets=0.0004)
     began = time.perf_counter()
     plan = plan_run(
@@ -82,15 +104,8 @@ def main() -> None:
         f"| detsamplers, parts={PARTS} | {ratios[0]:.4f}x | {sum(ratios[1:]):.4f}x in all | "
         f"{totals['cache_needed'] / 1e9:.1f} GB | ${totals['cost']:,.0f} (10 epochs, GETs too) |"
     )
-    mosaic_order = np.arange(len(counts))
-    np.random.default_rng(9176).shuffle(mosaic_order)  # Mosaic's default seed
-    cuts = np.arange(NODES + 1) * total // NODES
-    figures("Mosaic py1e", contiguous_rule(sizes, counts, mosaic_order, cuts), sizes, "0x")
-    lit_order = np.random.RandomState(seed=42 + 1).permutation(len(counts))  # litdata's seed 42
-    per_worker = total // (NODES * PER_NODE * WORKERS)
-    cuts = np.arange(NODES + 1) * per_worker * PER_NODE * WORKERS
-    cuts[-1] = total
-    sets = contiguous_rule(sizes, counts, lit_order, cuts)
+    figures("Mosaic py1e", mosaic_sets(counts, NODES), sizes, "0x")
+    sets = litdata_sets(counts, NODES, PER_NODE, BATCH)
     share = max(int(sizes[s].sum()) for s in sets)
     floor = sum(max(0, int(sizes[s].sum()) - 100 * 10**9) for s in sets) / int(sizes.sum())
     figures("litdata FullShuffle", sets, sizes, f">= {floor:.2f}x each (100 GB cache)")

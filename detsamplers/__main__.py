@@ -3,7 +3,8 @@
 ``demo`` is the pause-and-resume demonstration (see ``make demo``); ``index`` writes the
 index files of webdataset shards (NOTE [ index file format ]) and, per folder, their set
 index (NOTE [ set index ]); ``--endpoint-url`` and ``--storage-option KEY=VALUE`` reach
-the fsspec filesystem, as ``storage_options`` do for ``WebDatasetSource``; ``inspect``
+the fsspec filesystem, as ``storage_options`` do for ``WebDatasetSource`` (NOTE [ command
+storage options ]); ``inspect``
 reports what a checkpoint or saved state holds (NOTE [ inspect ]); ``bench`` measures a
 user's own pipeline (NOTE [ bench ]); ``tokens`` builds a token corpus and prints its
 statistics (NOTE [ tokens command ]); ``plan`` computes what a run will download per node
@@ -13,10 +14,11 @@ statistics (NOTE [ tokens command ]); ``plan`` computes what a run will download
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from ._cli_storage import add_storage_arguments, storage_options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,20 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     index.add_argument("--out", default=None, help="write the files into this folder")
     index.add_argument("--timeout", type=float, default=60.0, help="remote stall timeout (60 s)")
     index.add_argument("--retries", type=int, default=5, help="remote retries (5)")
-    index.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an fsspec filesystem argument, as WebDatasetSource's storage_options (repeat "
-        "it; a VALUE that parses as JSON is that JSON, e.g. anon=true)",
-    )
-    index.add_argument(
-        "--endpoint-url",
-        default=None,
-        help="the S3 endpoint (MinIO, moto, ...; storage_options client_kwargs.endpoint_url) "
-        "or, for gs:// URLs, the GCS endpoint (an emulator; storage_options endpoint_url)",
-    )
+    add_storage_arguments(index)  # NOTE [ command storage options ]
     from . import _cli_bench, _cli_inspect, _cli_plan, _cli_tokens
 
     _cli_inspect.add_parser(commands)
@@ -77,7 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         return _cli_bench.run(parser, args)
     if args.command == "index":
-        storage = _storage_options(parser, args.storage_option, args.endpoint_url, args.urls)
+        try:
+            storage = storage_options(args.storage_option, args.endpoint_url, args.urls)
+        except ValueError as error:
+            parser.error(str(error))
         return _index(parser, args.urls, args.out, args.timeout, args.retries, storage)
 
     from .trial._demo import run_demo
@@ -100,40 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo failed: {error}", file=sys.stderr)
         return 1
     return 0 if ok else 1
-
-
-def _storage_options(
-    parser: argparse.ArgumentParser,
-    pairs: list[str],
-    endpoint_url: str | None,
-    urls: Sequence[str] = (),
-) -> dict[str, Any]:
-    """``--storage-option KEY=VALUE`` and ``--endpoint-url`` as ``storage_options``.
-
-    The endpoint is gcsfs's ``endpoint_url`` for ``gs://`` URLs, else s3fs's
-    ``client_kwargs.endpoint_url`` (gcsfs ignores ``client_kwargs``: the index would be
-    read from Google's servers instead of the endpoint named).
-    """
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            parser.error(
-                f"--storage-option should be KEY=VALUE, but got {pair!r}; for example "
-                "--storage-option anon=true"
-            )
-        try:
-            options[key] = json.loads(text)
-        except ValueError:
-            options[key] = text
-    if endpoint_url is not None and any(u.lower().startswith(("gs://", "gcs://")) for u in urls):
-        options["endpoint_url"] = endpoint_url
-    elif endpoint_url is not None:
-        client = options.get("client_kwargs")
-        if client is not None and not isinstance(client, dict):
-            parser.error(f"--storage-option client_kwargs should be a JSON object, got {client!r}")
-        options["client_kwargs"] = {**(client or {}), "endpoint_url": endpoint_url}
-    return options
 
 
 def _index(

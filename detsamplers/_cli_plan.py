@@ -4,7 +4,9 @@ NOTE [ plan command ]
 The command is :func:`detsamplers.loader.plan_run` (NOTE [ run plan ]) on the command
 line: the shards as URLs, ``--set-index`` or a synthetic description (``--shards``,
 ``--shard-bytes``, ``--samples-per-shard``, ``--spread``), the cluster and the source's
-order arguments, the cache limit and epochs, an optional resume (``--resume-at`` on
+order arguments, the cache limit and epochs, the remote filesystem's arguments for URLs
+(``--endpoint-url``, ``--storage-option``, credentials from the environment as s3fs finds
+them: NOTE [ command storage options ]), an optional resume (``--resume-at`` on
 ``--resume-nodes`` x ``--resume-ranks-per-node``), and an optional network model
 (``--bandwidth`` in bytes/s per node with ``--rtt``, ``--requests-per-second``,
 ``--price-per-gb``, ``--price-per-1000-gets``). It prints a table, or the plan as JSON
@@ -21,6 +23,7 @@ import sys
 from typing import Any
 
 from ._cli_plan_mixture import add_mixture_arguments, run_mixture
+from ._cli_storage import add_storage_arguments, storage_options
 
 
 def add_parser(commands: Any) -> None:
@@ -54,6 +57,7 @@ def add_parser(commands: Any) -> None:
     plan.add_argument("--resume-nodes", type=int, default=None, help="nodes of the resume")
     plan.add_argument("--resume-ranks-per-node", type=int, default=None, help="its ranks a node")
     plan.add_argument("--index-dir", default=None, help="the source's index_dir, for URLs")
+    add_storage_arguments(plan)  # NOTE [ command storage options ]
     plan.add_argument("--bandwidth", type=float, default=None, help="bytes/s per node")
     plan.add_argument("--rtt", type=float, default=0.0, help="seconds a round trip (0)")
     plan.add_argument("--requests-per-second", type=float, default=3500.0, help="per node")
@@ -74,12 +78,17 @@ def add_parser(commands: Any) -> None:
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run ``plan``; the exit status (2 for an argument refused)."""
     from .loader import Network, SyntheticShards, plan_run
+    from .loader._wds.remote._urls import expand_urls
 
     if args.weights is not None:  # a WebDatasetMix: one URL pattern a shard set
         return run_mixture(parser, args)
 
     synthetic_args = (args.shards, args.shard_bytes, args.samples_per_shard)
     try:
+        if args.plot is not None:  # before planning: a path that cannot take it fails now
+            from .loader._wds._plan_plot import check_plot_path
+
+            check_plot_path(args.plot)
         synthetic = None
         if any(a is not None for a in synthetic_args):
             if any(a is None for a in synthetic_args):
@@ -99,8 +108,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 args.price_per_gb,
                 args.price_per_1000_gets,
             )
+        urls = [shard for url in args.urls for shard in expand_urls(url)]  # brace patterns too
         options: dict[str, Any] = dict(
-            urls=args.urls or None,
+            urls=urls or None,
             set_index=args.set_index,
             synthetic=synthetic,
             ranks_per_node=args.ranks_per_node,
@@ -118,6 +128,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             resume_ranks_per_node=args.resume_ranks_per_node,
             network=network,
             index_dir=args.index_dir,
+            storage_options=storage_options(args.storage_option, args.endpoint_url, args.urls),
             progress=args.progress,
         )
         plan = plan_run(nodes=args.nodes, **options)

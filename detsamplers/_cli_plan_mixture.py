@@ -17,6 +17,8 @@ import json
 import sys
 from typing import Any
 
+from ._cli_storage import storage_options
+
 
 def add_mixture_arguments(plan: Any) -> None:
     """The mixture's arguments of ``plan``."""
@@ -73,6 +75,7 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,
             shuffle_block_shards=args.shuffle_block_shards, parts=args.parts,
             epochs=args.epochs, network=network, index_dir=args.index_dir,
+            storage_options=storage_options(args.storage_option, args.endpoint_url, args.urls),
         )  # fmt: skip
     except (TypeError, ValueError, FileNotFoundError) as exn:
         parser.error(f"plan: {exn}")

@@ -88,6 +88,44 @@ def test_a_nodes_planned_ranges_hold_every_sample_it_reads_in_every_epoch_and_no
         assert all(len(ranks) == 1 for ranks in owners.values())
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=12),
+    parts=st.sampled_from([2, 4, 6, 12, 20]),
+    world=st.sampled_from([1, 2, 4]),
+    blocks=st.booleans(),
+    origin=st.integers(0, 50),
+    seed=st.integers(0, 2**32),
+)
+def test_a_ranks_ranges_are_exactly_the_samples_it_reads_of_the_shards_it_does_not_read_whole(
+    counts: list[int], parts: int, world: int, blocks: bool, origin: int, seed: int
+) -> None:
+    order = ShardOrder(counts, seed, True, 0, 2 if blocks else 0, parts=parts)
+    total = sum(counts)
+    if total == 0 or parts % world or total // parts == 0:
+        return
+    for rank in range(world):
+        fetches = node_fetches(order, world, [rank], origin)
+        assert fetches is not None
+        # ``world`` epochs: the tail's samples reach every residue a rank reads in turn
+        positions = np.arange(origin + rank, origin + (world + 1) * total, world, dtype=np.int64)
+        shards, samples = order.locate(positions)
+        read: dict[int, set[int]] = {}
+        for shard, sample in zip(shards.tolist(), samples.tolist(), strict=True):
+            read.setdefault(shard, set()).add(sample)
+        expected = {}
+        for shard, got in read.items():
+            if len(got) < counts[shard]:  # read in part: its runs of samples
+                runs: list[tuple[int, int]] = []
+                for sample in sorted(got):
+                    if runs and runs[-1][1] == sample:
+                        runs[-1] = (runs[-1][0], sample + 1)
+                    else:
+                        runs.append((sample, sample + 1))
+                expected[shard] = tuple(runs)
+        assert fetches.partial == expected
+
+
 def test_a_world_size_that_does_not_divide_the_parts_plans_whole_shards() -> None:
     order = ShardOrder([10, 10, 10], 0, True, 0, parts=4)
     assert node_fetches(order, 3, [0]) is None

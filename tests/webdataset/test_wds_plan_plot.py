@@ -6,6 +6,8 @@ font cache). They skip only when matplotlib is absent (the ``plot`` extra).
 
 from __future__ import annotations
 
+import os
+import re
 import struct
 import sys
 from pathlib import Path
@@ -93,3 +95,38 @@ def test_plot_without_matplotlib_says_how_to_install_it(
     assert exit_info.value.code == 2
     assert "pip install -c constraints.txt -e '.[plot]'" in capsys.readouterr().err
     assert not (tmp_path / "p.png").exists()
+
+
+def _hostile(kind: str, tmp_path: Path) -> tuple[Path, str]:
+    """A ``--plot`` path that cannot take a PNG, and what the error says of it."""
+    if kind == "directory":
+        return tmp_path, "is a directory"
+    if kind == "fifo":  # writing would block until a reader came: it must not be opened
+        fifo = tmp_path / "plot.png"
+        os.mkfifo(fifo)
+        return fifo, "is not one \\(a FIFO"
+    if kind == "no-folder":
+        return tmp_path / "missing" / "plot.png", "the folder of .* is not one"
+    if os.geteuid() == 0:  # root writes through any mode bits
+        pytest.skip("running as root: a folder's mode bits do not stop root's writes")
+    folder = tmp_path / "locked"
+    folder.mkdir(mode=0o500)
+    return folder / "plot.png", "cannot be \\(permission denied\\)"
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "no-folder", "unwritable"])
+def test_a_plot_path_that_cannot_take_a_png_is_refused_naming_it_before_any_plan(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, says = _hostile(kind, tmp_path)
+    planned: list[int] = []
+    monkeypatch.setattr("detsamplers.loader.plan_run", lambda **kw: planned.append(1))
+    with pytest.raises(SystemExit) as exit_:
+        main([*ARGS, "--plot", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "--plot should" in err
+    assert re.search(says, err), err
+    assert planned == []  # refused before planning, and the FIFO never opened (no hang)
+    with pytest.raises(ValueError, match=f"--plot should .*{re.escape(repr(str(path)))}"):
+        save_plot([plan_run(synthetic=SyntheticShards(4, 4096, 2), nodes=1, batch_size=1)], path)

@@ -15,6 +15,7 @@ count of a larger shard is pinned by ``download_ranges``' own tests and the plan
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,46 @@ def test_an_epochs_planned_shard_and_index_bytes_and_gets_are_what_s3_serves(
 def test_storage_options_that_are_no_mapping_are_refused_naming_them() -> None:
     with pytest.raises(TypeError, match="storage_options should be a mapping"):
         plan_run(urls="s3://b/s/d-00.tar", nodes=1, batch_size=1, storage_options=[("k", 1)])  # type: ignore[arg-type]
+
+
+def test_the_plan_command_with_an_endpoint_and_credentials_in_the_environment_plans_what_s3_serves(
+    s3: S3Server,
+    bucket: tuple[str, int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    urls, _ = bucket
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # as a user's shell holds them
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    argv = ["plan", urls, "--endpoint-url", s3.endpoint, "--nodes", "2", "--ranks-per-node", "2"]
+    assert main([*argv, "--batch-size", "8", "--seed", "5", "--parts", "8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert s3.served.bytes[SET_INDEX] > 0  # the command read the index through the endpoint
+    s3.reset()
+    for rank in range(4):
+        source = WebDatasetSource(
+            urls, seed=5, batch_size=8, decode=(), collate_fn=list, world_size=4, rank=rank,
+            repeat=False, cache_dir=str(tmp_path / f"node{rank // 2}"), parts=8,
+            storage_options=s3.options,
+        )  # fmt: skip
+        assert sum(len(batch) for batch in source) > 0
+    got = _counted(s3)
+    nodes = plan["nodes"]
+    assert got["shard_bytes"] == sum(n["shard_bytes"][0] for n in nodes) > 0
+    assert got["shard_gets"] == sum(n["shard_requests"][0] for n in nodes)
+    assert got["index_bytes"] == sum(n["index_bytes"] for n in nodes) > 0
+    assert got["index_gets"] == sum(n["index_requests"] for n in nodes) == 4
+
+
+def test_the_plan_command_refuses_a_storage_option_without_a_value_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "s3://b/s/d-00.tar", "--nodes", "1", "--batch-size", "1"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--storage-option", "anon"])
+    assert exit_.value.code == 2
+    assert "--storage-option should be KEY=VALUE, but got 'anon'" in capsys.readouterr().err

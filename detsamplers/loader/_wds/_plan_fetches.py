@@ -30,6 +30,7 @@ readers' choices.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from .read._node_fetches import NodeFetches
@@ -38,6 +39,8 @@ from .shard._shard_info import ShardInfo
 __all__ = ["Spans", "node_costs", "ranged_cost", "rank_spans"]
 
 Spans = tuple[tuple[int, int], ...]
+#: Shards' offsets kept while ranks are walked in order (each can be a shard of 1e4 samples).
+_INFOS_KEPT = 256
 
 
 def ranged_cost(writes: Sequence[Spans], step: int) -> tuple[int, int]:
@@ -74,8 +77,12 @@ def rank_spans(
 ) -> list[dict[int, Spans]]:
     """Each rank's byte ranges per shard it reads in part, largest first (as the reader pins).
 
-    A shard absent is fetched whole by the rank (``byte_ranges`` gave ``None``).
+    A shard absent is fetched whole by the rank (``byte_ranges`` gave ``None``). A shard's
+    offsets are looked up once for the ranks that share it (neighbours share the shard
+    where their parts meet, and most ranks the few shards of the tail).
     """
+    if info is not None:
+        info = functools.lru_cache(maxsize=_INFOS_KEPT)(info)
     out: list[dict[int, Spans]] = []
     for mine in fetches:
         spans: dict[int, Spans] = {}

@@ -9,6 +9,11 @@ world size, the mean and largest bytes a node downloads over the run (shards and
 files) on the left axis, and the cost per node (``RunPlan.cost`` over the nodes, with a
 network) on the right. matplotlib is the optional extra ``plot``; without it the command
 says how to install it, and the plan itself needs none of it.
+
+The path is checked before any plan is made (:func:`check_plot_path`): a directory, a file
+that is not a regular one (a FIFO would block the write until something reads it, a
+device), a folder that does not exist or a path that cannot be written is refused with an
+error naming it; an error while writing names it too.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 from ._plan_report import RunPlan
 
-__all__ = ["node_counts", "save_plot", "sweep"]
+__all__ = ["check_plot_path", "node_counts", "save_plot", "sweep"]
 
 
 def node_counts(nodes: int, per_node: int, parts: int) -> list[int]:
@@ -55,15 +60,55 @@ def _pyplot() -> Any:
     return importlib.import_module("matplotlib.pyplot")
 
 
+def check_plot_path(path: str | os.PathLike[str]) -> str:
+    """The path a plot is written to, refused if it cannot take a PNG (NOTE [ plan plot ]).
+
+    Only ``stat`` and ``access`` are called: a FIFO is never opened.
+
+    Raises:
+        ValueError: a directory, not a regular file, no folder, or not writable.
+
+    Examples:
+        >>> check_plot_path("/")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --plot should name a PNG file to write, but '/' is a directory; ...
+    """
+    name = os.fspath(path)
+    if os.path.isdir(name):
+        raise ValueError(
+            f"--plot should name a PNG file to write, but {name!r} is a directory; pass a "
+            f"file in it, such as {os.path.join(name, 'plan.png')!r}"
+        )
+    if os.path.lexists(name) and not os.path.isfile(name):
+        raise ValueError(
+            f"--plot should name a regular file, but {name!r} is not one (a FIFO, a socket, a "
+            f"device or a broken link); pass a file path such as plan.png"
+        )
+    folder = os.path.dirname(os.path.abspath(name))
+    if not os.path.isdir(folder):
+        raise ValueError(
+            f"--plot should be in an existing folder, but the folder of {name!r} is not one; "
+            f"create it or pass another path"
+        )
+    if not os.access(name if os.path.exists(name) else folder, os.W_OK):
+        raise ValueError(
+            f"--plot should be a path that can be written, but {name!r} cannot be (permission "
+            f"denied); pass a path you can write"
+        )
+    return name
+
+
 def save_plot(plans: list[RunPlan], path: str | os.PathLike[str]) -> None:
     """Draw bytes (mean and largest) and cost per node against the world size into ``path``.
 
     Raises:
         ImportError: matplotlib is not installed (the message says how to install it).
-        ValueError: ``plans`` is empty.
+        ValueError: ``plans`` is empty, or ``path`` cannot take the PNG (the message names it).
     """
     if not plans:
         raise ValueError("plans should hold at least one plan, but got none")
+    name = check_plot_path(path)
     plt = _pyplot()
     worlds = [p.world_size for p in plans]
     per_node = [[sum(n.shard_bytes) + n.index_bytes for n in p.nodes] for p in plans]
@@ -94,5 +139,12 @@ def save_plot(plans: list[RunPlan], path: str | os.PathLike[str]) -> None:
         f"{first.epochs} epochs"
     )
     figure.tight_layout()
-    figure.savefig(os.fspath(path), format="png")
-    plt.close(figure)
+    try:
+        figure.savefig(name, format="png")
+    except OSError as error:
+        raise ValueError(
+            f"--plot should be a path that can be written, but writing {name!r} failed: "
+            f"{error.strerror or error}; pass another path"
+        ) from error
+    finally:
+        plt.close(figure)

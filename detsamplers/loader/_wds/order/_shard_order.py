@@ -144,6 +144,17 @@ class ShardOrder:
         """
         return self._epoch(epoch)[0]
 
+    def shard_starts(self, epoch: int) -> I64:
+        """Where each shard of ``shard_order(epoch)`` starts in the epoch's sequence, and its end.
+
+        Kept with the order (the last epochs' few), so callers do not each sum the counts.
+
+        Examples:
+            >>> ShardOrder([2, 0, 3], 0, False, 0).shard_starts(0).tolist()
+            [0, 2, 2, 5]
+        """
+        return self._epoch(epoch)[1]
+
     def _epoch(self, epoch: int) -> tuple[I64, I64]:
         if self._fixed is not None:
             return self._fixed

@@ -169,14 +169,15 @@ def node_fetches(
     residues = np.asarray([(origin + r) % step for r in ranks], dtype=np.int64)
     mine = tail[np.isin(tail % step, residues)]
     wanted += [(int(x), int(x) + 1) for x in mine]
-    shards = order.shard_order(0)
-    counts = order.counts[shards]
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    shards, starts = order.shard_order(0), order.shard_starts(0)  # kept by the order
     per: dict[int, list[tuple[int, int]]] = {}
     for low, high in _merge(wanted):
         first = int(np.searchsorted(starts, low, side="right")) - 1
         last = int(np.searchsorted(starts, high, side="left"))
-        for slot in range(max(first, 0), min(last, len(shards))):
+        begin_slot, end_slot = max(first, 0), min(last, len(shards))
+        # a shard strictly inside the range is read whole: only its two ends can be partial
+        ends = (begin_slot, end_slot - 1) if end_slot - begin_slot > 2 else ()
+        for slot in ends or range(begin_slot, end_slot):
             begin, end = int(starts[slot]), int(starts[slot + 1])
             if end <= begin:
                 continue
