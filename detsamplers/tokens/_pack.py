@@ -379,8 +379,11 @@ class PackOrder:
         shares each numpy step among them (the bins are those :meth:`window` makes).
         """
         found = np.searchsorted(self._cumulative, np.asarray(ks, dtype=np.int64), side="right")
+        self._prepare_windows((found - 1).tolist())
+
+    def _prepare_windows(self, ws: list[int]) -> None:
         wanted = []
-        for w in dict.fromkeys((found - 1).tolist()):
+        for w in dict.fromkeys(ws):
             if w in self._packed:
                 self._packed.move_to_end(w)  # used: not evicted by the packing below
             else:
@@ -441,6 +444,30 @@ class PackOrder:
         while len(self._packed) > CACHED_WINDOWS and self._kept_pieces > CACHED_PIECES:
             _, evicted = self._packed.popitem(last=False)
             self._kept_pieces -= len(evicted[1])
+
+    def batch(self, ks: list[int]) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
+        """Sequences ``ks``'s pieces, one row after the other, and each row's piece count.
+
+        The same pieces as :meth:`pieces` gives one by one: the windows are packed (or
+        found kept) as :meth:`prepare` does, then each row is one slice of its window's
+        columns, and each column is one concatenation.
+        """
+        wanted = np.asarray(ks, dtype=np.int64)
+        found = np.searchsorted(self._cumulative, wanted, side="right") - 1
+        windows = found.tolist()
+        self._prepare_windows(windows)
+        packed = self._packed
+        parts: list[list[npt.NDArray[Any]]] = [[], [], [], []]
+        sizes = []
+        for w, j in zip(windows, (wanted - self._cumulative[found]).tolist(), strict=True):
+            kept = packed.get(w)  # not kept when a batch reads over CACHED_WINDOWS windows
+            offsets, *columns = kept if kept is not None else self.window(w)
+            a, b = int(offsets[j]), int(offsets[j + 1])
+            for part, column in zip(parts, columns, strict=True):
+                part.append(column[a:b])
+            sizes.append(b - a)
+        docs, firsts, counts, closes = (np.concatenate(part) for part in parts)
+        return docs, firsts, counts, closes, np.array(sizes, dtype=np.int64)
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""

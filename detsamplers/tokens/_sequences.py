@@ -48,8 +48,9 @@ from .._state import fingerprint
 from ._concat import ConcatOrder, Pieces
 from ._concat_windows import concat_windows
 from ._corpus import TokenCorpus
-from ._features import IGNORE_INDEX, KEYS, check_outputs, features, features_rows
+from ._features import KEYS, check_outputs, features, features_rows
 from ._pack import LONG_DOCUMENTS, PackOrder
+from ._pack_rows import packed_rows
 from ._windows import chunk_windows
 
 __all__ = ["MODES", "TokenSequences"]
@@ -217,7 +218,10 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         index, epoch = self._checked(index, epoch)
         docs, firsts, counts, closes = self.pieces(index, epoch)
         if self._pack is not None:
-            return self._padded([(docs, firsts, counts, closes)])[0]
+            one = np.array([len(docs)], dtype=np.int64)
+            rows = packed_rows(self.corpus, docs, firsts, counts, closes, one, self.seq_len,
+                               self.outputs)  # fmt: skip
+            return rows[0]
         if self._concat is None:
             start = int(firsts[0])
             tokens = self.corpus.read(start, start + self.seq_len + 1)
@@ -270,11 +274,11 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             if windows is not None:  # NOTE [ batched concat windows ]
                 return features_rows(*windows, self.outputs)
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
-        if self._pack is not None:
-            self._pack.prepare([k for k, _ in checked])
+        if self._pack is not None:  # NOTE [ packed batch rows ]
+            docs, firsts, counts, closes, pieces = self._pack.batch([k for k, _ in checked])
+            return packed_rows(self.corpus, docs, firsts, counts, closes, pieces, self.seq_len,
+                               self.outputs)  # fmt: skip
         parts = [self.pieces(index, epoch) for index, epoch in checked]
-        if self._pack is not None:
-            return self._padded(parts)
         columns = zip(*parts, strict=True)
         docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
         pieces = np.array([len(part[0]) for part in parts], dtype=np.int64)
@@ -285,45 +289,6 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             for row, (index, _) in zip(tokens, checked, strict=True):
                 row[:] = self.corpus.read(index * width, (index + 1) * width)
         return features_rows(tokens, docs, counts, closes, pieces, self.outputs)
-
-    def _padded(self, parts: list[Pieces]) -> list[dict[str, npt.NDArray[Any]]]:
-        """Packed sequences' features: each bin's pieces, then padding to ``L + 1`` tokens.
-
-        The padding is one more piece of token 0 and document ``-1``: its positions restart
-        at 0, ``cu_seqlens`` closes the last document before it, and its labels are
-        ``IGNORE_INDEX`` (NOTE [ sequence features ]).
-        """
-        width, count = self.seq_len + 1, len(parts)
-        columns = zip(*parts, strict=True)
-        docs, firsts, counts, closes = (np.concatenate(column) for column in columns)
-        real = self.corpus.read_pieces(firsts, counts)
-        lengths = np.array([len(part[0]) for part in parts], dtype=np.int64)
-        row = np.repeat(np.arange(count, dtype=np.int64), lengths)
-        used = np.bincount(row, weights=counts, minlength=count).astype(np.int64)
-        # Each real token's place in the flattened (B, L + 1) table: its row's first column
-        # plus its rank among its row's tokens.
-        before = np.cumsum(used) - used
-        tokens = np.zeros((count, width), dtype=np.int64)
-        place = np.arange(len(real), dtype=np.int64) + np.repeat(
-            np.arange(count, dtype=np.int64) * width - before, used
-        )
-        tokens.reshape(-1)[place] = real
-        # One padding piece after each row's pieces where the row is not full.
-        padded = used < width
-        at = np.repeat(np.cumsum(lengths), padded)
-        pads = int(padded.sum())
-        rows = features_rows(
-            tokens,
-            np.insert(docs.astype(np.int64), at, np.full(pads, -1, dtype=np.int64)),
-            np.insert(counts.astype(np.int64), at, (width - used)[padded]),
-            np.insert(closes.astype(bool), at, np.ones(pads, dtype=bool)),
-            lengths + padded,
-            self.outputs,
-        )
-        if "labels" in self.outputs:
-            for out, first in zip(rows, used.tolist(), strict=True):
-                out["labels"][first:] = IGNORE_INDEX  # the padding's columns (views of one table)
-        return rows
 
     def stats(self) -> dict[str, Any]:
         """What the mode makes of the corpus: sequences, padding and tokens left out.

@@ -1,0 +1,75 @@
+"""Packed batches built for the batch at once (NOTE [ packed batch rows ])."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokens_helpers import EOD, write_eod
+
+from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+from detsamplers.tokens._features import KEYS
+
+packed_corpora = st.lists(
+    st.lists(st.integers(1, 24), min_size=1, max_size=14), min_size=1, max_size=3
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=packed_corpora, seq_len=st.integers(1, 12), seed=st.integers(0, 99),
+       outputs=st.sets(st.sampled_from(KEYS[1:])), data=st.data())  # fmt: skip
+def test_a_packed_batch_of_some_outputs_holds_exactly_those_arrays_of_the_full_batch(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    seed: int,
+    outputs: set[str],
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    every = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=3)
+    some = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=3,
+                          outputs=["input_ids", *outputs])  # fmt: skip
+    ks = data.draw(st.lists(st.integers(0, len(every) - 1), min_size=1, max_size=9))
+    full = every.getitems_in_epochs([(0, k) for k in ks])
+    rows = some.getitems_in_epochs([(0, k) for k in ks])
+    for k, row, whole in zip(ks, rows, full, strict=True):
+        assert list(row) == [key for key in KEYS if key == "input_ids" or key in outputs]
+        for key, value in row.items():
+            assert value.tolist() == whole[key].tolist() == every.at(k)[key].tolist(), key
+    batch = collate_tokens(rows)
+    assert batch["input_ids"].is_contiguous() and batch["input_ids"].shape == (len(ks), seq_len)
+
+
+def test_a_token_over_vocab_size_in_a_packed_batch_fails_naming_its_file(
+    tmp_path: Path,
+) -> None:
+    docs = [np.array([1, 2, EOD]), np.array([3, 4, 5, 9000, EOD]), np.array([6, EOD])]
+    path = tmp_path / "bad.bin"
+    np.concatenate(docs).astype(np.uint16).tofile(path)
+    corpus = TokenCorpus([path], dtype="uint16", eod_id=EOD, vocab_size=1000, progress=False)
+    sequences = TokenSequences(corpus, 5, mode="pack", window=3)
+    pairs = [(0, k) for k in range(len(sequences))] * 2
+    with pytest.raises(ValueError, match=r"token file .*bad\.bin should hold token ids in \[0, "
+                       r"vocab_size=1000\), but token 6 is 9000"):  # fmt: skip
+        sequences.getitems_in_epochs(pairs)
+
+
+def test_a_packed_batch_reads_its_pieces_from_every_file_they_lie_in(tmp_path: Path) -> None:
+    corpus = write_eod(tmp_path, [[3, 5, 2], [4, 1], [6, 2, 2]], seed=3)
+    sequences = TokenSequences(corpus, 7, mode="pack", window=2)
+    ks = list(range(len(sequences)))
+    rows = sequences.getitems_in_epochs([(0, k) for k in ks])
+    for k, row in zip(ks, rows, strict=True):
+        _, firsts, counts, _ = sequences.pieces(k)
+        real = np.concatenate([corpus.read(int(f), int(f + c))
+                               for f, c in zip(firsts, counts, strict=True)])  # fmt: skip
+        expected = np.zeros(8, dtype=np.int64)
+        expected[: len(real)] = real
+        assert row["input_ids"].tolist() == expected[:7].tolist()
+    files = {int(np.searchsorted(corpus._token_start, f, side="right"))
+             for k in ks for f in sequences.pieces(k)[1]}  # fmt: skip
+    assert len(files) == 3  # the batch read from all three files
