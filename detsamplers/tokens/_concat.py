@@ -23,8 +23,8 @@ of those ``nb`` totals), built when epoch ``e`` is first asked for; the last
 of the stream lies in the block at ``j = max{j : C_e[j] <= t}`` (a binary search), and
 inside it at the document found by a cumulative sum of that block's ``B`` permuted
 lengths: O(log nb + B) per sequence, O(D / B) memory per cached epoch. A batch's blocks
-are permuted in one vectorised call (``ConcatOrder.prepare``): the same orders, without
-a call's overhead per block.
+are permuted in one vectorised call (``ConcatOrder.prepare``; ``ConcatOrder.laid_out``
+for a batch read at once): the same orders, without a call's overhead per block.
 
 Every token once per epoch: ``pi_e`` and each ``sigma_{b,e}`` are bijections, so the stream lists
 every document exactly once, each whole and in storage order inside, and its length is the
