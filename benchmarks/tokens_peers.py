@@ -66,6 +66,7 @@ LABELS = {
     ("ours", "chunk"): "ours chunk",
     ("ours", "concat"): "ours concat",
     ("ours", "chunk-io"): "ours chunk, inputs+labels",
+    ("ours", "concat-io"): "ours concat, inputs+labels",
     ("megatron", ""): "Megatron-Core",
     ("olmo", ""): "OLMo-core",
     ("litdata", ""): "litdata",
@@ -298,9 +299,10 @@ def row_resume(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -
 
 
 def row_rate(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -> None:
-    # "chunk-io" is the equal-work column against litdata: inputs and labels only.
-    libs = [("ours", "chunk"), ("ours", "concat"), ("ours", "chunk-io"), ("megatron", ""),
-            ("olmo", ""), ("litdata", "")]  # fmt: skip
+    # "chunk-io" is the equal-work column against litdata: inputs and labels only;
+    # "concat-io" the one against Megatron-Core's GPTDataset (a shuffled document order).
+    libs = [("ours", "chunk"), ("ours", "concat"), ("ours", "chunk-io"), ("ours", "concat-io"),
+            ("megatron", ""), ("olmo", ""), ("litdata", "")]  # fmt: skip
     shape = f"{args.batch} x {args.seq_len}"
     print(f"Row 3. Tokens/s on one rank, batches of {shape} (higher is better)")
     print(machine_line(info, load_end=None))

@@ -23,8 +23,8 @@ of those ``nb`` totals), built when epoch ``e`` is first asked for; the last
 of the stream lies in the block at ``j = max{j : C_e[j] <= t}`` (a binary search), and
 inside it at the document found by a cumulative sum of that block's ``B`` permuted
 lengths: O(log nb + B) per sequence, O(D / B) memory per cached epoch. A batch's blocks
-are permuted in one vectorised call (``ConcatOrder.prepare``): the same orders, without
-a call's overhead per block.
+are permuted in one vectorised call (``ConcatOrder.prepare``; ``ConcatOrder.laid_out``
+for a batch read at once): the same orders, without a call's overhead per block.
 
 Every token once per epoch: ``pi_e`` and each ``sigma_{b,e}`` are bijections, so the stream lists
 every document exactly once, each whole and in storage order inside, and its length is the
@@ -199,6 +199,55 @@ class ConcatOrder:
         starts = begins[rows]
         for i, key in enumerate(missing):
             self._store(key, (docs[i], starts[i], lengths[i], ends[i]))
+
+    def laid_out(self, blocks: I64, epochs: I64, bases: I64) -> tuple[I64, I64, I64, I64]:
+        """Blocks ``blocks[i]`` of epochs ``epochs[i]`` one after the other, built at once.
+
+        What a batch's windows search (NOTE [ batched concat windows ]): each block's
+        documents in its epoch's order, their first corpus tokens, lengths and running
+        ends plus ``bases[i]``, the blocks' arrays end to end. The full blocks are one
+        table each: the keyed orders one call of the family (one row per block at
+        ``b + e nb``), the lengths one gather of the blocks' document ends (a block's
+        documents are consecutive), the starts one cumulative sum of the lengths in
+        storage order, the ends one cumulative sum in the keyed order. Nothing is cached:
+        the blocks a batch meets are those its random windows fall in, met again by a
+        later batch about once in ``nb``. A batch meeting the corpus's last (shorter)
+        block builds its blocks one by one (:meth:`_block`). The same arrays as
+        :meth:`_block`'s, block for block (``tests/tokens/test_tokens_concat_batch.py``).
+        """
+        size = self._size
+        if self._blocks == 1 or bool((blocks == self._blocks - 1).any()):
+            pairs = zip(blocks.tolist(), epochs.tolist(), strict=True)
+            parts = [self._block(block, epoch) for block, epoch in pairs]
+            columns = [np.concatenate(column) for column in zip(*parts, strict=True)]
+            count = np.array([len(part[0]) for part in parts], dtype=np.int64)
+            columns[3] = columns[3] + np.repeat(bases, count)
+            return columns[0], columns[1], columns[2], columns[3]
+        local = self._inner.rows(blocks + epochs * self._blocks)  # (m, size)
+        stored = self._stored_lengths(blocks)
+        begins = np.cumsum(stored, axis=1)
+        begins -= stored
+        begins += self._firsts[blocks][:, None]
+        flat = (local + (np.arange(len(blocks), dtype=np.int64) * size)[:, None]).ravel()
+        lengths = stored.ravel()[flat]
+        ends = np.cumsum(lengths.reshape(-1, size), axis=1)
+        ends += bases[:, None]
+        docs = (local + (blocks * size)[:, None]).ravel()
+        return docs, begins.ravel()[flat], lengths, ends.ravel()
+
+    def _stored_lengths(self, blocks: I64) -> I64:
+        """The full blocks' document lengths in storage order, a ``(len(blocks), B)`` table."""
+        corpus = self._corpus
+        docs = (blocks * self._size)[:, None] + np.arange(self._size, dtype=np.int64)
+        if len(corpus._ends) == 1:
+            # One file: the blocks' document ends are one gather of its ends (checked by
+            # regions, NOTE [ lazy ends check ]); each block starts at its block start.
+            ends = corpus._ends[0]
+            corpus._checks[0].cover_at(ends, docs.ravel())
+            found: I64 = ends[docs].astype(np.int64, copy=False)
+            return np.diff(found, axis=1, prepend=self._firsts[blocks][:, None])
+        begins = corpus.starts(docs.ravel()).reshape(docs.shape)
+        return np.diff(begins, axis=1, append=self._firsts[blocks + 1][:, None])
 
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""

@@ -7,8 +7,9 @@ search for its block, and per block a search for its first and last documents an
 handful of small arrays: a dozen numpy calls per sequence; its tokens were then gathered
 token by token (one index per token). A batch's windows need only:
 
-- the blocks: the batch's blocks built at once (``ConcatOrder.prepare``), and those the
-  windows meet laid end to end, each epoch after the other, in stream order, with each
+- the blocks: those the windows meet, built at once and laid end to end, each epoch
+  after the other, in stream order (``ConcatOrder.laid_out``: one keyed-order call, one
+  gather of document ends and two cumulative sums for all of them), with each
   document's end moved to its stream position (plus ``r (T + 1)`` for the ``r``-th
   distinct epoch of the batch, so that the ends of the whole table increase);
 - the pieces: each window's first and last documents are two ``searchsorted`` calls over
@@ -79,10 +80,9 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
         return None
     starts = sequences * width
     stops = starts + width
-    order.prepare_table(np.column_stack([starts, stops, epochs]))
     shift = np.int64(corpus.num_tokens + 1)
-    parts: list[tuple[I64, I64, I64, I64]] = []
     keys_start = starts.copy()
+    met: list[tuple[I64, I64, I64]] = []  # per epoch: the blocks met, their epoch, base
     for rank, epoch in enumerate(dict.fromkeys(epochs.tolist())):  # np.unique imports numpy.ma
         mine = epochs == epoch
         keys_start[mine] += rank * shift
@@ -90,13 +90,16 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
         low = np.searchsorted(cumulative, starts[mine], side="right") - 1
         high = np.searchsorted(cumulative, stops[mine], side="left")
         # The blocks met, each once, in stream order: a window's are consecutive.
-        met = np.zeros(len(cumulative), dtype=np.int8)
-        np.add.at(met, low, 1)
-        np.add.at(met, high, -1)
-        for j in np.flatnonzero(np.cumsum(met) > 0).tolist():
-            docs, firsts, lengths, ends = order._block(int(block_order[j]), epoch)
-            parts.append((docs, firsts, lengths, ends + (cumulative[j] + rank * shift)))
-    docs, firsts, lengths, ends = (np.concatenate(column) for column in zip(*parts, strict=True))
+        spans = np.zeros(len(cumulative), dtype=np.int8)
+        np.add.at(spans, low, 1)
+        np.add.at(spans, high, -1)
+        j = np.flatnonzero(np.cumsum(spans) > 0)
+        met.append((block_order[j], np.full(len(j), epoch, dtype=np.int64),
+                    cumulative[j] + rank * shift))  # fmt: skip
+    blocks, block_epochs, bases = (
+        column[0] if len(met) == 1 else np.concatenate(column) for column in zip(*met, strict=True)
+    )
+    docs, firsts, lengths, ends = order.laid_out(blocks, block_epochs, bases)
     keys_stop = keys_start + width
     low = np.searchsorted(ends, keys_start, side="right")
     high = np.searchsorted(ends, keys_stop, side="left") + 1

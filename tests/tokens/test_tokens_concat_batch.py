@@ -85,3 +85,61 @@ def test_a_concat_batch_meeting_a_token_above_the_vocabulary_names_the_file(
     with pytest.raises(ValueError, match=r"big\.bin should hold token ids in \[0, "
                        r"vocab_size=100\), but token 4 is 900"):  # fmt: skip
         sequences.getitems_in_epochs([(0, 0), (0, 1), (0, 2)])
+
+
+@given(files=corpora, seed=st.integers(0, 99), block=st.integers(1, 6), data=st.data())
+def test_blocks_laid_out_at_once_equal_the_blocks_built_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seed: int,
+    block: int,
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    order = ConcatOrder(corpus, seed=seed, block_documents=block)
+    nb = -(-corpus.num_documents // block)
+    triples = st.tuples(st.integers(0, nb - 1), st.integers(0, 3), st.integers(0, 10**6))
+    met = data.draw(st.lists(triples, min_size=1, max_size=8))
+    blocks, epochs, bases = (np.array(column, dtype=np.int64) for column in zip(*met, strict=True))
+    got = order.laid_out(blocks, epochs, bases)
+    alone = ConcatOrder(corpus, seed=seed, block_documents=block)
+    parts = [alone._block(b, e) for b, e, _ in met]
+    expected = [np.concatenate([part[i] for part in parts]) for i in range(4)]
+    expected[3] = expected[3] + np.repeat(bases, [len(part[0]) for part in parts])
+    for name, array, want in zip(("docs", "starts", "lengths", "ends"), got, expected, strict=True):
+        assert array.dtype == np.int64, name
+        assert array.tolist() == want.tolist(), name
+
+
+def test_a_concat_batch_builds_its_full_blocks_with_one_keyed_order_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_eod(tmp_path, [[3, 5, 2, 7, 4, 6, 1, 8, 9, 2, 3, 4]])
+    sequences = TokenSequences(corpus, 4, mode="concat", block_documents=3)
+    order = sequences._concat
+    assert order is not None
+    block_order, cumulative = order.index(2)
+    # Two windows inside the first block of epoch 2's order, which is not the last block.
+    first = int(np.flatnonzero(block_order != order._blocks - 1)[0])
+    inside = [k for k in range(len(sequences))
+              if cumulative[first] <= 5 * k and 5 * (k + 1) <= cumulative[first + 1]]  # fmt: skip
+    assert inside
+    inside = (inside * 2)[:2] if len(inside) < 2 else inside
+    expected = [sequences.at(k, epoch=2) for k in inside]
+    calls: list[str] = []
+    rows, block_of = type(order._inner).rows, ConcatOrder._block
+
+    def counted_rows(self: object, *args: np.ndarray) -> np.ndarray:
+        calls.append("rows")
+        return rows(self, *args)  # type: ignore[arg-type]
+
+    def counted_block(self: ConcatOrder, *args: int) -> object:
+        calls.append("block")
+        return block_of(self, *args)
+
+    monkeypatch.setattr(type(order._inner), "rows", counted_rows)
+    monkeypatch.setattr(ConcatOrder, "_block", counted_block)
+    got = sequences.getitems_in_epochs([(2, k) for k in inside])
+    assert calls == ["rows"]
+    for row, one in zip(got, expected, strict=True):
+        assert row["input_ids"].tolist() == one["input_ids"].tolist()

@@ -2,8 +2,9 @@
 
 ``TokenSequences(corpus, L, mode=..., seed=0)`` through ``detsamplers.loader.DataLoader``
 (``shuffle=True``, ``collate_tokens``: input_ids, labels, position_ids, document_ids,
-cu_seqlens; mode ``chunk-io``: input_ids and labels only, litdata's work); a resume
-loads the loader's state and the dataset's fingerprint.
+cu_seqlens; modes ``chunk-io`` and ``concat-io``: input_ids and labels only, litdata's
+and Megatron-Core's work); a resume loads the loader's state and the dataset's
+fingerprint.
 """
 
 from __future__ import annotations
