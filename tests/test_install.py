@@ -165,13 +165,22 @@ def pip_cache() -> str:
 
 def user_environment() -> dict[str, str]:
     """This process's environment less what the test run adds (its venv, PYTHONPATH), with
-    the user's pip cache (:func:`pip_cache`), one for both halves of the install test."""
+    the user's pip cache (:func:`pip_cache`), one for both halves of the install test, and
+    pip told not to byte-compile what it installs."""
     env = dict(os.environ)
     for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTHONHOME"):
         env.pop(name, None)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
     env["PIP_CACHE_DIR"] = pip_cache()
+    # The commands run exactly as the docs write them; only pip's own configuration (its
+    # environment, as a user's pip.conf could set it) differs. PIP_NO_COMPILE skips pip's
+    # byte-compiling of every installed file (torch alone has thousands, twice, once per venv):
+    # Python compiles a module when it is first imported anyway, and pip does not fail an
+    # install whose files do not compile, so that step proves nothing about our docs.
+    # PIP_DISABLE_PIP_VERSION_CHECK drops pip's look-up of its own newer release.
+    env["PIP_NO_COMPILE"] = "1"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
 

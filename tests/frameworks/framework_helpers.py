@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.helpers import run_agent
@@ -36,17 +37,31 @@ def torchrun_twice(
     second: list[str],
     log: Path,
     checks: Path | None = None,
+    then: Sequence[tuple[str, list[str]]] = (),
 ) -> None:
     """Run ``examples/<script>`` into ``runs[0]``, then resume a copy of it, ``runs[1]``.
 
     Both in one launch on ``ranks`` processes (tests/frameworks/run_twice.py); ``checks``
-    is a file whose ``check(runs[0])`` runs first.
+    is a file whose ``check(runs[0])`` runs first; each ``(script, args)`` of ``then`` runs
+    after them, in turn, in the same launch.
     """
     args = [str(EXAMPLES / script), *map(str, runs)]
     if checks is not None:
         args += ["--checks", str(checks)]
-    args += ["--first-args", *first, "--second-args", *second]
+    args += ["--first-args", *first, "--second-args", *second, *next_runs(then)]
     launch(HERE / "run_twice.py", ranks, args, log)
+
+
+def torchrun_in_turn(ranks: int, runs: Sequence[tuple[str, list[str]]], log: Path) -> None:
+    """Each ``(script, args)`` of ``runs`` (``examples/<script>``), one after the other, in one
+    launch on ``ranks`` processes (tests/frameworks/run_in_turn.py)."""
+    (script, args), *then = runs
+    command = [str(EXAMPLES / script), *args, *next_runs(then)]
+    launch(HERE / "run_in_turn.py", ranks, command, log)
+
+
+def next_runs(runs: Sequence[tuple[str, list[str]]]) -> list[str]:
+    return [arg for script, args in runs for arg in ("--next", str(EXAMPLES / script), *args)]
 
 
 def launch(path: Path, ranks: int, args: list[str], log: Path) -> None:

@@ -10,6 +10,9 @@ checkpoint on disk (nothing carries over in memory: a new trainer, model and loa
 
 ``FIRST`` is left as the first run made it, so another launch can resume it on another
 number of processes. ``--checks PATH`` runs ``check(FIRST)`` of the file at ``PATH`` first.
+``--next SCRIPT ARGS...`` after the second run's arguments (any number of them) runs another
+example's ``main`` in turn, once every rank has finished the run before it: a launch (torch and
+the framework imported on each rank, a rendezvous) serves several scenarios.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def main() -> None:
     argv = sys.argv[1:]
     split = argv.index("--second-args")
     args = parser.parse_args(argv[:split])
-    second_args = argv[split + 1 :]
+    second_args, *then = runs_of(argv[split + 1 :])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     marks = args.first.parent / f"{args.first.name}.marks"
     marks.mkdir(parents=True, exist_ok=True)
@@ -104,7 +107,31 @@ def main() -> None:
     wait_for([marks / "copied"])
     fresh_process_state()
     example.main(second_args)
+    in_turn(then)
     destroy()
+
+
+def runs_of(argv: list[str]) -> list[list[str]]:
+    """``argv`` split at each ``--next``: the first run's arguments, then each next run's
+    script and arguments."""
+    runs: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--next":
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    return runs
+
+
+def in_turn(runs: list[list[str]]) -> None:
+    """Each ``[script, *args]`` of ``runs``: its ``main(args)``, once all ranks are done with
+    the run before (the process group is kept, :func:`keep_process_group`)."""
+    import torch.distributed as dist
+
+    for script, *args in runs:
+        dist.barrier()
+        fresh_process_state()
+        load(Path(script)).main(args)
 
 
 if __name__ == "__main__":
