@@ -16,7 +16,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from run_twice import in_turn, keep_process_group, load, runs_of
+if __package__:  # imported as tests.frameworks.run_in_turn (pytest's --doctest-modules)
+    from .run_twice import in_turn, keep_process_group, load, runs_of
+else:  # run as a script under torchrun: its folder is sys.path[0]
+    from run_twice import in_turn, keep_process_group, load, runs_of
 
 
 def main() -> None:

@@ -68,6 +68,9 @@ def test_the_view_keeps_the_generator_accelerate_gives_it_and_the_order_ignores_
         view.generator = 7
 
 
+# In the frameworks tier: importing lightning imports matplotlib, whose first import in a fresh
+# cache runs `fc-list` (a process), and costs seconds of CPU the fast tier does not spend.
+@pytest.mark.frameworks
 def test_lightning_sees_the_loader_as_split_and_resumable_and_its_set_epoch_moves_nothing() -> None:
     pytest.importorskip("lightning")
     from lightning.fabric.utilities.data import _set_sampler_epoch
