@@ -141,6 +141,8 @@ def sidecar_ends(
     # The sidecar's header only: a cache that passes needs 65 of its lengths, read by
     # position (NOTE [ ends read by position ]); it is mapped whole only to sum it.
     layout = npy_values(sidecar, LENGTH_DTYPES, what="document lengths file")
+    if layout[2] == 0:  # no document: its own error, from the lengths
+        return ends_of_lengths(_lengths(sidecar), len(tokens), path, sidecar), True
     where = sidecar.with_name(f"{sidecar.name}.ends.npy")
     try:
         binding = _binding(sidecar, Path(path))

@@ -76,9 +76,13 @@ def _open_regular(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-def _memmap(handle: Any, path: Path, dtype: np.dtype[Any], offset: int, count: int) -> Any:
+def _memmap(
+    handle: Any, path: Path, dtype: np.dtype[Any], offset: int, count: int, what: str = "token file"
+) -> Any:
     if count == 0:
-        raise ValueError(f"token file {path} holds no tokens; remove it from the corpus")
+        if what == "token file":
+            raise ValueError(f"token file {path} holds no tokens; remove it from the corpus")
+        raise ValueError(f"{what} {path} holds no values; write it again beside its token file")
     return np.memmap(handle, dtype=dtype, mode="r", offset=offset, shape=(count,))
 
 
@@ -148,7 +152,7 @@ def open_npy(
     with _open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         kind, offset, count = npy_layout(handle, size, path, allowed, what)
-        return _memmap(handle, path, kind, offset, count)  # type: ignore[no-any-return]
+        return _memmap(handle, path, kind, offset, count, what)  # type: ignore[no-any-return]
 
 
 def npy_values(path: Path, allowed: tuple[str, ...], what: str) -> tuple[np.dtype[Any], int, int]:
@@ -158,7 +162,7 @@ def npy_values(path: Path, allowed: tuple[str, ...], what: str) -> tuple[np.dtyp
     (NOTE [ ends read by position ]).
 
     Raises:
-        ValueError: as :func:`open_npy` (an empty array too).
+        ValueError: as :func:`open_npy`.
 
     Examples:
         >>> import tempfile, numpy as np
@@ -171,10 +175,7 @@ def npy_values(path: Path, allowed: tuple[str, ...], what: str) -> tuple[np.dtyp
     """
     with _open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        kind, offset, count = npy_layout(handle, size, path, allowed, what)
-    if count == 0:
-        raise ValueError(f"token file {path} holds no tokens; remove it from the corpus")
-    return kind, offset, count
+        return npy_layout(handle, size, path, allowed, what)
 
 
 def npy_layout(

@@ -112,3 +112,19 @@ def test_a_token_file_cut_short_after_the_open_is_an_error_naming_it(tmp_path: P
         handle.truncate(128 + 4 * 10)
     with pytest.raises(ValueError, match=rf"token file {path} should hold 16 bytes at byte"):
         chunk_batch(path, sidecar, corpus)
+
+
+def test_an_empty_lengths_sidecar_gives_the_same_error_with_the_cache_or_without(
+    tmp_path: Path,
+) -> None:
+    path, sidecar = write(tmp_path, [3, 1])
+    np.save(sidecar, np.array([], dtype=np.uint32))
+    errors = []
+    for cache in (True, False):
+        with pytest.raises(ValueError) as raised:
+            TokenCorpus(path, lengths=[sidecar], cache=cache)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+    assert errors[0] == (
+        f"document lengths file {sidecar} holds no values; write it again beside its token file"
+    )
