@@ -105,7 +105,8 @@ def _read_rows(
 ) -> bool:
     """Fill each row of ``tokens`` from the file ``found`` (name, first byte) at ``local``.
 
-    False, and nothing read, if the file there is not the one mapped (``identity``).
+    False, and nothing read, if the file there is not the one mapped (``identity``) or is
+    gone.
 
     Raises:
         ValueError: the file ends before a window (it shrank while open).
@@ -113,7 +114,10 @@ def _read_rows(
     name, offset = found
     item = dtype.itemsize
     size = tokens.shape[1] * item
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    except OSError:  # removed or renamed since: the map still reads the file it opened
+        return False
     try:
         now = os.fstat(fd)
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != identity:

@@ -105,6 +105,15 @@ def test_a_token_file_replaced_after_the_open_is_still_read_as_it_was_opened(
     assert chunk_batch(path, sidecar, corpus) == [[13, 14, 15], [1, 2, 3], [21, 22, 23]]
 
 
+def test_a_token_file_removed_after_the_open_is_still_read_as_it_was_opened(
+    tmp_path: Path,
+) -> None:
+    path, sidecar = write(tmp_path, [5, 7, 4, 8])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    path.unlink()  # the map keeps the file's pages; a read by name would find nothing
+    assert chunk_batch(path, sidecar, corpus) == [[13, 14, 15], [1, 2, 3], [21, 22, 23]]
+
+
 def test_a_token_file_cut_short_after_the_open_is_an_error_naming_it(tmp_path: Path) -> None:
     path, sidecar = write(tmp_path, [5, 7, 4, 8])
     corpus = TokenCorpus(path, lengths=[sidecar])
