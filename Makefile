@@ -113,7 +113,7 @@ test: check
 # PYTEST_WORKERS workers. It keeps compiled modules (git-ignored __pycache__) even where
 # PYTHONDONTWRITEBYTECODE is set: each worker's collection then takes half the CPU from the second run.
 # A file whose every test has a slow marker is not even imported (tests/tiers.py).
-# Under 6 CPU-minutes: about 3 minutes on 2 idle cores.
+# About 4 CPU-minutes: about 2 minutes on 2 idle cores with 2 workers.
 .PHONY: test-fast
 test-fast: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= HYPOTHESIS_PROFILE=fast $(PY) -m pytest $(XDIST) -q -m "not (distributed or frameworks or install or servers or subprocess or workers)"
