@@ -1,4 +1,4 @@
-"""Scattered reads of a large ends cache check each document by its two ends (NOTE [ pair check ])."""
+"""Scattered reads of a large ends cache check each document by its two ends."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_scattered_starts_are_the_true_ones_or_bound_non_empty_ranges_or_name_th
             assert "should hold increasing ends" in str(error)
             return
     begins, stops = got[: len(docs)], got[len(docs) :]
-    assert ((0 <= begins) & (begins < stops) & (stops <= tokens)).all()
+    assert ((begins >= 0) & (begins < stops) & (stops <= tokens)).all()
     # The ends read: before each document and its own (the documents after read too).
     touched = set((docs - 1).tolist()) | set(docs.tolist())
     if not forged or at not in touched:
