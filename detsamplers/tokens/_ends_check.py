@@ -28,10 +28,14 @@ met about 250 regions of the 1e6 corpus's ends, so the region check compared eve
 (4.0 to 5.0 ms of a 12 ms first batch). It checks instead each document it reads by the
 two ends that bound it: ``1 <= ends[l - 1] < ends[l] <= tokens`` (``1 <= ends[0]`` for the
 first), which is what makes the read safe (a non-empty range inside the file) and what
-the region check gave the documents read. Neither check proves that two documents read
-do not overlap through unread ends between them (the regions left unread are not
-compared either); the open's sampled checks and the binding stand against a changed
-corpus as before. A failure raises the region check's error, naming the two ends.
+the region check gave the documents read. What is given up: a break among the unread
+ends of a region read (the region check refused it; here two documents read may then
+overlap, each still inside the file). Neither check compares the regions no read meets,
+and the open's binding and sampled checks stand against a changed corpus as before. A
+failure raises the region check's error, naming the two ends.
+A ``chunk`` batch checks its windows' documents the same way (8 windows met 8 regions of
+4,096 ends, their pages faulted in, for the few documents each window holds), then that
+the search's answer brackets each window, as before.
 
 The block starts of a ``concat`` order (every ``B``-th end, NOTE [ block-hierarchical
 concat ]) are read without this check: they are checked among themselves (increasing,

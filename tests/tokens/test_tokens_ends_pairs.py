@@ -105,3 +105,30 @@ def test_scattered_starts_compare_only_the_ends_they_read_and_a_broken_pair_name
     # A pack reads every document's two ends to count its bins: it names the cache too.
     with pytest.raises(ValueError, match=r"t\.lengths\.npy\.ends\.npy should hold increasing"):
         TokenSequences(corpus, 8, mode="pack", window=50).at(0)
+
+
+def test_a_chunk_window_checks_only_its_documents_and_a_broken_pair_in_it_names_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lazy(monkeypatch)
+    n = 400
+    path, sidecar = write(tmp_path, [2] * n)
+    TokenCorpus(path, lengths=[sidecar])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    sequences = TokenSequences(corpus, 3, mode="chunk")
+    rows = sequences.getitems_in_epochs([(0, 50), (0, 3)])  # a batch: windows 50 and 3
+    assert [row["input_ids"].tolist() for row in rows] == [[201, 202, 203], [13, 14, 15]]
+    assert not corpus._checks[0]._done.any()  # their documents, no region
+    binding = np.load(cache_of(sidecar))[:HEADER]
+    key = np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in binding[1:]] + [n])
+    sampled = set(np.random.default_rng(key).integers(1, n, size=64).tolist())
+    # An odd end moved past the next one where no sample looks: the window of tokens
+    # 2 at + 2 to 2 at + 6 reads documents at to at + 2, the pair (at, at + 1) broken.
+    at = next(a for a in range(n // 2 + 1, n - 2, 2) if not {a, a + 1} & sampled)
+    stored = np.load(cache_of(sidecar))
+    stored[HEADER + at] += 3
+    np.save(cache_of(sidecar), stored)
+    sequences = TokenSequences(TokenCorpus(path, lengths=[sidecar]), 3, mode="chunk")
+    with pytest.raises(ValueError, match=rf"ends\.npy should hold increasing ends in \[1, "
+                       rf"{2 * n}\], but its ends {at} to {at + 1} do not; delete it"):  # fmt: skip
+        sequences.getitems_in_epochs([(0, 0), (0, (at + 1) // 2)])
