@@ -371,7 +371,7 @@ class TokenCorpus:
     def starts(self, docs: I64, check: bool = True) -> I64:
         """The corpus token where each document of ``docs`` starts (``num_documents``: the end).
 
-        ``check``: check the regions of the ends read (NOTE [ lazy ends check ]); without
+        ``check``: check each document read by its two ends (NOTE [ pair check ]); without
         it the ends are read from their file (NOTE [ ends read by position ]).
         """
         out = np.full(len(docs), self.num_tokens, dtype=np.int64)
@@ -381,13 +381,13 @@ class TokenCorpus:
         for f in touched if inside.any() else []:
             mask = files == f
             local = docs[mask] - self._doc_start[f]
-            if check:
-                self._checks[f].cover_at(self._ends[f], local)  # each with the end before it
             at = np.maximum(local - 1, 0)
             # Unchecked reads are a build's scattered ones: from the file, not the map
             # (NOTE [ ends read by position ]).
             ends = self._ends[f]
             before = np.asarray(ends, np.int64)[at] if check else read_at(ends, at)
+            if check:  # each document read by its two ends (NOTE [ pair check ])
+                self._checks[f].cover_reads(ends, local, before)
             out[mask] = np.where(local > 0, before, 0) + self._token_start[f]
         return out
 

@@ -11,6 +11,9 @@ code; ``allow_pickle`` never enters) and must describe a 1-D array of an allowed
 dtype whose bytes end exactly at the end of the file; a header that claims more or fewer
 bytes than the file holds is an error naming both. Only then is the file memory-mapped:
 nothing is allocated from a size the file claims, and the pages are read on demand.
+A header's parse is kept in the process by its bytes (at most ``PARSED_HEADERS``): a
+reopen reads the same bytes and finds the same shape and dtype, and the checks against
+the dtypes allowed and the file's size run at every open.
 """
 
 from __future__ import annotations
@@ -199,6 +202,68 @@ def npy_layout(
         >>> str(kind), offset, count
         ('uint16', 128, 2)
     """
+    # numpy's parse is a pure function of the header's bytes: a resume's reopen of the
+    # same files finds it kept (ast.literal_eval, a third of an open's CPU otherwise).
+    start = handle.tell()
+    key = _header_bytes(handle)
+    parsed = _PARSED.get(key) if key is not None else None
+    if parsed is not None:
+        shape, kind = parsed
+    else:
+        handle.seek(start)
+        shape, kind = _parse_header(handle, path, what)
+    if kind.hasobject or kind.name not in allowed:
+        raise ValueError(
+            f"{what} {path} should hold one of the dtypes {', '.join(allowed)}, but its "
+            f"header says dtype {kind}; object arrays are never loaded (no pickles)"
+        )
+    if len(shape) != 1:
+        raise ValueError(
+            f"{what} {path} should hold a 1-D array, but its header says shape {shape}; "
+            "flatten it before saving"
+        )
+    offset = handle.tell()
+    if key is not None and parsed is None and offset == start + len(key):
+        if len(_PARSED) >= PARSED_HEADERS:
+            _PARSED.clear()
+        _PARSED[key] = (shape, kind)
+    count = int(shape[0])
+    if offset + count * kind.itemsize != size:
+        raise ValueError(
+            f"{what} {path} should be {offset + count * kind.itemsize} bytes as its header "
+            f"says ({count} values of {kind} after a {offset}-byte header), but it is "
+            f"{size} bytes; the file is truncated or its header lies"
+        )
+    return kind, offset, count
+
+
+#: Headers parsed in this process, by their bytes (NOTE [ token files ]).
+_PARSED: dict[bytes, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+#: Parsed headers kept at most (the dict is emptied when full).
+PARSED_HEADERS = 256
+
+
+def _header_bytes(handle: Any) -> bytes | None:
+    """The whole ``.npy`` header at ``handle`` (magic to padding), read past it; else None.
+
+    None for anything but a version 1 to 3 header of at most ``MAX_HEADER`` bytes read
+    in full: numpy's reader then parses it from the start and says why not.
+    """
+    head = handle.read(10)
+    width = {1: 2, 2: 4, 3: 4}.get(head[6], 0) if len(head) == 10 else 0
+    if head[:6] == b"\x93NUMPY" and width == 4:
+        head += handle.read(2)
+    if head[:6] == b"\x93NUMPY" and width and len(head) == 8 + width:
+        length = int.from_bytes(head[8:], "little")
+        if 0 < length <= MAX_HEADER:
+            rest = handle.read(length)
+            if len(rest) == length:
+                return bytes(head + rest)
+    return None
+
+
+def _parse_header(handle: Any, path: Path | str, what: str) -> tuple[Any, np.dtype[Any]]:
+    """The shape and dtype of the header at ``handle``, by numpy's reader (a literal)."""
     try:
         version = np.lib.format.read_magic(handle)
         if version == (1, 0):
@@ -212,25 +277,7 @@ def npy_layout(
             f"{what} {path} should be a .npy array file, but its header cannot be read "
             f"({error}); write it with numpy.save"
         ) from error
-    if kind.hasobject or kind.name not in allowed:
-        raise ValueError(
-            f"{what} {path} should hold one of the dtypes {', '.join(allowed)}, but its "
-            f"header says dtype {kind}; object arrays are never loaded (no pickles)"
-        )
-    if len(shape) != 1:
-        raise ValueError(
-            f"{what} {path} should hold a 1-D array, but its header says shape {shape}; "
-            "flatten it before saving"
-        )
-    offset = handle.tell()
-    count = int(shape[0])
-    if offset + count * kind.itemsize != size:
-        raise ValueError(
-            f"{what} {path} should be {offset + count * kind.itemsize} bytes as its header "
-            f"says ({count} values of {kind} after a {offset}-byte header), but it is "
-            f"{size} bytes; the file is truncated or its header lies"
-        )
-    return kind, offset, count
+    return shape, kind
 
 
 def open_tokens(path: Path, dtype: str | None) -> npt.NDArray[Any]:

@@ -150,8 +150,8 @@ def _pieces(
     begins = np.cumsum(pieces) - pieces
     docs = np.arange(int(pieces.sum()), dtype=np.int64) - begins[row] + low[row]
     check = corpus._checks[f]
-    if not check.complete:  # as documents_in: cover the regions, then test the brackets
-        check.cover_at(ends, docs)
+    if not check.complete:  # each document by its two ends (NOTE [ pair check ]), then the brackets
+        check.cover_reads(ends, docs, np.asarray(ends[np.maximum(docs - 1, 0)], np.int64))
         if not _brackets(ends, low, high, local, stops):
             check.cover(ends, 0, last)  # not increasing: names it
     doc_ends = np.asarray(ends[docs], dtype=np.int64)
