@@ -7,8 +7,9 @@ import os
 import socket
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import run_agent
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 240  # seconds a launch may take on a loaded machine before the test fails
+COPY = "--copy"  # as the script of a run in turn: ``(COPY, [from, to])`` copies a finished run
 
 
 def free_port() -> int:
@@ -49,7 +51,7 @@ def torchrun_twice(
     if checks is not None:
         args += ["--checks", str(checks)]
     args += ["--first-args", *first, "--second-args", *second, *next_runs(then)]
-    launch(HERE / "run_twice.py", ranks, args, log)
+    launch(HERE / "run_twice.py", ranks, args, log, runs=2 + len(then))
 
 
 def torchrun_in_turn(ranks: int, runs: Sequence[tuple[str, list[str]]], log: Path) -> None:
@@ -57,15 +59,49 @@ def torchrun_in_turn(ranks: int, runs: Sequence[tuple[str, list[str]]], log: Pat
     launch on ``ranks`` processes (tests/frameworks/run_in_turn.py)."""
     (script, args), *then = runs
     command = [str(EXAMPLES / script), *args, *next_runs(then)]
-    launch(HERE / "run_in_turn.py", ranks, command, log)
+    launch(HERE / "run_in_turn.py", ranks, command, log, runs=len(runs))
 
 
 def next_runs(runs: Sequence[tuple[str, list[str]]]) -> list[str]:
-    return [arg for script, args in runs for arg in ("--next", str(EXAMPLES / script), *args)]
+    """The runner's arguments for ``runs``: ``--next SCRIPT ARGS...`` or ``--copy FROM TO``."""
+    found = []
+    for script, args in runs:
+        found += [COPY, *args] if script == COPY else ["--next", str(EXAMPLES / script), *args]
+    return found
 
 
-def launch(path: Path, ranks: int, args: list[str], log: Path) -> None:
-    """Run the script at ``path`` on ``ranks`` processes (gloo on 127.0.0.1); fail, never hang."""
+class Shared:
+    """A module's shared launches: a failed one fails each test it serves, by its scenario.
+
+    ``run(name, launcher, *args)`` keeps a launch's error instead of raising it in a module
+    fixture (which would error every test alike, naming none); each test calls
+    ``check(scenario, *names)`` with the launches its scenario ran in before its assertions.
+    """
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.errors: dict[str, str] = {}
+
+    def run(self, name: str, launcher: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            launcher(*args, **kwargs)
+        except AssertionError as error:
+            self.errors[name] = str(error)
+
+    def check(self, scenario: str, *names: str) -> None:
+        failed = [f"{name}: {self.errors[name]}" for name in names if name in self.errors]
+        if failed:
+            raise AssertionError(
+                f"{scenario} failed in its shared launch (its log shows which run failed):\n"
+                + "\n".join(failed)
+            )
+
+
+def launch(path: Path, ranks: int, args: list[str], log: Path, runs: int = 1) -> None:
+    """Run the script at ``path`` on ``ranks`` processes (gloo on 127.0.0.1); fail, never hang.
+
+    ``runs`` is how many runs the launch makes in turn: each may take ``TIMEOUT``.
+    """
     script = path.name
     command = [
         sys.executable,
@@ -78,7 +114,9 @@ def launch(path: Path, ranks: int, args: list[str], log: Path) -> None:
         *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    code = run_agent(command, log, env, TIMEOUT)  # a hang fails with every process's stacks
+    code = run_agent(
+        command, log, env, TIMEOUT + 90 * max(0, runs - 3)
+    )  # a hang fails with every process's stacks
     if code != 0:
         raise AssertionError(
             f"{script} on {ranks} ranks exited {code}:\n" + log.read_text()[-4000:]

@@ -12,7 +12,8 @@ checkpoint on disk (nothing carries over in memory: a new trainer, model and loa
 number of processes. ``--checks PATH`` runs ``check(FIRST)`` of the file at ``PATH`` first.
 ``--next SCRIPT ARGS...`` after the second run's arguments (any number of them) runs another
 example's ``main`` in turn, once every rank has finished the run before it: a launch (torch and
-the framework imported on each rank, a rendezvous) serves several scenarios.
+the framework imported on each rank, a rendezvous) serves several scenarios. ``--copy FROM TO``
+among them copies a finished run's folder (rank 0, all ranks waiting), for a resume to follow.
 """
 
 from __future__ import annotations
@@ -112,12 +113,14 @@ def main() -> None:
 
 
 def runs_of(argv: list[str]) -> list[list[str]]:
-    """``argv`` split at each ``--next``: the first run's arguments, then each next run's
-    script and arguments."""
+    """``argv`` split at each ``--next`` and ``--copy``: the first run's arguments, then each
+    next run's script and arguments (``["--copy", FROM, TO]`` for a copy)."""
     runs: list[list[str]] = [[]]
     for arg in argv:
         if arg == "--next":
             runs.append([])
+        elif arg == "--copy":
+            runs.append([arg])
         else:
             runs[-1].append(arg)
     return runs
@@ -125,11 +128,16 @@ def runs_of(argv: list[str]) -> list[list[str]]:
 
 def in_turn(runs: list[list[str]]) -> None:
     """Each ``[script, *args]`` of ``runs``: its ``main(args)``, once all ranks are done with
-    the run before (the process group is kept, :func:`keep_process_group`)."""
+    the run before (the process group is kept, :func:`keep_process_group`); each
+    ``["--copy", FROM, TO]``: rank 0 copies the folder ``FROM`` to ``TO``."""
     import torch.distributed as dist
 
     for script, *args in runs:
         dist.barrier()
+        if script == "--copy":
+            if dist.get_rank() == 0:
+                shutil.copytree(*args)
+            continue
         fresh_process_state()
         load(Path(script)).main(args)
 
