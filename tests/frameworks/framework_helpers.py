@@ -71,29 +71,50 @@ def next_runs(runs: Sequence[tuple[str, list[str]]]) -> list[str]:
 
 
 class Shared:
-    """A module's shared launches: a failed one fails each test it serves, by its scenario.
+    """A module's shared launches: a failed run fails its own tests, each naming its scenario.
 
     ``run(name, launcher, *args)`` keeps a launch's error instead of raising it in a module
-    fixture (which would error every test alike, naming none); each test calls
-    ``check(scenario, *names)`` with the launches its scenario ran in before its assertions.
+    fixture (which would error every test alike); each test calls ``check`` before its
+    assertions, which fails naming the scenario when one of its runs did not end.
     """
 
     def __init__(self, work: Path) -> None:
         self.work = work
+        self.launched: set[str] = set()
         self.errors: dict[str, str] = {}
 
     def run(self, name: str, launcher: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        self.launched.add(name)
         try:
             launcher(*args, **kwargs)
         except AssertionError as error:
             self.errors[name] = str(error)
 
-    def check(self, scenario: str, *names: str) -> None:
-        failed = [f"{name}: {self.errors[name]}" for name in names if name in self.errors]
-        if failed:
+    def ended(self, out: Path) -> bool:
+        """Whether every run into ``out`` (its ``--out``) ended on every rank (the launches'
+        journals: tests/frameworks/run_twice.py), and at least one ran."""
+        started: Counter[tuple[str, str, int]] = Counter()
+        ended: Counter[tuple[str, str, int]] = Counter()
+        for journal in self.work.glob("*.journal"):
+            for line in journal.read_text().splitlines():
+                row = json.loads(line)
+                if row["out"] == str(out):
+                    key = (journal.name, row["run"], int(row["world"]))
+                    (ended if row["ended"] else started)[key] += 1
+        return bool(started) and all(ended[key] == key[2] for key in started)
+
+    def check(self, scenario: str, launches: Sequence[str], outs: Sequence[Path]) -> None:
+        """Fail naming ``scenario`` unless each of ``launches`` was made and every run into
+        one of ``outs`` ended on every rank."""
+        if not self.errors:
+            return
+        not_made = [name for name in launches if name not in self.launched]
+        unfinished = [out.name for out in outs if not self.ended(out)]
+        if not_made or unfinished:
             raise AssertionError(
-                f"{scenario} failed in its shared launch (its log shows which run failed):\n"
-                + "\n".join(failed)
+                f"{scenario} did not finish in its shared launches (launches not made:"
+                f" {not_made}, runs that did not end: {unfinished}):\n"
+                + "\n".join(f"{name}: {error}" for name, error in self.errors.items())
             )
 
 
@@ -114,6 +135,7 @@ def launch(path: Path, ranks: int, args: list[str], log: Path, runs: int = 1) ->
         *args,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["DETSAMPLERS_TEST_JOURNAL"] = str(log.with_suffix(".journal"))  # runs that ended
     code = run_agent(
         command, log, env, TIMEOUT + 90 * max(0, runs - 3)
     )  # a hang fails with every process's stacks

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -29,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 WAIT = 180  # seconds a rank waits for the others before it fails
+JOURNAL = "DETSAMPLERS_TEST_JOURNAL"  # a file each rank notes each run's start and end in
 
 
 def load(path: Path) -> ModuleType:
@@ -38,6 +40,26 @@ def load(path: Path) -> ModuleType:
     sys.modules[path.stem] = module  # so that worker processes can unpickle its classes
     spec.loader.exec_module(module)
     return module
+
+
+def run(example: ModuleType, args: list[str]) -> None:
+    """``example.main(args)``, noted before and after in the file ``$DETSAMPLERS_TEST_JOURNAL``
+    (when set): a test sharing the launch tells whether its own runs ended."""
+    note = os.environ.get(JOURNAL)
+    line = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"])}
+    line |= {"run": f"{example.__name__} {' '.join(args)}", "out": out_of(args)}
+    if note:
+        with open(note, "a") as journal:
+            journal.write(json.dumps({**line, "ended": False}) + "\n")
+    example.main(args)
+    if note:
+        with open(note, "a") as journal:
+            journal.write(json.dumps({**line, "ended": True}) + "\n")
+
+
+def out_of(args: list[str]) -> str | None:
+    """The folder a run writes to (its ``--out``)."""
+    return args[args.index("--out") + 1] if "--out" in args[:-1] else None
 
 
 def wait_for(paths: list[Path]) -> None:
@@ -99,7 +121,7 @@ def main() -> None:
         load(args.checks).check(args.first)
     destroy = keep_process_group()
     example = load(args.script)
-    example.main(args.first_args)
+    run(example, args.first_args)
     (marks / f"done-{rank}").touch()
     if rank == 0:
         wait_for([marks / f"done-{r}" for r in range(world)])
@@ -107,7 +129,7 @@ def main() -> None:
         (marks / "copied").touch()
     wait_for([marks / "copied"])
     fresh_process_state()
-    example.main(second_args)
+    run(example, second_args)
     in_turn(then)
     destroy()
 
@@ -139,7 +161,7 @@ def in_turn(runs: list[list[str]]) -> None:
                 shutil.copytree(*args)
             continue
         fresh_process_state()
-        load(Path(script)).main(args)
+        run(load(Path(script)), args)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Shared:
         checks=HERE / "hf_checks.py",
         then=token_runs("tokens_hf_trainer.py", write_corpus(tokens), tokens, "checkpoint-3"),
     )
-    if "on-2" not in shared.errors:
+    if shared.ended(first):  # whatever else in its launch failed
         shutil.copytree(first, on_1)
         launch = ("hf_trainer_train.py", 1, resume_args(on_1, 8), work / "on-1.log")
         shared.run("on-1", torchrun, *launch)
@@ -68,8 +68,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Shared:
 @pytest.mark.distributed
 @pytest.mark.frameworks
 def test_the_hf_trainer_resumes_mid_epoch_on_1_and_2_processes(runs: Shared) -> None:
-    runs.check("the HF Trainer recipe's runs", "on-2", "on-1")
     first, on_2, on_1 = (runs.work / name for name in ("first", "resumed-on-2", "resumed-on-1"))
+    runs.check("the HF Trainer recipe's runs", ["on-2", "on-1"], [first, on_2, on_1])
     for rank in (0, 1):  # the recipe's Trainer refused ignore_data_skip=False
         assert (first / f"hf-checks-rank{rank}.json").exists()
     assert trained(first) == 3 * 8
@@ -84,7 +84,10 @@ def test_the_hf_trainer_resumes_mid_epoch_on_1_and_2_processes(runs: Shared) -> 
 @pytest.mark.distributed
 @pytest.mark.frameworks
 def test_the_hf_trainer_on_flattened_token_batches_resumes_batch_for_batch(runs: Shared) -> None:
-    runs.check("the HF Trainer token recipe's runs", "on-2")
+    tokens = runs.work / "tokens"
+    runs.check(
+        "the HF Trainer token recipe's runs", ["on-2"], [tokens / "first", tokens / "second"]
+    )
     assert_resumed_exactly(runs.work / "tokens")
     row = records(runs.work / "tokens" / "first", 0)[0]
     assert len(row["input_ids"]) == 1 and len(row["input_ids"][0]) == 2 * 32  # one flat row
