@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 
 if __package__:  # imported as tests.frameworks.run_in_turn (pytest's --doctest-modules)
-    from .run_twice import in_turn, keep_process_group, load, runs_of
+    from .run_twice import in_turn, keep_process_group, load, run, runs_of
 else:  # run as a script under torchrun: its folder is sys.path[0]
-    from run_twice import in_turn, keep_process_group, load, runs_of
+    from run_twice import in_turn, keep_process_group, load, run, runs_of
 
 
 def main() -> None:
     (script, *args), *then = runs_of(sys.argv[1:])
     destroy = keep_process_group()
-    load(Path(script)).main(args)
+    run(load(Path(script)), args)
     in_turn(then)
     destroy()
 

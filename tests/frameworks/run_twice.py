@@ -12,13 +12,15 @@ checkpoint on disk (nothing carries over in memory: a new trainer, model and loa
 number of processes. ``--checks PATH`` runs ``check(FIRST)`` of the file at ``PATH`` first.
 ``--next SCRIPT ARGS...`` after the second run's arguments (any number of them) runs another
 example's ``main`` in turn, once every rank has finished the run before it: a launch (torch and
-the framework imported on each rank, a rendezvous) serves several scenarios.
+the framework imported on each rank, a rendezvous) serves several scenarios. ``--copy FROM TO``
+among them copies a finished run's folder (rank 0, all ranks waiting), for a resume to follow.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -28,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 WAIT = 180  # seconds a rank waits for the others before it fails
+JOURNAL = "DETSAMPLERS_TEST_JOURNAL"  # a file each rank notes each run's start and end in
 
 
 def load(path: Path) -> ModuleType:
@@ -37,6 +40,26 @@ def load(path: Path) -> ModuleType:
     sys.modules[path.stem] = module  # so that worker processes can unpickle its classes
     spec.loader.exec_module(module)
     return module
+
+
+def run(example: ModuleType, args: list[str]) -> None:
+    """``example.main(args)``, noted before and after in the file ``$DETSAMPLERS_TEST_JOURNAL``
+    (when set): a test sharing the launch tells whether its own runs ended."""
+    note = os.environ.get(JOURNAL)
+    line = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"])}
+    line |= {"run": f"{example.__name__} {' '.join(args)}", "out": out_of(args)}
+    if note:
+        with open(note, "a") as journal:
+            journal.write(json.dumps({**line, "ended": False}) + "\n")
+    example.main(args)
+    if note:
+        with open(note, "a") as journal:
+            journal.write(json.dumps({**line, "ended": True}) + "\n")
+
+
+def out_of(args: list[str]) -> str | None:
+    """The folder a run writes to (its ``--out``)."""
+    return args[args.index("--out") + 1] if "--out" in args[:-1] else None
 
 
 def wait_for(paths: list[Path]) -> None:
@@ -98,7 +121,7 @@ def main() -> None:
         load(args.checks).check(args.first)
     destroy = keep_process_group()
     example = load(args.script)
-    example.main(args.first_args)
+    run(example, args.first_args)
     (marks / f"done-{rank}").touch()
     if rank == 0:
         wait_for([marks / f"done-{r}" for r in range(world)])
@@ -106,18 +129,20 @@ def main() -> None:
         (marks / "copied").touch()
     wait_for([marks / "copied"])
     fresh_process_state()
-    example.main(second_args)
+    run(example, second_args)
     in_turn(then)
     destroy()
 
 
 def runs_of(argv: list[str]) -> list[list[str]]:
-    """``argv`` split at each ``--next``: the first run's arguments, then each next run's
-    script and arguments."""
+    """``argv`` split at each ``--next`` and ``--copy``: the first run's arguments, then each
+    next run's script and arguments (``["--copy", FROM, TO]`` for a copy)."""
     runs: list[list[str]] = [[]]
     for arg in argv:
         if arg == "--next":
             runs.append([])
+        elif arg == "--copy":
+            runs.append([arg])
         else:
             runs[-1].append(arg)
     return runs
@@ -125,13 +150,18 @@ def runs_of(argv: list[str]) -> list[list[str]]:
 
 def in_turn(runs: list[list[str]]) -> None:
     """Each ``[script, *args]`` of ``runs``: its ``main(args)``, once all ranks are done with
-    the run before (the process group is kept, :func:`keep_process_group`)."""
+    the run before (the process group is kept, :func:`keep_process_group`); each
+    ``["--copy", FROM, TO]``: rank 0 copies the folder ``FROM`` to ``TO``."""
     import torch.distributed as dist
 
     for script, *args in runs:
         dist.barrier()
+        if script == "--copy":
+            if dist.get_rank() == 0:
+                shutil.copytree(*args)
+            continue
         fresh_process_state()
-        load(Path(script)).main(args)
+        run(load(Path(script)), args)
 
 
 if __name__ == "__main__":
