@@ -90,7 +90,7 @@ def concat_windows(order: ConcatOrder, sequences: I64, epochs: I64, width: int) 
         low = np.searchsorted(cumulative, starts[mine], side="right") - 1
         high = np.searchsorted(cumulative, stops[mine], side="left")
         # The blocks met, each once, in stream order: a window's are consecutive.
-        spans = np.zeros(len(cumulative), dtype=np.int8)
+        spans = np.zeros(len(cumulative), dtype=np.int64)  # a block can hold many windows
         np.add.at(spans, low, 1)
         np.add.at(spans, high, -1)
         j = np.flatnonzero(np.cumsum(spans) > 0)

@@ -143,3 +143,22 @@ def test_a_concat_batch_builds_its_full_blocks_with_one_keyed_order_call(
     assert calls == ["rows"]
     for row, one in zip(got, expected, strict=True):
         assert row["input_ids"].tolist() == one["input_ids"].tolist()
+
+
+@pytest.mark.parametrize("windows", [127, 128, 255, 256, 300])
+def test_a_concat_batch_of_many_windows_in_one_block_equals_its_sequences_read_one_by_one(
+    tmp_path: Path, windows: int
+) -> None:
+    # More windows in one block than an int8 counts: the blocks met were once counted in one,
+    # and 128 or 256 windows wrapped to no block at all (an IndexError, or missing pieces).
+    lengths = np.random.default_rng(0).integers(200, 400, size=3000)
+    tokens = (np.arange(int(lengths.sum())) % 60000 + 1).astype(np.uint32)
+    np.save(tmp_path / "t.npy", tokens)
+    np.save(tmp_path / "t.lengths.npy", lengths.astype(np.uint32))
+    corpus = TokenCorpus(tmp_path / "t.npy", lengths=[tmp_path / "t.lengths.npy"])
+    sequences = TokenSequences(corpus, 4, mode="concat", outputs=("input_ids", "labels"))
+    pairs = [(0, k) for k in range(windows)]
+    batch = sequences.getitems_in_epochs(pairs)
+    for row, pair in zip(batch, pairs, strict=True):
+        alone = sequences.getitems_in_epochs([pair])[0]
+        assert all(np.array_equal(row[key], alone[key]) for key in ("input_ids", "labels"))
