@@ -150,7 +150,7 @@ def test_a_concat_batch_of_many_windows_in_one_block_equals_its_sequences_read_o
     tmp_path: Path, windows: int
 ) -> None:
     # More windows in one block than an int8 counts: the blocks met were once counted in one,
-    # and 128 or 256 windows wrapped to no block at all (an IndexError, or missing pieces).
+    # and 128, 255 or 256 windows wrapped to no block met (an IndexError).
     lengths = np.random.default_rng(0).integers(200, 400, size=3000)
     tokens = (np.arange(int(lengths.sum())) % 60000 + 1).astype(np.uint32)
     np.save(tmp_path / "t.npy", tokens)
