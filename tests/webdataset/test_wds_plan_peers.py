@@ -10,9 +10,9 @@ shards must be exactly what the restated rule gives:
   venv that imports only its ``partition`` and ``shuffle`` packages (numpy), under empty
   ``streaming`` and ``streaming.base`` packages (their ``__init__`` would import torch's
   loader, the cloud SDKs and torchvision): ``get_partitions("orig", ...)`` then
-  ``get_shuffle("py1e", ...)`` applied to the ids, as ``generate_work_random_batching`` does for one stream, with
-  ``StreamingDataset``'s defaults (canonical nodes = physical nodes, seed 9176, its block
-  size), for epochs 0 to 2: the node's shards each epoch;
+  ``get_shuffle("py1e", ...)`` applied to the ids, as ``generate_work_random_batching``
+  does for one stream, with ``StreamingDataset``'s defaults (canonical nodes = physical
+  nodes, seed 9176, its block size), for epochs 0 to 2: the node's shards each epoch;
 - litdata (the main venv): ``FullShuffle.get_chunks_and_intervals_per_workers`` for epoch
   1 on a cluster of more than one node, each node's chunks grouped by litdata's own
   ``_unique_chunk_indexes_per_node``.

@@ -25,7 +25,9 @@ from detsamplers.loader import Network, SyntheticShards, plan_mixture
 SETS = ((6, 4, 1024), (4, 3, 2048))
 SYNTHETIC = [SyntheticShards(n, m * (512 + d) + 512, m) for n, m, d in SETS]
 #: A network with round numbers, for hand computations.
-NET = Network(bandwidth=4096, rtt=0.5, requests_per_second=2, price_per_gb=2, price_per_1000_gets=500)
+NET = Network(
+    bandwidth=4096, rtt=0.5, requests_per_second=2, price_per_gb=2, price_per_1000_gets=500
+)
 
 
 def write_tar(path: Path, samples: int, data: int) -> None:
