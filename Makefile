@@ -15,6 +15,13 @@ DOCS_STAMP := $(DOCS_VENV)/.installed
 MOSAIC_VENV := .venv-mosaic
 MOSAIC_STAMP := $(MOSAIC_VENV)/.installed
 
+# Mosaic streaming's own code, unpacked into a folder and imported by no venv: the pinned
+# wheel without its dependencies (about 3 MB). tests/webdataset/test_wds_plan_peers.py runs
+# its partition and shuffle modules (numpy only) from there, so that `make test` checks
+# benchmarks/plan_rules.py against Mosaic's code without .venv-mosaic (`make mosaic`).
+MOSAIC_LIB := .mosaic-lib
+MOSAIC_LIB_STAMP := $(MOSAIC_LIB)/.installed
+
 .PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic nginx
 
 # setup.py builds the mixture's compiled kernel (detsamplers/_kernel.c) with the C compiler;
@@ -46,7 +53,12 @@ $(DOCS_STAMP): pyproject.toml constraints.txt setup.py
 	$(DOCS_PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-install: $(STAMP)
+$(MOSAIC_LIB_STAMP): $(STAMP)
+	rm -rf $(MOSAIC_LIB)
+	$(PY) -m pip install --quiet --no-deps --target $(MOSAIC_LIB) 'mosaicml-streaming==0.13.0'
+	touch $(MOSAIC_LIB_STAMP)
+
+install: $(STAMP) $(MOSAIC_LIB_STAMP)
 
 # Mosaic streaming in a venv of its own (it cannot share .venv with datasets 5): the `mosaic`
 # extra, then mosaicml-streaming without its dependencies (torchvision, cloud SDKs).
@@ -92,7 +104,7 @@ nginx:
 demo: $(DEMO_STAMP)
 	$(PY) -m detsamplers demo
 
-check: $(STAMP)
+check: $(STAMP) $(MOSAIC_LIB_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -176,4 +188,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(DOCS_VENV) $(MOSAIC_VENV) $(TOKENS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) $(DOCS_VENV) $(MOSAIC_VENV) $(MOSAIC_LIB) $(TOKENS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

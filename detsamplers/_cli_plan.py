@@ -38,10 +38,11 @@ def add_parser(commands: Any) -> None:
     )
     plan.add_argument("urls", nargs="*", help="shard paths or URLs (brace patterns too)")
     plan.add_argument("--set-index", default=None, help="a local detsamplers-set.index.npz")
-    plan.add_argument("--shards", type=int, default=None, help="synthetic: shard count")
-    plan.add_argument("--shard-bytes", type=int, default=None, help="synthetic: mean size")
-    plan.add_argument("--samples-per-shard", type=int, default=None, help="synthetic: samples")
-    plan.add_argument("--spread", type=float, default=0.0, help="synthetic: size spread (0)")
+    # one value, or with --weights one a shard set (one for all: the same for every set)
+    plan.add_argument("--shards", type=int, nargs="+", default=None, help="synthetic: shards")
+    plan.add_argument("--shard-bytes", type=int, nargs="+", default=None, help="synthetic: size")
+    plan.add_argument("--samples-per-shard", type=int, nargs="+", default=None, help="samples")
+    plan.add_argument("--spread", type=float, nargs="+", default=[0.0], help="size spread (0)")
     plan.add_argument("--nodes", type=int, required=True, help="nodes, one cache each")
     plan.add_argument("--ranks-per-node", type=int, default=1, help="ranks per node (1)")
     plan.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (0)")
@@ -96,8 +97,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     "--shards, --shard-bytes and --samples-per-shard should be given together, "
                     "but got only some of them"
                 )
+            for name in ("shards", "shard_bytes", "samples_per_shard", "spread"):
+                if len(getattr(args, name)) != 1:
+                    flag = "--" + name.replace("_", "-")
+                    raise ValueError(
+                        f"{flag} should be one value without --weights, but got "
+                        f"{flag} {' '.join(map(str, getattr(args, name)))}"
+                    )
             synthetic = SyntheticShards(
-                args.shards, args.shard_bytes, args.samples_per_shard, args.spread
+                args.shards[0], args.shard_bytes[0], args.samples_per_shard[0], args.spread[0]
             )
         network = None
         if args.bandwidth is not None:

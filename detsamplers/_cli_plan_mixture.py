@@ -5,9 +5,12 @@ With ``--weights`` (one a shard set) the ``plan`` command plans a mixture: each 
 URL pattern is one shard set, and :func:`detsamplers.loader.plan_mixture` (NOTE [ mixture
 plan ]) is called with the cluster, the order arguments, ``--parts``, ``--epochs`` (passes
 of the sets' samples), the network model and, with ``--batch-schedule POSITION:SIZE ...``,
-a batch-size schedule (the first segment from position 0). The synthetic description, the
-set index, the cache limit and a resume stay the single source's (refused here, naming
-the argument). The table and ``--json`` are the single source's.
+a batch-size schedule (the first segment from position 0). Instead of URL patterns, the
+single source's synthetic flags describe the sets (``--shards``, ``--shard-bytes``,
+``--samples-per-shard``, ``--spread``: one value each for every set, or one a set; NOTE
+[ synthetic mixture plan ]). The set index, the cache limit and a resume stay the single
+source's (refused here, naming the argument). The table and ``--json`` are the single
+source's; with ``--bandwidth``, each node's first batch time and the cost too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import sys
 from typing import Any
 
+from ._cli_plan_synthetic import synthetic_sets
 from ._cli_storage import storage_options
 
 
@@ -51,7 +55,7 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
     try:
         single = {
-            "--set-index": args.set_index, "--shards": args.shards,
+            "--set-index": args.set_index,
             "--cache-limit": args.cache_limit, "--resume-at": args.resume_at,
         }  # fmt: skip
         for name, value in single.items():
@@ -69,8 +73,11 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         batch: Any = args.batch_size
         if args.batch_schedule is not None:
             batch = _schedule(args.batch_schedule)
+        synthetic = synthetic_sets(args)
+        urls = None if synthetic else args.urls
         plan = plan_mixture(
-            args.urls, args.weights, nodes=args.nodes, ranks_per_node=args.ranks_per_node,
+            urls, args.weights, synthetic=synthetic, nodes=args.nodes,
+            ranks_per_node=args.ranks_per_node,
             num_workers=args.num_workers, batch_size=batch, seed=args.seed,
             shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,
             shuffle_block_shards=args.shuffle_block_shards, parts=args.parts,

@@ -5,11 +5,14 @@ from rules restated from their code (the 1,024-GPU cluster is too large to run t
 the peers' own code runs on small clusters, as their datasets call it, and each node's
 shards must be exactly what the restated rule gives:
 
-- Mosaic streaming (``.venv-mosaic``, ``make mosaic``: it cannot share the main venv), in a
-  subprocess: ``get_partitions("orig", ...)`` then ``get_shuffle("py1e", ...)`` applied to
-  the ids, as ``generate_work_random_batching`` does for one stream, with
-  ``StreamingDataset``'s defaults (canonical nodes = physical nodes, seed 9176, its block
-  size), for epochs 0 to 2: the node's shards each epoch;
+- Mosaic streaming (its pinned wheel unpacked into ``.mosaic-lib`` by ``make install``,
+  without its dependencies: it cannot share the main venv), in one subprocess of the main
+  venv that imports only its ``partition`` and ``shuffle`` packages (numpy), under empty
+  ``streaming`` and ``streaming.base`` packages (their ``__init__`` would import torch's
+  loader, the cloud SDKs and torchvision): ``get_partitions("orig", ...)`` then
+  ``get_shuffle("py1e", ...)`` applied to the ids, as ``generate_work_random_batching``
+  does for one stream, with ``StreamingDataset``'s defaults (canonical nodes = physical
+  nodes, seed 9176, its block size), for epochs 0 to 2: the node's shards each epoch;
 - litdata (the main venv): ``FullShuffle.get_chunks_and_intervals_per_workers`` for epoch
   1 on a cluster of more than one node, each node's chunks grouped by litdata's own
   ``_unique_chunk_indexes_per_node``.
@@ -23,6 +26,7 @@ import importlib.util
 import itertools
 import json
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +35,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MOSAIC = ROOT / ".venv-mosaic" / "bin" / "python"
+#: Mosaic streaming's code (``make install``: pip install --no-deps --target .mosaic-lib).
+MOSAIC_LIB = ROOT / ".mosaic-lib"
 
 #: (shard sample counts, nodes, ranks a node, workers a rank, batch size)
 CLUSTERS = [
@@ -43,28 +48,33 @@ CLUSTERS = [
 IDS = ["equal", "uneven-2-nodes", "8-nodes", "3-nodes"]
 
 _MOSAIC_SCRIPT = """
-import json, sys
+import json, os, sys, types
 import numpy as np
-sys.path.insert(0, sys.argv[1])
-from peers.mosaic_streaming import streaming_base
-streaming_base()  # streaming.base without streaming/__init__.py (torchvision)
+lib = sys.argv[1]
+for name in ("streaming", "streaming.base"):  # empty packages: their __init__ never runs
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join(lib, *name.split("."))]
+    sys.modules[name] = package
 from streaming.base.partition import get_partitions
 from streaming.base.shuffle import get_shuffle
-counts, nodes, per_node, workers, batch = json.load(sys.stdin)
-counts = np.array(counts, np.int64)
-block = max(4_000_000 // nodes, 1 << 18)  # StreamingDataset's shuffle_block_size default
-ends = np.cumsum(counts)
+assert os.path.dirname(sys.modules["streaming.base.partition"].__file__).startswith(lib)
 out = []
-for epoch in range(3):
-    ids = get_partitions("orig", int(counts.sum()), nodes, nodes, per_node, workers, batch)
-    shuffle = get_shuffle("py1e", counts, nodes, 9176, epoch, block)
-    ids = np.where(ids != -1, shuffle[ids], -1)
-    sets = []
-    for node in range(nodes):
-        got = ids[node].ravel()
-        got = got[got != -1]
-        sets.append(np.unique(np.searchsorted(ends, got, side="right")).tolist())
-    out.append(sets)
+for counts, nodes, per_node, workers, batch in json.load(sys.stdin):
+    counts = np.array(counts, np.int64)
+    block = max(4_000_000 // nodes, 1 << 18)  # StreamingDataset's shuffle_block_size default
+    ends = np.cumsum(counts)
+    epochs = []
+    for epoch in range(3):
+        ids = get_partitions("orig", int(counts.sum()), nodes, nodes, per_node, workers, batch)
+        shuffle = get_shuffle("py1e", counts, nodes, 9176, epoch, block)
+        ids = np.where(ids != -1, shuffle[ids], -1)
+        sets = []
+        for node in range(nodes):
+            got = ids[node].ravel()
+            got = got[got != -1]
+            sets.append(np.unique(np.searchsorted(ends, got, side="right")).tolist())
+        epochs.append(sets)
+    out.append(epochs)
 json.dump(out, sys.stdout)
 """
 
@@ -81,24 +91,52 @@ def _restated(sets: list[np.ndarray]) -> list[list[int]]:
     return [sorted(int(s) for s in shards) for shards in sets]
 
 
-@pytest.mark.subprocess  # Mosaic runs in a venv of its own
-@pytest.mark.parametrize("cluster", CLUSTERS, ids=IDS)
-def test_mosaics_own_partition_and_py1e_shuffle_give_each_node_the_restated_rules_shards(
-    cluster: tuple[list[int], int, int, int, int],
-) -> None:
-    if not MOSAIC.exists():
-        pytest.skip(f"Mosaic streaming is not installed in {MOSAIC.parent.parent}: run make mosaic")
-    counts, nodes = cluster[0], cluster[1]
+def mosaic_missing(lib: Path) -> str | None:
+    """Why Mosaic's partition and shuffle code cannot run from ``lib`` (``None``: it can)."""
+    found = [lib / "streaming" / "base" / name / "__init__.py" for name in ("partition", "shuffle")]
+    if all(path.is_file() for path in found):
+        return None
+    return (
+        f"Mosaic streaming's partition and shuffle code is not in {lib}: run make install "
+        f"(or python -m pip install --no-deps --target {lib.name} mosaicml-streaming==0.13.0)"
+    )
+
+
+@pytest.fixture(scope="module")
+def mosaic_epochs() -> list[Any]:
+    """Each cluster's node shard sets for epochs 0 to 2, from Mosaic's code, in one process."""
+    why = mosaic_missing(MOSAIC_LIB)
+    if why is not None:
+        pytest.skip(why)
     ran = subprocess.run(
-        [str(MOSAIC), "-c", _MOSAIC_SCRIPT, str(ROOT / "benchmarks")],
-        input=json.dumps(cluster),
+        [sys.executable, "-c", _MOSAIC_SCRIPT, str(MOSAIC_LIB)],
+        input=json.dumps(CLUSTERS),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert ran.returncode == 0, ran.stderr
-    epochs = json.loads(ran.stdout)
+    out: list[Any] = json.loads(ran.stdout)
+    return out
+
+
+def test_the_skip_without_mosaics_code_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    why = mosaic_missing(tmp_path / ".mosaic-lib")
+    assert why is not None and str(tmp_path / ".mosaic-lib") in why
+    assert "run make install" in why and "mosaicml-streaming==0.13.0" in why
+    (tmp_path / ".mosaic-lib" / "streaming" / "base" / "partition").mkdir(parents=True)
+    (tmp_path / ".mosaic-lib" / "streaming" / "base" / "partition" / "__init__.py").touch()
+    assert mosaic_missing(tmp_path / ".mosaic-lib") is not None  # shuffle still missing
+
+
+@pytest.mark.subprocess  # Mosaic's code runs in a process of its own
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=IDS)
+def test_mosaics_own_partition_and_py1e_shuffle_give_each_node_the_restated_rules_shards(
+    cluster: tuple[list[int], int, int, int, int], mosaic_epochs: list[Any]
+) -> None:
+    counts, nodes = cluster[0], cluster[1]
+    epochs = mosaic_epochs[CLUSTERS.index(cluster)]
     expected = _restated(_rules().mosaic_sets(np.array(counts, dtype=np.int64), nodes))
     assert len(epochs) == 3
     for sets in epochs:  # the same shards every epoch: only the order inside a node changes

@@ -35,6 +35,7 @@ from .read._node_cache import ShardCache
 from .read._node_fetches import node_fetches
 from .read._sample_reader import SampleReader
 from .read._shard_reader import ShardReader
+from .shard._shard_info import ShardInfo
 from .shard._small_fields import unpack_samples
 
 __all__ = ["WebDatasetSource"]
@@ -213,9 +214,7 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             options.storage,
         )
         self.remote = storage.remote
-        shards = index_shards(
-            storage.urls, storage.index_dir, progress=batches.rank == 0, options=self.remote
-        )
+        shards = self._index(storage.urls, storage.index_dir, batches.rank == 0)
         total = sum(len(s) for s in shards)
         if total == 0:
             raise ValueError(
@@ -252,6 +251,10 @@ class WebDatasetSource(tud.IterableDataset[Any]):
             )
         self._origin = 0
         self._seek(order.skip_samples + order.skip * self.global_batch)
+
+    def _index(self, urls: list[str], index_dir: str | None, progress: bool) -> list[ShardInfo]:
+        """The shards' indexes (a hook: a plan's synthetic mixture describes them instead)."""
+        return index_shards(urls, index_dir, progress=progress, options=self.remote)
 
     @property
     def global_batch(self) -> int:

@@ -16,6 +16,8 @@ Its modules may import one another and, of ``_wds``, only the front door (``_wds
   is loaded (NOTE [ mixture state ]);
 - ``_plan_mixture``: ``plan_mixture``: what a mixture's run downloads per node and pass, with a
   batch-size schedule, from the mixture's own order and fetch decisions (NOTE [ mixture plan ]);
+- ``_plan_mixture_synthetic``: a mixture's plan from synthetic shard sets, and each node's first
+  batch (NOTE [ synthetic mixture plan ]);
 - ``_per_set_args``: the arguments of a mixture of shard sets that are particular to it, checked
   (NOTE [ per-set arguments ]);
 - ``_set_readers``: one reader per shard set of a mixture, so that each set's reads stay

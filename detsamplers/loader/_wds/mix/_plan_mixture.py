@@ -46,13 +46,13 @@ import numpy.typing as npt
 
 from ...._errors import check_int
 from .._plan_fetches import Spans, ranged_cost
-from .._plan_inputs import Network
+from .._plan_inputs import Network, SyntheticShards
 from .._plan_report import NodePlan, RunPlan
 from ..order._rank_batches import rank_positions
 from ..read._cache_reader import first_batch_whole
 from ..read._node_cache import download_step
 from ._mixture_fetches import mixture_fetches
-from ._webdataset_mix import WebDatasetMix
+from ._plan_mixture_synthetic import FirstBatches, mixture_inputs
 
 __all__ = ["plan_mixture"]
 
@@ -112,9 +112,10 @@ class _Node:
 
 
 def plan_mixture(
-    urls: Sequence[str | Sequence[str]],
+    urls: Sequence[str | Sequence[str]] | None,
     weights: Sequence[float],
     *,
+    synthetic: Sequence[SyntheticShards] | None = None,
     nodes: int,
     ranks_per_node: int = 1,
     num_workers: int = 0,
@@ -137,8 +138,10 @@ def plan_mixture(
     """Plan a ``WebDatasetMix`` run through node caches (NOTE [ mixture plan ]).
 
     Args:
-        urls: One shard set per component, as :class:`WebDatasetMix`'s.
+        urls: One shard set per component, as :class:`WebDatasetMix`'s (``None``: synthetic).
         weights: As :class:`WebDatasetMix`'s.
+        synthetic: One :class:`SyntheticShards` per shard set instead of ``urls`` (NOTE
+            [ synthetic mixture plan ]).
         nodes: Nodes, each with one cache.
         ranks_per_node: Ranks on each node.
         num_workers: DataLoader workers per rank (each reader's first batch is fetched).
@@ -155,7 +158,7 @@ def plan_mixture(
         start: The global position the run starts at.
         prefetch: As the mixture's (the first batch's whole-or-ranged choice).
         read_ahead: As the mixture's (the range of one download request).
-        network: A :class:`Network`, for times and costs.
+        network: A :class:`Network`, for the first batch's time and the cost.
         index_dir: As the mixture's.
         storage_options: As the mixture's.
 
@@ -190,7 +193,8 @@ def plan_mixture(
         raise TypeError(f"network should be a Network, but got {type(network).__name__}")
     schedule = _schedule(batch_size, start)
     world = nodes * ranks_per_node
-    mix = WebDatasetMix(
+    urls, build = mixture_inputs(urls, synthetic, weights)
+    mix = build(
         urls, weights, seed=seed, batch_size=schedule[0][1], world_size=world, window=window,
         curriculum=curriculum, shuffle_shards=shuffle_shards, shuffle_window=shuffle_window,
         shuffle_block_shards=shuffle_block_shards, index_dir=index_dir,
@@ -212,6 +216,7 @@ def plan_mixture(
     end = start + epochs * total
     bounds = [*[a for a, _ in schedule[1:]], end]
     caches = [_Node() for _ in range(nodes)]
+    firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
     out = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
     for (low, size), high in zip(schedule, bounds, strict=True):
         high = min(high, end)
@@ -251,12 +256,16 @@ def plan_mixture(
                     )
                     for shard in cold:
                         if shard in chosen:
+                            if low == start:
+                                firsts.fetch(node, shard, spans(rank, shard))
                             continue
                         samples = int((shards == shard).sum())
                         mean = int(sizes[shard]) // max(int(counts[shard]), 1)
                         pass_ = min((int(positions[0]) - start) // total, epochs - 1)
                         out[node].shard_bytes[pass_] += samples * mean + _HEADER
                         out[node].shard_requests[pass_] += samples
+                        if low == start:
+                            firsts.read(node, samples, samples * mean + _HEADER)
         # Every position of the segment, located with the mixture's order, pass by pass.
         for pass_ in range(epochs):
             a = max(low, start + pass_ * total)
@@ -278,6 +287,7 @@ def plan_mixture(
                 out[node].shards[pass_] += 1
                 out[node].shard_bytes[pass_] += got[0]
                 out[node].shard_requests[pass_] += got[1]
+    firsts.fill(out, step, network)
     for node, plan in enumerate(out):
         cache = caches[node]
         plan.high_water = sum(ranged_cost([tuple(h)], step)[0] for h in cache.held.values())
