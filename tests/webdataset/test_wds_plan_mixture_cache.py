@@ -182,6 +182,8 @@ def test_a_limited_cache_downloads_no_less_and_a_limit_above_the_share_changes_n
     high = max(n.high_water for n in free.nodes)
     limit = max(largest, int(high * fraction))
     limited = plan_mixture(local_sets, [36, 20], cache_limit=limit, **options)
+    alone = plan_mixture(local_sets, [36, 20], cache_limit=limit, **{**options, "resume_at": None})
+    assert alone.nodes == limited.nodes  # planning a resume leaves the run's figures alone
     for a, b in zip(free.nodes, limited.nodes, strict=True):
         assert sum(b.shard_bytes) >= sum(a.shard_bytes)
         assert a.evictions == 0

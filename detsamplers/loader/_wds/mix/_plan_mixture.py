@@ -312,7 +312,7 @@ def plan_mixture(
                 out[node].shards[pass_] += shards_
                 out[node].shard_bytes[pass_] += bytes_
                 out[node].shard_requests[pass_] += requests_
-    for phase in phases:
+    for phase in {id(p.out): p for p in phases}.values():  # the run's two stretches: once
         for plan, cache in zip(phase.out, phase.caches(), strict=True):
             plan.high_water = max(plan.high_water, cache.high_water)
             plan.evictions += cache.evictions

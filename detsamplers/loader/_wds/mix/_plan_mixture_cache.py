@@ -78,6 +78,8 @@ class NodeCache:
         self.high_water = 0
         self.evictions = 0
         self.clock = 0  # pins so far: the recency order of the folder's modification times
+        self.batch = -1  # where the global batch being read starts
+        self.pinned: set[int] = set()  # its shards pinned so far
 
     def covers(self, shard: int, spans: Spans) -> bool:
         """Whether the folder holds every range of ``spans`` of ``shard``."""
@@ -126,6 +128,7 @@ def copy_caches(
     out += [NodeCache(limit, step) for _ in range(nodes - len(out))]
     for cache in out:  # the figures count from the resume on
         cache.evictions, cache.high_water = 0, cache.used
+        cache.batch, cache.pinned = -1, set()  # the resumed loaders read nothing yet
     return out
 
 
@@ -191,7 +194,8 @@ def settle_pass(
             key = np.stack([ranks // per_node, batches, shards])
             _, first = np.unique(key, axis=1, return_index=True)
             for i in np.sort(first).tolist():
-                events[int(ranks[i]) // per_node].append((int(batches[i]), int(shards[i])))
+                at = origin + int(batches[i]) * global_batch  # the batch's first position
+                events[int(ranks[i]) // per_node].append((at, int(shards[i])))
     out = []
     for node, cache in enumerate(caches):
         got = [0, 0, 0]
@@ -200,20 +204,18 @@ def settle_pass(
             order = [(0, s) for s in sorted(mine)]
         else:
             order = list(dict.fromkeys(events[node]))
-        batch_of = -1
-        pinned: set[int] = set()
         for batch, shard in order:
-            if batch != batch_of:
-                batch_of, pinned = batch, set()
+            if batch != cache.batch:  # a stretch may end inside a batch: the cache keeps it
+                cache.batch, cache.pinned = batch, set()
             writes = writes_of(shard, sorted(mine[shard]))
             if all(cache.covers(shard, w) for w in writes):
                 cache.touch(shard)
             else:
-                sent, requests = cache.fetch(shard, writes, pinned)
+                sent, requests = cache.fetch(shard, writes, cache.pinned)
                 got[0] += 1
                 got[1] += sent
                 got[2] += requests
-            pinned.add(shard)
+            cache.pinned.add(shard)
         out.append((got[0], got[1], got[2]))
     return out
 
