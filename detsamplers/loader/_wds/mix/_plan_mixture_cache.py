@@ -17,10 +17,11 @@ Exact, against nginx's log, for a reader without its prefetch thread and one ran
 when the first batch of each reader does not evict (the first batch downloads its cold
 shards at once, in no fixed order, so their recency is the order the downloads end: a
 shard of it that no later batch pins again before an eviction may be dropped out of the
-plan's order; seen once in about ten runs of 2 nodes with parts under a load of 18).
-The prefetch thread pins up to ``prefetch`` shards ahead and keeps a shard pinned from
-its first batch to its last, so with it the victims can differ (a model there, as the single source's replay is); ranks of a node are merged
-batch by batch; a shard the node holds as several range files is dropped whole.
+plan's order; seen once in about ten runs of 2 nodes with parts under a load of 18). The
+prefetch thread pins up to ``prefetch`` shards ahead and keeps a shard pinned from its
+first batch to its last, so with it the victims can differ (a model there, as the single
+source's replay is); ranks of a node are merged batch by batch; a shard the node holds as
+several range files is dropped whole.
 
 A resume at ``resume_at`` on ``resume_nodes * resume_ranks_per_node`` ranks reads the rest
 of the pass of ``resume_at`` with the batch size of its segment, each resumed loader's
