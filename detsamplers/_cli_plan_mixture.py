@@ -5,10 +5,11 @@ With ``--weights`` (one a shard set) the ``plan`` command plans a mixture: each 
 URL pattern is one shard set, and :func:`detsamplers.loader.plan_mixture` (NOTE [ mixture
 plan ]) is called with the cluster, the order arguments, ``--parts``, ``--epochs`` (passes
 of the sets' samples), the network model and, with ``--batch-schedule POSITION:SIZE ...``,
-a batch-size schedule (the first segment from position 0). Instead of URL patterns, the
-single source's synthetic flags describe the sets (``--shards``, ``--shard-bytes``,
-``--samples-per-shard``, ``--spread``: one value each for every set, or one a set; NOTE
-[ synthetic mixture plan ]). The set index, the cache limit and a resume stay the single
+a batch-size schedule (the first segment from position 0), ``--cache-limit`` and a resume
+(``--resume-at`` on ``--resume-nodes`` x ``--resume-ranks-per-node``, NOTE [ mixture plan
+cache ]). Instead of URL patterns, the single source's synthetic flags describe the sets
+(``--shards``, ``--shard-bytes``, ``--samples-per-shard``, ``--spread``: one value each for
+every set, or one a set; NOTE [ synthetic mixture plan ]). The set index stays the single
 source's (refused here, naming the argument). The table and ``--json`` are the single
 source's; with ``--bandwidth``, each node's first batch time and the cost too.
 """
@@ -54,15 +55,12 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     from .loader import Network, plan_mixture
 
     try:
-        single = {
-            "--set-index": args.set_index,
-            "--cache-limit": args.cache_limit, "--resume-at": args.resume_at,
-        }  # fmt: skip
+        single = {"--set-index": args.set_index}
         for name, value in single.items():
             if value is not None:
                 raise ValueError(
                     f"{name} should not be given with --weights (a mixture's plan takes URL "
-                    f"patterns, no cache limit and no resume), but got {name} {value}"
+                    f"patterns or the synthetic flags, a set each), but got {name} {value}"
                 )
         network = None
         if args.bandwidth is not None:
@@ -81,7 +79,9 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             num_workers=args.num_workers, batch_size=batch, seed=args.seed,
             shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,
             shuffle_block_shards=args.shuffle_block_shards, parts=args.parts,
-            epochs=args.epochs, network=network, index_dir=args.index_dir,
+            epochs=args.epochs, cache_limit=args.cache_limit, resume_at=args.resume_at,
+            resume_nodes=args.resume_nodes, resume_ranks_per_node=args.resume_ranks_per_node,
+            network=network, index_dir=args.index_dir,
             storage_options=storage_options(args.storage_option, args.endpoint_url, args.urls),
         )  # fmt: skip
     except (TypeError, ValueError, FileNotFoundError) as exn:

@@ -42,7 +42,9 @@ class RunPlan:
     """A run's plan: per node, and in total (NOTE [ run plan ]).
 
     ``resume`` holds, for a resume, one :class:`NodePlan` per node of the new cluster
-    (one entry: the rest of the epoch); ``method`` says how the shards were found.
+    (one entry: the rest of the epoch), caches cold; ``resume_warm`` the same from the
+    run's caches as they were then (a mixture's plan); ``method`` says how the shards were
+    found.
 
     Examples:
         >>> from detsamplers.loader import Network, SyntheticShards, plan_run
@@ -64,6 +66,7 @@ class RunPlan:
     index_memory_per_rank: int
     network: Network | None = None
     resume: list[NodePlan] | None = None
+    resume_warm: list[NodePlan] | None = None
 
     def total_bytes(self) -> int:
         """Bytes every node downloads over the run: shards and index files."""
@@ -146,5 +149,10 @@ class RunPlan:
                 f"{sum(n.shards[0] for n in self.resume)} shards, "
                 f"{sum(n.shard_bytes[0] for n in self.resume) / 1e9:.3f} GB to the epoch's end "
                 f"(at most {worst.shard_bytes[0] / 1e6:.1f} MB on node {worst.node})"
+            )
+        if self.resume_warm is not None:
+            text.append(
+                f"resume from warm caches: {sum(n.shards[0] for n in self.resume_warm)} shards, "
+                f"{sum(n.shard_bytes[0] for n in self.resume_warm) / 1e9:.3f} GB"
             )
         return "\n".join(text)

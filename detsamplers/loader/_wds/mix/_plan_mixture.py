@@ -19,7 +19,8 @@ shards from :func:`mixture_fetches`, the reader's own decision (NOTE [ mixture f
   segment. The origin decides which parts a rank reads, so a switch can move a node's
   byte ranges: the plan counts what the node's cache lacks, each segment's ranges written
   after what it holds (``ranged_cost``, NOTE [ planned fetches ]).
-- A node's cache starts cold and keeps everything (no ``cache_limit`` here); a shard costs
+- A node's cache starts cold and keeps everything unless ``cache_limit`` (NOTE [ mixture
+  plan cache ]: the cache's eviction rule, and a resume on another cluster); a shard costs
   its whole download the first pass a rank of the node reads it whole, or the byte ranges
   its ranks read it by, less the bytes the node already holds. The first batch of each
   reader of a segment fetches its cold shards as ``first_batch_whole`` decides; a cold
@@ -45,13 +46,22 @@ import numpy as np
 import numpy.typing as npt
 
 from ...._errors import check_int
-from .._plan_fetches import Spans, ranged_cost
+from .._plan_fetches import Spans
 from .._plan_inputs import Network, SyntheticShards
 from .._plan_report import NodePlan, RunPlan
 from ..order._rank_batches import rank_positions
 from ..read._cache_reader import first_batch_whole
 from ..read._node_cache import download_step
 from ._mixture_fetches import mixture_fetches
+from ._plan_mixture_cache import (
+    NodeCache,
+    Phase,
+    check_cache_limit,
+    check_world,
+    copy_caches,
+    segments,
+    settle_pass,
+)
 from ._plan_mixture_synthetic import FirstBatches, mixture_inputs
 
 __all__ = ["plan_mixture"]
@@ -92,25 +102,6 @@ def _schedule(batch_size: Any, start: int) -> list[tuple[int, int]]:
     return out
 
 
-class _Node:
-    """What one node's cache holds: per shard, the byte ranges written (whole: one range)."""
-
-    def __init__(self) -> None:
-        self.held: dict[int, list[tuple[int, int]]] = {}
-
-    def fetch(self, shard: int, writes: Sequence[Spans], step: int) -> tuple[int, int]:
-        """Bytes and requests of writing ``writes`` after what the node holds of ``shard``."""
-        before = tuple(self.held.get(shard, ()))
-        base = ranged_cost([before], step) if before else (0, 0)
-        total = ranged_cost([before, *writes] if before else list(writes), step)
-        self.held.setdefault(shard, []).extend(span for spans in writes for span in spans)
-        return total[0] - base[0], total[1] - base[1]
-
-    def covers(self, shard: int, spans: Spans) -> bool:
-        held = self.held.get(shard, [])
-        return all(any(a <= low and high <= b for a, b in held) for low, high in spans)
-
-
 def plan_mixture(
     urls: Sequence[str | Sequence[str]] | None,
     weights: Sequence[float],
@@ -127,8 +118,12 @@ def plan_mixture(
     shuffle_window: int = 0,
     shuffle_block_shards: int = 0,
     parts: int | Sequence[int] = 0,
+    cache_limit: int | None = None,
     epochs: int = 1,
     start: int = 0,
+    resume_at: int | None = None,
+    resume_nodes: int | None = None,
+    resume_ranks_per_node: int | None = None,
     prefetch: int = 8,
     read_ahead: int = 4 << 20,
     network: Network | None = None,
@@ -154,8 +149,15 @@ def plan_mixture(
         shuffle_window: As the mixture's.
         shuffle_block_shards: As the mixture's.
         parts: As the mixture's (one for every set, or one per set).
+        cache_limit: Bytes a node's cache may hold (``None``: no limit); at least the
+            largest shard (NOTE [ mixture plan cache ]).
         epochs: Passes of ``sum(N_k)`` positions the run reads, from ``start``.
         start: The global position the run starts at.
+        resume_at: Plan a resume at this global position, to the end of its pass, on
+            ``resume_nodes * resume_ranks_per_node`` ranks (default: the same cluster),
+            from cold caches (``resume``) and warm ones (``resume_warm``).
+        resume_nodes: Nodes of the resume.
+        resume_ranks_per_node: Ranks per node of the resume.
         prefetch: As the mixture's (the first batch's whole-or-ranged choice).
         read_ahead: As the mixture's (the range of one download request).
         network: A :class:`Network`, for the first batch's time and the cost.
@@ -192,7 +194,7 @@ def plan_mixture(
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network should be a Network, but got {type(network).__name__}")
     schedule = _schedule(batch_size, start)
-    world = nodes * ranks_per_node
+    world = run_world = nodes * ranks_per_node
     urls, build = mixture_inputs(urls, synthetic, weights)
     mix = build(
         urls, weights, seed=seed, batch_size=schedule[0][1], world_size=world, window=window,
@@ -214,16 +216,52 @@ def plan_mixture(
     whole = [((0, int(size)),) for size in sizes.tolist()]
     total = int(counts.sum())
     end = start + epochs * total
-    bounds = [*[a for a, _ in schedule[1:]], end]
-    caches = [_Node() for _ in range(nodes)]
+    cache_limit = check_cache_limit(cache_limit, sizes)
+    check_world(mix.set_parts, world, "run's", "nodes * ranks_per_node")
+    run = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
+    run_caches = [NodeCache(cache_limit, step) for _ in range(nodes)]
     firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
-    out = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
-    for (low, size), high in zip(schedule, bounds, strict=True):
-        high = min(high, end)
-        if low >= high:
-            continue
+    phases = [Phase(start, end, (nodes, ranks_per_node), run, lambda: run_caches)]
+    if resume_at is not None:  # NOTE [ mixture plan cache ]
+        at = check_int("resume_at", resume_at, minimum=start)
+        if at >= end:
+            raise ValueError(
+                f"resume_at should be a position of the run, in [{start}, {end}) (start + "
+                f"epochs * {total}), but got resume_at={at}; pass an earlier position"
+            )
+        rn = check_int("resume_nodes", nodes if resume_nodes is None else resume_nodes, minimum=1)
+        rl = ranks_per_node if resume_ranks_per_node is None else resume_ranks_per_node
+        rl = check_int("resume_ranks_per_node", rl, minimum=1)
+        check_world(mix.set_parts, rn * rl, "resume's", "resume_nodes * resume_ranks_per_node")
+        stop = start + ((at - start) // total + 1) * total
+        resumes = [[NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)]]
+        resumes.append([NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)])
+        phases = [
+            Phase(start, at, (nodes, ranks_per_node), run, lambda: run_caches),
+            Phase(
+                at,
+                stop,
+                (rn, rl),
+                resumes[0],
+                resumed=True,
+                caches=lambda: copy_caches([], rn, cache_limit, step),
+            ),
+            Phase(
+                at,
+                stop,
+                (rn, rl),
+                resumes[1],
+                resumed=True,
+                caches=lambda: copy_caches(run_caches, rn, cache_limit, step),
+            ),
+            Phase(at, end, (nodes, ranks_per_node), run, lambda: run_caches),
+        ]
+    for (low, size), high, phase, built in segments(schedule, end, phases):
+        # the phase's cluster, caches and figures (the run's, or a resume's)
+        nodes, ranks_per_node, out = phase.nodes, phase.per_node, phase.out
+        world, caches = nodes * ranks_per_node, phase.caches()
         grid = size * world
-        origin = low % grid
+        origin = built % grid  # where the segment's loaders were built (a switch, a resume)
         fetches = [
             None
             if lanes is None
@@ -238,11 +276,13 @@ def plan_mixture(
 
         # The first batch of each reader (rank, worker) of the segment, caches as they are.
         batch = (low - origin) // grid
-        for node, cache in enumerate(caches):
+        # A run's first batch is whole even where a planned resume splits the run at it.
+        cut = high if phase.resumed else min([a for a, _ in schedule if a > low] + [end])
+        for node, cache in enumerate(caches if low == built else []):
             for rank in range(node * ranks_per_node, (node + 1) * ranks_per_node):
                 for worker in range(max(num_workers, 1)):
                     positions = rank_positions(batch + worker, size, world, rank, None, origin)
-                    positions = positions[(positions >= low) & (positions < high)]
+                    positions = positions[(positions >= low) & (positions < cut)]
                     shards, _ = order.locate(positions)
                     cold = [
                         s
@@ -256,7 +296,7 @@ def plan_mixture(
                     )
                     for shard in cold:
                         if shard in chosen:
-                            if low == start:
+                            if low == start and not phase.resumed:
                                 firsts.fetch(node, shard, spans(rank, shard))
                             continue
                         samples = int((shards == shard).sum())
@@ -264,43 +304,56 @@ def plan_mixture(
                         pass_ = min((int(positions[0]) - start) // total, epochs - 1)
                         out[node].shard_bytes[pass_] += samples * mean + _HEADER
                         out[node].shard_requests[pass_] += samples
-                        if low == start:
+                        if low == start and not phase.resumed:
                             firsts.read(node, samples, samples * mean + _HEADER)
+
+        def writes_of(shard: int, ranks: list[int], spans: Any = spans) -> list[Spans]:
+            writes = [spans(r, shard) for r in ranks]
+            return [whole[shard]] if any(w == whole[shard] for w in writes) else writes
+
         # Every position of the segment, located with the mixture's order, pass by pass.
         for pass_ in range(epochs):
             a = max(low, start + pass_ * total)
             b = min(high, start + (pass_ + 1) * total)
-            readers: dict[tuple[int, int], set[int]] = {}  # (node, shard): its ranks
-            for chunk in range(a, b, _CHUNK):
-                positions = np.arange(chunk, min(chunk + _CHUNK, b), dtype=np.int64)
-                shards, _ = order.locate(positions)
-                ranks = (positions - origin) % world
-                for shard, rank in set(zip(shards.tolist(), ranks.tolist(), strict=True)):
-                    readers.setdefault((rank // ranks_per_node, shard), set()).add(rank)
-            for (node, shard), ranks_of in sorted(readers.items()):
-                writes = [spans(r, shard) for r in sorted(ranks_of)]
-                if any(w == whole[shard] for w in writes):
-                    writes = [whole[shard]]
-                if all(caches[node].covers(shard, w) for w in writes):
-                    continue
-                got = caches[node].fetch(shard, writes, step)
-                out[node].shards[pass_] += 1
-                out[node].shard_bytes[pass_] += got[0]
-                out[node].shard_requests[pass_] += got[1]
-    firsts.fill(out, step, network)
-    for node, plan in enumerate(out):
-        cache = caches[node]
-        plan.high_water = sum(ranged_cost([tuple(h)], step)[0] for h in cache.held.values())
+            got = settle_pass(
+                lambda p: order.locate(p)[0], caches, (a, b),
+                (origin, grid, world, ranks_per_node), writes_of, _CHUNK,
+            )  # fmt: skip
+            for node, (shards_, bytes_, requests_) in enumerate(got):
+                out[node].shards[pass_] += shards_
+                out[node].shard_bytes[pass_] += bytes_
+                out[node].shard_requests[pass_] += requests_
+    firsts.fill(run, step, network)
+    for phase in {id(p.out): p for p in phases}.values():  # the run's two stretches: once
+        for plan, cache in zip(phase.out, phase.caches(), strict=True):
+            plan.high_water = max(plan.high_water, cache.high_water)
+            plan.evictions += cache.evictions
+    resume = warm = None
+    if resume_at is not None:  # one entry: the rest of the pass of resume_at
+        at_pass = (resume_at - start) // total
+        resume, warm = [[_entry(p, at_pass) for p in plans] for plans in resumes]
     return RunPlan(
-        world_size=world,
+        world_size=run_world,
         epochs=epochs,
         samples=total,
         shard_count=len(mix.shards),
         dataset_bytes=int(sizes.sum()),
         method="mixture: located",
-        nodes=out,
+        nodes=run,
         order_bytes_per_rank=0,
         state_bytes_per_rank=len(json.dumps(mix.state_dict())),
         index_memory_per_rank=0,
         network=network,
+        resume=resume,
+        resume_warm=warm,
+    )
+
+
+def _entry(plan: NodePlan, index: int) -> NodePlan:
+    """``plan`` with one entry, its ``index``-th (a resume's pass)."""
+    return replace(
+        plan,
+        shards=[plan.shards[index]],
+        shard_bytes=[plan.shard_bytes[index]],
+        shard_requests=[plan.shard_requests[index]],
     )

@@ -16,7 +16,7 @@ same folder:
   bytes cross the network once per node, and a shard is never read half written.
 - **Pins.** A process reading a shard, or holding it for a read to come (the prefetch,
   NOTE [ shard prefetch ]), keeps it open with a shared ``flock``: the shard is *pinned*.
-  Each use also sets its modification time (the recency order).
+  Each use also sets its modification time, to the nanosecond (the recency order).
 - **Size limit.** Before a download would take the folder's shards past ``cache_limit``
   bytes, the least recently used shards are deleted, skipping every pinned one (an
   exclusive ``flock`` that cannot be taken at once): a shard a process of the node is
@@ -67,6 +67,16 @@ __all__ = [
 _SUFFIX = ".tar"
 _RANGE = ".part"
 _STALE_TMP = 3600.0
+
+
+def _touch(path: str) -> None:
+    """Set ``path``'s modification time to now, to the nanosecond (the recency order).
+
+    ``os.utime(path)`` takes the kernel's coarse clock (a tick, 1-4 ms): the pins of a
+    few batches would tie, and eviction would break the tie by size and name.
+    """
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
 
 
 def download_step(read_ahead: int) -> int:
@@ -248,7 +258,7 @@ class ShardCache:
                 self._delete_unpinned(path)
                 continue
             with contextlib.suppress(OSError):
-                os.utime(path)
+                _touch(path)
             self.stats.hits += hit
             return fd, start, stop
 
@@ -270,7 +280,7 @@ class ShardCache:
                 os.close(fd)
                 continue
             with contextlib.suppress(OSError):
-                os.utime(path)
+                _touch(path)
             self.stats.hits += hit
             return fd
 
