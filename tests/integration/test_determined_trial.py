@@ -75,9 +75,23 @@ def test_a_resumed_determined_trial_sees_exactly_the_batches_the_uninterrupted_r
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("determined")
-    full_run = _start(tmp_path, "full", "--max-batches", str(TOTAL_BATCHES))
-    first_run = _start(tmp_path, "first", "--max-batches", str(RESUME_AT))
-    full, first = _finish(*full_run), _finish(*first_run)
+    # The uninterrupted run and the first part of the interrupted one share a process (each
+    # its own init and trainer); the resume, as a restarted trial, is a process of its own.
+    first_out = tmp_path / "first.json"
+    full = _finish(
+        *_start(
+            tmp_path,
+            "full",
+            "--max-batches",
+            str(TOTAL_BATCHES),
+            "--then-out",
+            str(first_out),
+            "--then-max-batches",
+            str(RESUME_AT),
+        ),
+        timeout=240,  # two runs
+    )
+    first = json.loads(first_out.read_text())
 
     uuid = first["checkpoints"][-1]
     steps_completed = _steps_completed(tmp_path, uuid)
@@ -209,19 +223,23 @@ def _train(
             reported["controller"] = kwargs["steps_completed"]
             super().__init__(*args, **{**kwargs, "steps_completed": steps_completed})
 
-    pytorch._PyTorchTrialController = ClusterController  # this process only runs this trial
+    original = pytorch._PyTorchTrialController
+    pytorch._PyTorchTrialController = ClusterController  # while this run lasts
 
     hparams = {"global_batch_size": GLOBAL_BATCH_SIZE}
     # enable_tensorboard_logging=False: the default needs the tensorboard package.
-    with pytorch.init(hparams=hparams, enable_tensorboard_logging=False) as context:
-        reported["context"] = context.get_initial_batch()
-        context._steps_completed = steps_completed
-        trainer = pytorch.Trainer(IndexTrial(context), context)
-        trainer.fit(
-            max_length=pytorch.Batch(max_batches),
-            latest_checkpoint=latest_checkpoint,
-            checkpoint_policy="all",  # the local Trainer's only policy; saying so avoids a warning
-        )
+    try:
+        with pytorch.init(hparams=hparams, enable_tensorboard_logging=False) as context:
+            reported["context"] = context.get_initial_batch()
+            context._steps_completed = steps_completed
+            trainer = pytorch.Trainer(IndexTrial(context), context)
+            trainer.fit(
+                max_length=pytorch.Batch(max_batches),
+                latest_checkpoint=latest_checkpoint,
+                checkpoint_policy="all",  # the local Trainer's only policy; says so, no warning
+            )
+    finally:
+        pytorch._PyTorchTrialController = original
     result = {
         "steps_completed_reported_by_determined": reported,
         "batches": seen,
@@ -236,5 +254,9 @@ if __name__ == "__main__":
     parser.add_argument("--max-batches", type=int, required=True)
     parser.add_argument("--latest-checkpoint")
     parser.add_argument("--steps-completed", type=int, default=0)
+    parser.add_argument("--then-out", type=Path, help="then a run from scratch, written here")
+    parser.add_argument("--then-max-batches", type=int)
     args = parser.parse_args()
     _train(args.out, args.max_batches, args.latest_checkpoint, args.steps_completed)
+    if args.then_out is not None:
+        _train(args.then_out, args.then_max_batches, None, 0)

@@ -1,9 +1,10 @@
 """A shielded worker stopped holding torch's ``done_event`` lock (NOTE [ failing rank exits ]).
 
-Run as ``python shield_held_lock.py fork|spawn``: the worker takes the lock that torch's
+Run as ``python shield_held_lock.py METHOD...`` (``fork``, ``spawn``): for each start method
+in turn, with a loader of its own, the worker takes the lock that torch's
 ``done_event.is_set()`` takes and sends itself SIGTERM inside it, after ``fit`` failed;
-the parent then stops its workers as torch does, and prints how long that took. A worker
-that exits with the lock held makes that stop wait forever.
+the parent then stops its workers as torch does, and prints the method and how long that
+took. A worker that exits with the lock held makes that stop wait forever.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def main(method: str) -> None:
     stop.start()
     stop.join(30)
     verdict = "hung" if stop.is_alive() else "stopped"
-    print(verdict, f"{time.monotonic() - started:.1f}", flush=True)
+    print(method, verdict, f"{time.monotonic() - started:.1f}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    for name in sys.argv[1:]:
+        main(name)

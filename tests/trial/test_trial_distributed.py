@@ -1,4 +1,4 @@
-"""Several ranks over torch.distributed (torchrun, gloo on 127.0.0.1): pause, kill, resume."""
+"""Several ranks over torch.distributed (torchrun, gloo on 127.0.0.1): pause, resume, refuse."""
 
 from __future__ import annotations
 
@@ -19,11 +19,9 @@ from trial_helpers import launch_runs, metrics
 from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
 from detsamplers.trial._data import global_batch
-from detsamplers.trial._demo import launch
 
 pytestmark = pytest.mark.distributed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--num-workers=1", "--records=256", "--global-batch-size=16", "--max-batches=48"]
 
 
@@ -76,9 +74,8 @@ def test_validation_metrics_are_the_mean_over_every_ranks_records(
 
 
 # Runs that share two launches (tests/trial/in_one_launch.py), each in a folder of its own:
-# on 2 ranks, the four runs of FIRSTS, then a run whose rank 1 dies at batch 13 (which
-# fails the launch); on 1 rank, LATERS resume the four, then the demo's reference is
-# resumed with another seed (which fails that launch).
+# on 2 ranks, the four runs of FIRSTS; on 1 rank, LATERS resume the four, then the demo's
+# reference is resumed with another seed (which fails that launch).
 FIRSTS = {
     "resized": [
         "--records=80", "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7",
@@ -107,8 +104,13 @@ LATERS = {
 @dataclass
 class Shared:
     work: Path  # work/NAME: the checkpoints (ckpt/) and records of each run of FIRSTS
-    killed: str  # the 2-rank launch's error (its last run's rank 1 died)
     refused: str  # the 1-rank launch's error (its last run resumed with seed 2)
+
+
+# A rank killed at batch 13 and the run relaunched from its newest checkpoint (batch 8), bit
+# identical to the straight run, is tests/trial/test_trial_preemption_distributed.py's torchrun
+# restart (the same kill, and the same disk state read by new ranks); a new launch after one
+# that failed at batch 13 resuming bit identical is test_trial_failure_distributed.py's.
 
 
 @pytest.fixture(scope="module")
@@ -119,34 +121,13 @@ def shared(demo: tuple[bool, list[str], Path], tmp_path_factory: pytest.TempPath
         return [f"--checkpoint-dir={work / name / 'ckpt'}", f"--record-dir={work / name}"]
 
     runs: list[dict[str, Any]] = [{"argv": [*common(n), *a]} for n, a in FIRSTS.items()]
-    run = work / "killed"
-    killed = [f"--checkpoint-dir={run / 'ckpt'}", *COMMON, f"--weights-out={run / 'w.pt'}"]
-    runs.append({"argv": killed, "env": {"TRIAL_KILL_AT": "13", "TRIAL_KILL_RANK": "1"}})
-    with pytest.raises(RuntimeError, match="exited with") as died:
-        launch_runs(2, runs, work / "on-2", module="trial_worker", trial_class="Injected")
+    launch_runs(2, runs, work / "on-2")
     shutil.copytree(demo[2] / "reference", work / "seed" / "ckpt")
     runs = [{"argv": [*common(n), *a]} for n, a in LATERS.items()]
     runs.append({"argv": [*common("seed"), *COMMON, "--resume", "--seed=2"]})
     with pytest.raises(RuntimeError, match="exited with") as refused:
         launch_runs(1, runs, work / "on-1")
-    return Shared(work, str(died.value), str(refused.value))
-
-
-def test_a_killed_rank_relaunched_from_the_latest_checkpoint_ends_bit_identical(
-    demo: tuple[bool, list[str], Path], shared: Shared, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _, _, work = demo
-    run = shared.work / "killed"
-    assert "exited with" in shared.killed
-    assert not (run / "w.pt").exists()
-    monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    args = [f"--checkpoint-dir={run / 'ckpt'}", *COMMON, f"--weights-out={run / 'w.pt'}"]
-    launch(2, [*args, "--resume"], str(run / "log"), module="trial_worker")
-    resumes = [row for row in metrics(str(run / "ckpt")) if row["type"] == "resume"]
-    assert [row["batches_trained"] for row in resumes] == [8]  # the checkpoint before the kill
-    straight = torch.load(work / "reference" / "weights.pt", weights_only=True)
-    relaunched = torch.load(run / "w.pt", weights_only=True)
-    assert all(torch.equal(straight[k], relaunched[k]) for k in straight)
+    return Shared(work, str(refused.value))
 
 
 def test_a_resume_on_another_world_size_with_another_seed_is_refused(shared: Shared) -> None:

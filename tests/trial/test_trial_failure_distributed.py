@@ -180,15 +180,13 @@ def test_a_lost_node_makes_the_other_torchrun_agent_exit_non_zero(tmp_path: Path
     assert survivors and _gone(survivors, 30), "the surviving rank or its worker outlived it"
 
 
-@pytest.mark.subprocess
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_its_loader(
-    method: str,
-) -> None:
-    # The worker exits while it holds the semaphore that done_event.set() in the parent takes.
+@pytest.fixture(scope="module")
+def held_lock_stops() -> dict[str, list[str]]:
+    """Each start method's verdict and seconds from one process that runs both in turn
+    (tests/trial/shield_held_lock.py), each with a loader and a worker of its own."""
     script = os.path.join(HERE, "shield_held_lock.py")
     done = subprocess.run(
-        [sys.executable, script, method],
+        [sys.executable, script, "fork", "spawn"],
         env=_env(),
         capture_output=True,
         text=True,
@@ -196,5 +194,14 @@ def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_it
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    verdict, seconds = done.stdout.split()
+    return {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_stopped_inside_torchs_event_check_does_not_hang_the_stop_of_its_loader(
+    method: str, held_lock_stops: dict[str, list[str]]
+) -> None:
+    # The worker exits while it holds the semaphore that done_event.set() in the parent takes.
+    verdict, seconds = held_lock_stops[method]
     assert verdict == "stopped", f"the loader's stop waited {seconds} s on the dead worker's lock"

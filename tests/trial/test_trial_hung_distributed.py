@@ -22,10 +22,11 @@ import pytest
 from detsamplers.trial._demo import launch, processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The time a hung run of 2 ranks is given before it is ended: enough for its 4 processes to
-# import torch and reach the hang on 2 loaded cores (about 5 s unloaded; 45 s fell short once
-# under a CI load of 8).
-HUNG_SECONDS = 75
+# The times a hung run of 2 ranks is given before it is ended, in turn: its 4 processes must
+# import torch and reach the hang first (about 5 s unloaded; 45 s fell short once under a CI
+# load of 8). A run whose workers were not all in the hang a second before its time ran out
+# (HANG_READY_DIR tells) proves nothing, and is launched again with the next, longer time.
+HUNG_SECONDS = (30, 75)
 
 
 @pytest.mark.distributed
@@ -34,17 +35,30 @@ def test_a_hung_run_is_ended_with_the_stacks_of_its_ranks_and_their_workers(
 ) -> None:
     """``launch`` ends a run that does not exit, and says where every process was."""
     monkeypatch.setenv("PYTHONPATH", HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    started = time.monotonic()
-    # HUNG_SECONDS: both ranks and their workers must reach the hang first, under pytest-xdist's
-    # other workers too.
-    with pytest.raises(RuntimeError, match=f"no exit within {HUNG_SECONDS} s") as raised:
-        launch(2, [], str(tmp_path / "log"), module="hangs_in_a_worker", timeout=HUNG_SECONDS)
+    for seconds in HUNG_SECONDS:
+        ready = tmp_path / f"ready-{seconds}"
+        ready.mkdir()
+        monkeypatch.setenv("HANG_READY_DIR", str(ready))
+        started, begun = time.monotonic(), time.time()
+        with pytest.raises(RuntimeError, match=f"no exit within {seconds} s") as raised:
+            log = str(tmp_path / f"log-{seconds}")
+            launch(2, [], log, module="hangs_in_a_worker", timeout=seconds)
+        assert time.monotonic() - started < seconds + 10.0 + 30  # timeout, stacks, slack
+        assert not _running("hangs_in_a_worker"), "a process of the hung run outlived launch"
+        if _in_the_hang(ready, workers=2, before=begun + seconds - 1.0):
+            break
+    else:
+        pytest.fail(f"the hung run's workers never reached the hang within {seconds} s")
     message = str(raised.value)
     # Both ranks, in torch's wait for a batch, and both workers, in the sample's sleep.
     assert len(re.findall(r"line \d+ in _try_get_data\n", message)) == 2, message
     assert message.count('hangs_in_a_worker.py", line 22 in __getitem__') == 2, message
-    assert time.monotonic() - started < HUNG_SECONDS + 10.0 + 30  # timeout, stacks, slack
-    assert not _running("hangs_in_a_worker"), "a process of the hung run outlived launch"
+
+
+def _in_the_hang(ready: Path, workers: int, before: float) -> bool:
+    """Whether ``workers`` workers wrote their file in ``ready`` (on entering the hang) before
+    the time ``before`` (seconds since the epoch)."""
+    return sum(path.stat().st_mtime < before for path in ready.iterdir()) >= workers
 
 
 def _running(module: str) -> list[int]:
