@@ -13,14 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from transformers import TrainingArguments
-
 from detsamplers.loader import DataLoader
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hf_trainer_train.py"
 
 
 def check(out: Path) -> None:
+    from transformers import TrainingArguments  # here: collecting this module imports nothing
+
     spec = importlib.util.spec_from_file_location("hf_trainer_train", EXAMPLE)
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)

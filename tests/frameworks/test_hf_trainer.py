@@ -12,6 +12,7 @@ of torch and transformers on 2 processes for both recipes.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -20,7 +21,10 @@ import pytest
 from .framework_helpers import HERE, Shared, per_epoch, torchrun, torchrun_twice
 from .token_runs import assert_resumed_exactly, records, token_runs, write_corpus
 
-pytest.importorskip("transformers")
+# Found, not imported: every process that collects the suite would pay for the import.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
 
 RECORDS = 64
 STEPS_PER_EPOCH = 8

@@ -10,6 +10,7 @@ the token recipe and its resume (tests/frameworks/token_runs.py).
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,10 @@ import pytest
 from .framework_helpers import Shared, per_epoch, torchrun, torchrun_twice
 from .token_runs import assert_resumed_exactly, token_runs, write_corpus
 
-pytest.importorskip("lightning")
+# Found, not imported: every process that collects the suite would pay for the import.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="lightning is not installed"
+)
 
 RECORDS = 64
 STEPS_PER_EPOCH = 4

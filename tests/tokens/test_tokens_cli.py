@@ -195,7 +195,9 @@ def test_a_saved_hugging_face_dataset_and_its_split_are_read_from_local_disk(
 
 
 @pytest.mark.subprocess
-def test_the_corpus_is_the_same_bytes_whatever_the_number_of_workers(tmp_path: Path) -> None:
+def test_the_corpus_is_the_same_bytes_whatever_the_number_of_workers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rng = np.random.default_rng(3)
     words = ["token", "stream", "corpus", "ok", "é", "a"]
     for name in ("a.txt", "b.jsonl"):
@@ -203,53 +205,26 @@ def test_the_corpus_is_the_same_bytes_whatever_the_number_of_workers(tmp_path: P
         if name.endswith(".jsonl"):
             lines = [json.dumps({"text": line}) for line in lines]
         (tmp_path / name).write_text("\n".join(lines) + "\n")
+    inputs = [str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl"), "--documents", "line"]
+    args = [*inputs, "--tokenizer", TOKENIZER, "--eod-id", "0", "--max-tokens-per-file", "20000"]
+    # One worker in this process; three through the command a user types (its entry point,
+    # and a pool of worker processes that import the tokenizer by its spec).
+    code, out, err = run(["tokens", "build", *args, "--output", str(tmp_path / "out1")], capsys)
+    assert code == 0 and "1,400 documents" in out, err
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["PYTHONPATH"]])}
-    outputs = []
-    for workers in (1, 3):
-        out = tmp_path / f"out{workers}"
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "detsamplers",
-                "tokens",
-                "build",
-                str(tmp_path / "a.txt"),
-                str(tmp_path / "b.jsonl"),
-                "--documents",
-                "line",
-                "--tokenizer",
-                TOKENIZER,
-                "--output",
-                str(out),
-                "--workers",
-                str(workers),
-                "--eod-id",
-                "0",
-                "--max-tokens-per-file",
-                "20000",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stderr
-        assert "1,400 documents" in result.stdout
-        outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    command = [sys.executable, "-m", "detsamplers", "tokens", "build", *args]
+    command += ["--output", str(tmp_path / "out3"), "--workers", "3"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "1,400 documents" in result.stdout
+    outputs = [
+        {p.name: p.read_bytes() for p in sorted((tmp_path / f"out{n}").iterdir())} for n in (1, 3)
+    ]
     assert outputs[0] == outputs[1]
     assert len([name for name in outputs[0] if name.endswith(".bin")]) > 1
-    result = subprocess.run(
-        [sys.executable, "-m", "detsamplers", "tokens", "stats", str(tmp_path / "out3"), "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    stats = json.loads(result.stdout)
-    assert (result.returncode, stats["documents"]) == (0, 1400)
+    code, out, err = run(["tokens", "stats", str(tmp_path / "out3"), "--json"], capsys)
+    stats = json.loads(out)
+    assert (code, stats["documents"]) == (0, 1400), err
     assert sum(b["documents"] for b in stats["histogram"]) == 1400
 
 
