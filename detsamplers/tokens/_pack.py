@@ -369,7 +369,7 @@ class PackOrder:
         """
         found = self._packed.get(w)
         if found is None:
-            self._pack_windows([w])
+            self._prepare_windows([w])
             found = self._packed[w]
         self._packed.move_to_end(w)
         return found
