@@ -13,9 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries, _concat, _corpus
+from detsamplers.tokens import (
+    TokenCorpus,
+    TokenSequences,
+    _boundaries,
+    _concat,
+    _corpus,
+    _pack,
+    _pack_recall,
+    _remembered,
+)
 from detsamplers.tokens import _ends_check as ends_check
-from detsamplers.tokens import _pack, _pack_recall, _remembered
 
 HEADER = _boundaries.ENDS_HEADER
 
@@ -216,7 +224,7 @@ def test_a_kept_window_is_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     TokenCorpus(path, lengths=[sidecar])  # writes the cache
     sequences = TokenSequences(TokenCorpus(path, lengths=[sidecar]), 7, mode="pack", window=8)
     assert sequences._pack is not None
-    offsets, docs, *_ = sequences._pack.window(2)
+    _, docs, *_ = sequences._pack.window(2)
     with pytest.raises(ValueError, match="read-only"):
         docs[0] = 1
 
@@ -255,6 +263,7 @@ def test_a_concat_block_whose_ends_read_do_not_increase_names_the_cache(
     np.save(cache_of(sidecar), stored)
     order = _concat.ConcatOrder(TokenCorpus(path, lengths=[sidecar]), 0, 4)
     assert order._stored_lengths(np.array([0, 5])).tolist() == [[2] * 4] * 2
-    with pytest.raises(ValueError, match=r"document ends cache .*t\.lengths\.npy\.ends\.npy "
-                       r"should hold increasing ends in \[1, 80\], but its ends 7 to 11 do not"):  # fmt: skip
+    message = (r"document ends cache .*t\.lengths\.npy\.ends\.npy should hold increasing ends "
+               r"in \[1, 80\], but its ends 7 to 11 do not")  # fmt: skip
+    with pytest.raises(ValueError, match=message):
         order._stored_lengths(np.array([1, 2]))
