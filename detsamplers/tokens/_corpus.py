@@ -381,7 +381,7 @@ class TokenCorpus:
             ValueError: they do not increase (the cache that gave them is named).
         """
         seen = self._files_seen
-        key = ("blocks", size, self.num_documents, seen and seen[0])
+        key = ("blocks", size, self.dtype, self.eod_id, self.num_documents, seen and seen[0])
         if seen is not None and seen[1]:  # NOTE [ facts of unchanged files ]
             known: I64 | None = _BLOCK_STARTS.get(key)
             if known is not None:

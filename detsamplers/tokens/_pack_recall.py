@@ -4,7 +4,8 @@ NOTE [ packed windows remembered ]
 A seek re-packs the windows its batch meets (NOTE [ packed sequences ]): it reads the
 ends of their documents, scattered over the file, and packs them best-fit. The bins of
 window ``w`` are a pure function of the corpus's bytes and of what ``PackOrder``'s digest
-binds (the files' names and sizes, ``L``, ``seed``, ``window``, ``long_documents``), and of
+binds (the files' names and sizes, ``L``, ``seed``, ``window``, ``long_documents``), of the
+corpus's ``dtype`` and ``eod_id`` (which say how the same bytes are read), and of
 the pack index that says how many bins each window holds. So a window packed by one order
 is kept here (at most ``KEPT`` windows, least recently used out first) under that digest
 and the identities of the corpus's files and of the pack index, taken before they were
@@ -46,7 +47,7 @@ def windows_key(
         if found is None or not found[1]:
             return None
         own = found[0]
-    return (digest, seen[0], own, len(cumulative), int(cumulative[-1]))
+    return (digest, corpus.dtype, corpus.eod_id, seen[0], own, len(cumulative), int(cumulative[-1]))
 
 
 def recall_window(key: Hashable | None, w: int) -> Window | None:

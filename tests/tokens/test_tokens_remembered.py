@@ -267,3 +267,17 @@ def test_a_concat_block_whose_ends_read_do_not_increase_names_the_cache(
                r"in \[1, 80\], but its ends 7 to 11 do not")  # fmt: skip
     with pytest.raises(ValueError, match=message):
         order._stored_lengths(np.array([1, 2]))
+
+
+def test_the_same_bytes_read_with_another_end_of_document_id_get_their_own_block_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settled(monkeypatch)
+    path = tmp_path / "t.bin"
+    np.array([5, 0, 4, 9, 0, 6, 4, 0, 7, 7, 4, 0], dtype=np.uint16).tofile(path)
+    for _ in range(2):  # the second time from what was kept
+        by_zero = TokenCorpus(path, dtype="uint16", eod_id=0, cache=False)
+        by_four = TokenCorpus(path, dtype="uint16", eod_id=4, cache=False)
+        assert by_zero.num_documents == by_four.num_documents == 4
+        assert by_zero.block_starts(2).tolist() == [0, 5, 12]
+        assert by_four.block_starts(2).tolist() == [0, 7, 12]
