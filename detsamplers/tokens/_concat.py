@@ -240,12 +240,21 @@ class ConcatOrder:
         corpus = self._corpus
         docs = (blocks * self._size)[:, None] + np.arange(self._size, dtype=np.int64)
         if len(corpus._ends) == 1:
-            # One file: the blocks' document ends are one gather of its ends (checked by
-            # regions, NOTE [ lazy ends check ]); each block starts at its block start.
+            # One file: the blocks' document ends are one gather of its ends; each block
+            # starts at its block start. The ends read are checked, not their regions: the
+            # block starts increase inside [0, tokens] (checked at build) and each block's
+            # last end is the next block start, so lengths of at least 1 make every end
+            # read increase inside the file (NOTE [ pair check ]); else the regions are
+            # checked, which names the cache.
             ends = corpus._ends[0]
-            corpus._checks[0].cover_at(ends, docs.ravel())
             found: I64 = ends[docs].astype(np.int64, copy=False)
-            return np.diff(found, axis=1, prepend=self._firsts[blocks][:, None])
+            lengths = np.diff(found, axis=1, prepend=self._firsts[blocks][:, None])
+            if not (
+                bool((lengths >= 1).all())
+                and bool((found[:, -1] == self._firsts[blocks + 1]).all())
+            ):
+                corpus._checks[0].cover_at(ends, docs.ravel())
+            return lengths
         begins = corpus.starts(docs.ravel()).reshape(docs.shape)
         return np.diff(begins, axis=1, append=self._firsts[blocks + 1][:, None])
 

@@ -31,10 +31,13 @@ from ._boundaries import eod_ends, sidecar_ends
 from ._ends_check import EndsCheck, distinct, mapped_from, read_at
 from ._files import BIN_DTYPES, check_path, open_tokens
 from ._megatron import megatron_ends, megatron_tokens
+from ._remembered import Remembered, identities
 
 __all__ = ["TokenCorpus"]
 
 I64 = npt.NDArray[np.int64]
+#: Block starts of corpora whose files have not changed (NOTE [ facts of unchanged files ]).
+_BLOCK_STARTS = Remembered(kept=8)
 
 
 def _paths(value: Any, name: str) -> list[Path | str]:
@@ -71,6 +74,20 @@ def _brackets(ends: Any, low: int, high: int, start: int, stop: int) -> bool:
         and (high == last or int(ends[high - 1]) >= stop)
         and (high - 1 == low or int(ends[high - 2]) < stop)
     )
+
+
+def _sources(files: list[Path | str], sidecars: list[Path | str], eod_id: int | None) -> list[Any]:
+    """Every file a corpus's documents are read from, its caches included where they exist."""
+    out: list[Any] = [*files, *sidecars]
+    for path in [*files, *sidecars]:
+        if isinstance(path, Path):
+            if path.suffix == ".idx":
+                out.append(path.with_suffix(".bin"))
+            caches = [f"{path.name}.ends.npy"] + (
+                [f"{path.name}.eod{eod_id}.npy"] if eod_id is not None else []
+            )
+            out.extend(c for c in (path.with_name(name) for name in caches) if c.exists())
+    return out
 
 
 def _name(path: Path | str) -> str:
@@ -234,6 +251,9 @@ class TokenCorpus:
                 storage_options, timeout, retries, cache_dir, cache_limit, download
             )
             _remote.check_hosts(remote, self._remote)
+        # Taken before anything is read: what keys the answers kept for this corpus's files
+        # (NOTE [ facts of unchanged files ]); None for a remote corpus.
+        self._files_seen = identities(_sources(files, sidecars, eod_id))
         self._tokens = [self._open(path, dtype) for path in files]
         self._sizes = [
             os.stat(path).st_size if isinstance(path, Path) else tokens.file.size
@@ -360,12 +380,20 @@ class TokenCorpus:
         Raises:
             ValueError: they do not increase (the cache that gave them is named).
         """
+        seen = self._files_seen
+        key = ("blocks", size, self.dtype, self.eod_id, self.num_documents, seen and seen[0])
+        if seen is not None and seen[1]:  # NOTE [ facts of unchanged files ]
+            known: I64 | None = _BLOCK_STARTS.get(key)
+            if known is not None:
+                return known.copy()
         docs = np.append(np.arange(0, self.num_documents, size, dtype=np.int64),
                          np.int64(self.num_documents))  # fmt: skip
         out = self.starts(docs, check=False)
         if len(out) > 1 and not bool((out[1:] > out[:-1]).all()):
             for check, ends in zip(self._checks, self._ends, strict=True):
                 check.cover(ends, 0, len(ends))  # names the cache that does not increase
+        if seen is not None and seen[1]:
+            _BLOCK_STARTS.put(key, out.copy())
         return out
 
     def starts(self, docs: I64, check: bool = True) -> I64:

@@ -78,6 +78,7 @@ from ._boundaries import store_ends
 from ._concat import Pieces
 from ._corpus import TokenCorpus
 from ._files import open_npy
+from ._pack_recall import recall_window, remember_window, windows_key
 
 __all__ = [
     "LONG_DOCUMENTS",
@@ -268,6 +269,7 @@ class PackOrder:
                 store_ends(self.path, header)
         self._header = header[:PACK_HEADER].copy()
         self._cumulative = np.array(header[PACK_HEADER:], dtype=np.int64)
+        self._files_key = windows_key(corpus, self._digest, self.path, self._cumulative)
 
     def __len__(self) -> int:
         return int(self._cumulative[-1])
@@ -367,7 +369,7 @@ class PackOrder:
         """
         found = self._packed.get(w)
         if found is None:
-            self._pack_windows([w])
+            self._prepare_windows([w])
             found = self._packed[w]
         self._packed.move_to_end(w)
         return found
@@ -386,9 +388,20 @@ class PackOrder:
         for w in dict.fromkeys(ws):
             if w in self._packed:
                 self._packed.move_to_end(w)  # used: not evicted by the packing below
-            else:
+            elif not self._recall(w):
                 wanted.append(w)
         self._pack_windows(wanted[-CACHED_WINDOWS:])
+        for w in wanted[-CACHED_WINDOWS:]:
+            remember_window(self._files_key, w, self._packed.get(w))
+
+    def _recall(self, w: int) -> bool:
+        """Keep window ``w`` as packed by an order over the same unchanged files, if any."""
+        found = recall_window(self._files_key, w)
+        if found is None:
+            return False
+        self._packed[w] = found
+        self._kept_pieces += len(found[1])
+        return True
 
     def _pack_windows(self, ws: list[int]) -> None:
         """Pack windows ``ws`` (NOTE [ packed sequences ]) and keep them."""
