@@ -212,7 +212,11 @@ class BatchRows(list[dict[str, npt.NDArray[Any]]]):
     ``collate_tokens`` converts the tables directly (one copy at most: a table that is a
     strided view is made contiguous), as long as the list still holds the same row dicts
     holding the same arrays (:meth:`tables`); a row changed in place changes its table too,
-    since a row is a view of it. Anything else collates row by row, as before.
+    since a row is a view of it. Anything else collates row by row, as before. A builder
+    may hand over what it already made of a table as the collate would
+    (``collated``: the packed rows' flattened ``cu_seqlens``, NOTE [ packed batch rows ]);
+    that is used while :meth:`tables` holds, so change such a row's ``cu_seqlens`` by
+    assigning a new array, not in place.
 
     Examples:
         >>> import numpy as np

@@ -8,18 +8,22 @@ features ]). :func:`packed_rows` builds the ``B`` rows' arrays directly at their
 ``(B, L)`` shape, each one contiguous (so ``collate_tokens`` converts them without a
 copy), and only the ``outputs`` asked for:
 
-- ``input_ids`` and ``labels``: each row's real tokens copied once into its row (one
-  slice a row: a row's pieces are consecutive in the batch's tokens), zeros after them;
-  the labels are the same tokens one column to the left, ``IGNORE_INDEX`` from the row's
-  last real token on when it closes its document (a piece that does not close a document
-  fills its bin, so the last real token of a row that has padding always closes one) and
-  at every other closing piece's last token (one scatter for the batch).
+- ``input_ids`` and ``labels``: the ``B L`` inputs are one ``np.concatenate`` of the
+  batch's slices of its mapped files (each piece one slice, each row's padding a slice of
+  zeros, a full row's last token left out: it is no input), cast to int64 in the same
+  pass; the labels are the same values one place on (one copy), a full row's last label
+  its left-out token, ``IGNORE_INDEX`` from the row's last real token on when it has
+  padding (a piece that does not close a document fills its bin, so that token closes
+  one) and at every other closing piece's last token (one scatter for the batch).
 - ``position_ids`` and ``document_ids``: one ``np.repeat`` each over the batch's pieces
   with each row's padding piece put after its pieces (a padding of 0 tokens where the
-  bin is full), the last piece of each row one token shorter so that the ``B L`` values
-  come out in place.
+  bin is full), the last piece of a full row one token shorter, so that these spans fill
+  the ``B L`` values in place.
 - ``cu_seqlens``: each row's piece ends below ``L`` at columns ``1, 2, ...`` (the ends
-  of a row's pieces rise, so those below ``L`` come first), ``L`` after them.
+  of a row's pieces rise, so those below ``L`` come first), ``L`` after them. The
+  batch's flattened offsets, which ``collate_tokens`` would make from that table, are the
+  ends of the spans above that rise: made here and handed to it with the rows
+  (``BatchRows.collated``, NOTE [ batch rows ]).
 
 The arrays are those of :func:`~detsamplers.tokens._features.features` on each padded
 window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
