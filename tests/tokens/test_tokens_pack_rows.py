@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -111,3 +112,33 @@ def test_a_full_packed_row_labels_its_last_input_with_the_token_after_it(tmp_pat
     first, second = sorted([[1, 2, 3, 9], [4, 5, 6, 9]], key=lambda d: d[0] != row["input_ids"][0])
     assert row["input_ids"].tolist() == first + second[:3]
     assert row["labels"].tolist() == [*first[1:], -100, *second[1:]]
+
+
+@pytest.mark.servers
+def test_a_packed_batch_over_nginx_holds_the_arrays_of_the_same_files_on_disk(
+    tmp_path: Path,
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "webdataset"))  # the servers' helpers
+    from nginx_server import Nginx
+
+    local = write_eod(tmp_path / "c", [[3, 9, 2, 5], [7, 1, 4], [6, 6]], seed=4)
+    for path in (tmp_path / "c").glob("*.eod0.npy"):  # the remote open scans its files
+        path.unlink()
+    nginx = Nginx(tmp_path, tmp_path / "nginx")
+    try:
+        urls = [f"{nginx.url}/c/{path.name}" for path in local.paths]
+        remote = TokenCorpus(urls, dtype="uint16", eod_id=EOD, progress=False,
+                             cache_dir=tmp_path / "cache")  # fmt: skip
+        assert not isinstance(remote._tokens[0], np.ndarray)  # read by ranges, not mapped
+        there, here = (TokenSequences(corpus, 6, mode="pack", seed=2, window=3)
+                       for corpus in (remote, local))  # fmt: skip
+        pairs = [(0, k) for k in range(len(here))] * 2
+        got, expected = (
+            collate_tokens(there.getitems_in_epochs(pairs)),
+            collate_tokens(here.getitems_in_epochs(pairs)),
+        )
+    finally:
+        nginx.close()
+    assert sorted(got) == sorted(KEYS)
+    for key in KEYS:
+        assert got[key].tolist() == expected[key].tolist(), key
