@@ -297,9 +297,10 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
             "batch sequences of one TokenSequences"
         )
     length = lengths.pop()
-    tables = samples.tables() if isinstance(samples, BatchRows) else None
-    if tables is not None:
-        return _collate_tables(tables, length, samples.collated)  # type: ignore[union-attr]
+    built = samples if isinstance(samples, BatchRows) else None
+    tables = built.tables() if built is not None else None
+    if built is not None and tables is not None:
+        return _collate_tables(tables, length, built.collated)
     out = {
         key: torch.as_tensor(np.stack([np.asarray(s[key]) for s in samples]), dtype=torch.int64)
         for key in KEYS[:4]
