@@ -212,7 +212,11 @@ class BatchRows(list[dict[str, npt.NDArray[Any]]]):
     ``collate_tokens`` converts the tables directly (one copy at most: a table that is a
     strided view is made contiguous), as long as the list still holds the same row dicts
     holding the same arrays (:meth:`tables`); a row changed in place changes its table too,
-    since a row is a view of it. Anything else collates row by row, as before.
+    since a row is a view of it. Anything else collates row by row, as before. A builder
+    may hand over what it already made of a table as the collate would
+    (``collated``: the packed rows' flattened ``cu_seqlens``, NOTE [ packed batch rows ]);
+    that is used while :meth:`tables` holds, so change such a row's ``cu_seqlens`` by
+    assigning a new array, not in place.
 
     Examples:
         >>> import numpy as np
@@ -224,10 +228,17 @@ class BatchRows(list[dict[str, npt.NDArray[Any]]]):
         True
     """
 
-    def __init__(self, table: dict[str, npt.NDArray[Any]]) -> None:
+    def __init__(
+        self,
+        table: dict[str, npt.NDArray[Any]],
+        collated: Mapping[str, npt.NDArray[Any]] | None = None,
+    ) -> None:
         count = len(table["input_ids"])
         super().__init__({key: value[j] for key, value in table.items()} for j in range(count))
         self._table = table
+        #: What the builder already made of a table as ``collate_tokens`` would (the
+        #: flattened ``cu_seqlens``), used as long as :meth:`tables` holds.
+        self.collated = dict(collated or {})
         self._rows = tuple(self)
         self._views = tuple(tuple(row.values()) for row in self._rows)
 
@@ -286,9 +297,10 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
             "batch sequences of one TokenSequences"
         )
     length = lengths.pop()
-    tables = samples.tables() if isinstance(samples, BatchRows) else None
-    if tables is not None:
-        return _collate_tables(tables, length)
+    built = samples if isinstance(samples, BatchRows) else None
+    tables = built.tables() if built is not None else None
+    if built is not None and tables is not None:
+        return _collate_tables(tables, length, built.collated)
     out = {
         key: torch.as_tensor(np.stack([np.asarray(s[key]) for s in samples]), dtype=torch.int64)
         for key in KEYS[:4]
@@ -311,7 +323,11 @@ def collate_tokens(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tens
     return out
 
 
-def _collate_tables(tables: Mapping[str, npt.NDArray[Any]], length: int) -> dict[str, torch.Tensor]:
+def _collate_tables(
+    tables: Mapping[str, npt.NDArray[Any]],
+    length: int,
+    collated: Mapping[str, npt.NDArray[Any]],
+) -> dict[str, torch.Tensor]:
     """``collate_tokens`` of a :class:`BatchRows`' tables: the same tensors, no stacking."""
     out = {
         key: torch.from_numpy(np.ascontiguousarray(tables[key], dtype=np.int64))
@@ -319,6 +335,9 @@ def _collate_tables(tables: Mapping[str, npt.NDArray[Any]], length: int) -> dict
         if key in tables
     }
     if "cu_seqlens" not in tables:
+        return out
+    if "cu_seqlens" in collated:  # flattened by the builder (NOTE [ packed batch rows ])
+        out["cu_seqlens"] = torch.from_numpy(collated["cu_seqlens"])
         return out
     # Row j's offsets shifted by j L, each kept where it rises: the padding (repeats of L)
     # and row j + 1's leading 0 (row j's L) drop, as the row-by-row join does.

@@ -8,18 +8,22 @@ features ]). :func:`packed_rows` builds the ``B`` rows' arrays directly at their
 ``(B, L)`` shape, each one contiguous (so ``collate_tokens`` converts them without a
 copy), and only the ``outputs`` asked for:
 
-- ``input_ids`` and ``labels``: each row's real tokens copied once into its row (one
-  slice a row: a row's pieces are consecutive in the batch's tokens), zeros after them;
-  the labels are the same tokens one column to the left, ``IGNORE_INDEX`` from the row's
-  last real token on when it closes its document (a piece that does not close a document
-  fills its bin, so the last real token of a row that has padding always closes one) and
-  at every other closing piece's last token (one scatter for the batch).
+- ``input_ids`` and ``labels``: the ``B L`` inputs are one ``np.concatenate`` of the
+  batch's slices of its mapped files (each piece one slice, each row's padding a slice of
+  zeros, a full row's last token left out: it is no input), cast to int64 in the same
+  pass; the labels are the same values one place on (one copy), a full row's last label
+  its left-out token, ``IGNORE_INDEX`` from the row's last real token on when it has
+  padding (a piece that does not close a document fills its bin, so that token closes
+  one) and at every other closing piece's last token (one scatter for the batch).
 - ``position_ids`` and ``document_ids``: one ``np.repeat`` each over the batch's pieces
   with each row's padding piece put after its pieces (a padding of 0 tokens where the
-  bin is full), the last piece of each row one token shorter so that the ``B L`` values
-  come out in place.
+  bin is full), the last piece of a full row one token shorter, so that these spans fill
+  the ``B L`` values in place.
 - ``cu_seqlens``: each row's piece ends below ``L`` at columns ``1, 2, ...`` (the ends
-  of a row's pieces rise, so those below ``L`` come first), ``L`` after them.
+  of a row's pieces rise, so those below ``L`` come first), ``L`` after them. The
+  batch's flattened offsets, which ``collate_tokens`` would make from that table, are the
+  ends of the spans above that rise: made here and handed to it with the rows
+  (``BatchRows.collated``, NOTE [ batch rows ]).
 
 The arrays are those of :func:`~detsamplers.tokens._features.features` on each padded
 window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
@@ -77,69 +81,123 @@ def packed_rows(
         ([7, 8, 0, 9], [0, 3, 4, 4, 4])
     """
     count, length, width = len(pieces), seq_len, seq_len + 1
-    ends = np.cumsum(counts)  # in the batch's real tokens
+    n = len(counts)
     last = np.cumsum(pieces) - 1  # each row's last piece
+    ends = np.cumsum(counts)  # in the batch's real tokens
     row_ends = ends[last]
-    used = np.diff(row_ends, prepend=0)  # each row's real tokens
+    used = row_ends.copy()  # each row's real tokens
+    used[1:] -= row_ends[:-1]
+    full = used == width  # rows without padding: their last token is no input
     row = np.repeat(np.arange(count, dtype=np.int64), pieces)
     local = ends - (row_ends - used)[row]  # each piece's end in its row
-    tokens = _tokens(corpus, firsts, counts, row * width + local - counts, count * width)
-    tokens = tokens.reshape(count, width)
-    table: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:, :length].copy()}
-    if "labels" in outputs:
-        labels = tokens[:, 1:].copy()
-        for r, n in enumerate(used.tolist()):
-            labels[r, n - 1 :] = IGNORE_INDEX  # a row's last real token closes its document
+    # The pieces and each row's padding piece after it (NOTE [ packed batch rows ]), each
+    # row's last real token left out where the row is full: ``spans`` fill ``B L`` inputs.
+    at = np.arange(n, dtype=np.int64) + row  # a piece's place among them
+    pad = last + np.arange(1, count + 1, dtype=np.int64)  # each row's padding piece
+    spans = np.empty(n + count, dtype=np.int64)
+    spans[at] = counts
+    spans[pad] = length - used
+    spans[pad[full]] = 0
+    spans[pad[full] - 1] -= 1
+    input_ids, labels = _tokens(corpus, firsts, counts, spans, at, pad, used, length,
+                                "labels" in outputs)  # fmt: skip
+    table: dict[str, npt.NDArray[Any]] = {"input_ids": input_ids}
+    if labels is not None:
+        for r, u in enumerate(used.tolist()):
+            if u <= length:  # a row's last real token closes its document
+                labels[r, u - 1 :] = IGNORE_INDEX
         inner = closes & (local <= length)  # a closing piece's last token is an input
         labels.reshape(-1)[row[inner] * length + local[inner] - 1] = IGNORE_INDEX
         table["labels"] = labels
-    if "position_ids" in outputs or "document_ids" in outputs:
-        # The pieces with each row's padding piece after them, every row one token short.
-        at = np.arange(len(counts), dtype=np.int64) + row  # a piece's place among them
-        pad = last + np.arange(1, count + 1, dtype=np.int64)  # each row's padding piece
-        spans = np.empty(len(counts) + count, dtype=np.int64)
-        spans[at] = counts
-        spans[pad] = width - used
-        spans[pad - (used == width)] -= 1  # the row's last token is no input
-        if "position_ids" in outputs:
-            flat = np.arange(count * length, dtype=np.int64)
-            flat -= np.repeat(np.cumsum(spans) - spans, spans)
-            table["position_ids"] = flat.reshape(count, length)
-        if "document_ids" in outputs:
-            owners = np.full(len(spans), -1, dtype=np.int64)
-            owners[at] = docs
-            table["document_ids"] = np.repeat(owners, spans).reshape(count, length)
+    if "position_ids" in outputs:
+        starts = np.cumsum(spans) - spans
+        table["position_ids"] = (
+            np.arange(count * length, dtype=np.int64) - np.repeat(starts, spans)
+        ).reshape(count, length)
+    if "document_ids" in outputs:
+        owners = np.full(n + count, -1, dtype=np.int64)
+        owners[at] = docs
+        table["document_ids"] = np.repeat(owners, spans).reshape(count, length)
+    collated: dict[str, npt.NDArray[Any]] = {}
     if "cu_seqlens" in outputs:
         cu = np.full((count, width), length, dtype=np.int32)
         cu[:, 0] = 0
         inner = local < length
-        rank = np.arange(len(counts), dtype=np.int64) - (last + 1 - pieces)[row]
+        rank = np.arange(n, dtype=np.int64) - (last + 1 - pieces)[row]
         cu[row[inner], 1 + rank[inner]] = local[inner]
         table["cu_seqlens"] = cu
-    return BatchRows({key: table[key] for key in outputs})
+        # The batch's flattened offsets, as collate_tokens makes them: every span's end
+        # where it rises (a padding or a last piece of no inputs rises by 0), then B L.
+        total = count * length
+        flat = np.full(total + 1, total, dtype=np.int32)
+        flat[0] = 0
+        rises = np.cumsum(spans)[spans > 0]
+        flat[1 : 1 + len(rises)] = rises
+        collated["cu_seqlens"] = flat
+    return BatchRows({key: table[key] for key in outputs}, collated)
 
 
-def _tokens(corpus: TokenCorpus, firsts: I64, counts: I64, places: I64, size: int) -> I64:
-    """``size`` tokens, zeros but for each piece's at its place: one slice copy a piece.
+def _tokens(
+    corpus: TokenCorpus,
+    firsts: I64,
+    counts: I64,
+    spans: I64,
+    at: I64,
+    pad: I64,
+    used: I64,
+    length: int,
+    labels: bool,
+) -> tuple[I64, I64 | None]:
+    """The rows' input ids, and their labels before any ``IGNORE_INDEX`` if ``labels``.
 
-    A piece lies inside one file, so it is one slice of a mapped file: a batch's few dozen
-    pieces cost a few dozen copies, not a gather of each token's index. A remote file
-    (not mapped) or a token outside ``[0, vocab_size)`` reads through
+    A piece lies inside one file, so it is one slice of a mapped file: the ``B L`` inputs
+    are one ``np.concatenate`` of the batch's few dozen slices (each row's last real token
+    left out where it is full, zeros for the padding), cast to int64 on the way; the labels
+    are the same values one place on, and each full row's last token. A remote file (not
+    mapped) or a token outside ``[0, vocab_size)`` reads through
     :meth:`~detsamplers.tokens.TokenCorpus.read_pieces`, which names the file of a bad one.
     """
-    out = np.zeros(size, dtype=np.int64)
-    files = corpus._tokens  # the corpus's mapped files, read only
+    count = len(used)
+    full = used == length + 1
+    files = corpus._tokens  # the corpus's plain views of its mapped files, read only
     if all(isinstance(tokens, np.ndarray) for tokens in files):
-        mapped = [np.asarray(tokens) for tokens in files]  # plain views: cheaper slices
         starts = corpus._token_start
-        which = np.searchsorted(starts, firsts, side="right") - 1
-        begins = (firsts - starts[which]).tolist()
-        for f, a, n, at in zip(which.tolist(), begins, counts.tolist(), places.tolist(),
-                               strict=True):  # fmt: skip
-            out[at : at + n] = mapped[f][a : a + n]
+        if len(files) == 1:
+            begins = firsts - int(starts[0])
+            which = np.zeros(len(firsts), dtype=np.int64)
+        else:
+            which = np.searchsorted(starts, firsts, side="right") - 1
+            begins = firsts - starts[which]
+        source = np.zeros(len(spans), dtype=np.int64)  # the padding reads from ``zeros``
+        source[at] = which
+        source[pad] = len(files)
+        lows = np.zeros(len(spans), dtype=np.int64)
+        lows[at] = begins
+        highs = lows + spans
+        sources = [*files, np.zeros(length + 1, dtype=files[0].dtype)]
+        parts = [sources[f][a:b] for f, a, b in zip(source.tolist(), lows.tolist(),
+                                                    highs.tolist(), strict=True)]  # fmt: skip
+        parts.append(sources[-1][:1])  # the labels' one token past the last row
+        flat = np.concatenate(parts, dtype=np.int64)
+        # Each full row's last token: its label at column L - 1, never an input.
+        ends = (pad - 1)[full]
+        tail = [int(sources[f][b]) for f, b in zip(source[ends].tolist(), highs[ends].tolist(),
+                                                   strict=True)]  # fmt: skip
         vocab = corpus.vocab_size
-        if vocab is None or not ((out >= vocab) | (out < 0)).any():
-            return out
-    real = corpus.read_pieces(firsts, counts)
-    out[np.repeat(places - np.cumsum(counts) + counts, counts) + np.arange(len(real))] = real
-    return out
+        bad = vocab is not None and (
+            int(flat.max()) >= vocab or int(flat.min()) < 0 or any(not 0 <= t < vocab for t in tail)
+        )
+        if not bad:
+            inputs = flat[: count * length].reshape(count, length)
+            if not labels:
+                return inputs, None
+            shifted = flat[1:].reshape(count, length).copy()
+            shifted[full, length - 1] = tail
+            return inputs, shifted
+    real = corpus.read_pieces(firsts, counts)  # each row's real tokens, row after row
+    table = np.zeros((count, length + 1), dtype=np.int64)
+    begin = 0
+    for r, n in enumerate(used.tolist()):
+        table[r, :n] = real[begin : begin + n]
+        begin += n
+    return table[:, :length].copy(), table[:, 1:].copy() if labels else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,71 @@ def test_a_packed_batch_reads_its_pieces_from_every_file_they_lie_in(tmp_path: P
     files = {int(np.searchsorted(corpus._token_start, f, side="right"))
              for k in ks for f in sequences.pieces(k)[1]}  # fmt: skip
     assert len(files) == 3  # the batch read from all three files
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=packed_corpora, seq_len=st.integers(1, 12), seed=st.integers(0, 99),
+       outputs=st.sets(st.sampled_from(KEYS[1:])), data=st.data())  # fmt: skip
+def test_a_packed_batch_collates_to_the_tensors_of_its_rows_collated_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    seed: int,
+    outputs: set[str],
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    sequences = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=3,
+                               outputs=["input_ids", *outputs])  # fmt: skip
+    ks = data.draw(st.lists(st.integers(0, len(sequences) - 1), min_size=1, max_size=9))
+    rows = sequences.getitems_in_epochs([(0, k) for k in ks])
+    batch = collate_tokens(rows)  # the tables, cu_seqlens flattened by the rows' builder
+    one_by_one = collate_tokens([{key: value.copy() for key, value in row.items()}
+                                 for row in rows])  # fmt: skip
+    assert sorted(batch) == sorted(one_by_one)
+    for key, value in one_by_one.items():
+        assert batch[key].dtype == value.dtype and batch[key].tolist() == value.tolist(), key
+
+
+def test_a_full_packed_row_labels_its_last_input_with_the_token_after_it(tmp_path: Path) -> None:
+    # Two documents of 4 tokens fill a bin of L + 1 = 8 (L = 7): the row has no padding,
+    # and its last token (an end of document, 9) is the label of its last input only.
+    path = tmp_path / "t.bin"
+    np.array([1, 2, 3, 9, 4, 5, 6, 9], dtype=np.uint16).tofile(path)
+    corpus = TokenCorpus([path], dtype="uint16", eod_id=9, progress=False)
+    sequences = TokenSequences(corpus, 7, mode="pack", window=2)
+    assert len(sequences) == 1
+    row = sequences.getitems_in_epochs([(0, 0), (0, 0)])[0]
+    first, second = sorted([[1, 2, 3, 9], [4, 5, 6, 9]], key=lambda d: d[0] != row["input_ids"][0])
+    assert row["input_ids"].tolist() == first + second[:3]
+    assert row["labels"].tolist() == [*first[1:], -100, *second[1:]]
+
+
+@pytest.mark.servers
+def test_a_packed_batch_over_nginx_holds_the_arrays_of_the_same_files_on_disk(
+    tmp_path: Path,
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "webdataset"))  # the servers' helpers
+    from nginx_server import Nginx
+
+    local = write_eod(tmp_path / "c", [[3, 9, 2, 5], [7, 1, 4], [6, 6]], seed=4)
+    for path in (tmp_path / "c").glob("*.eod0.npy"):  # the remote open scans its files
+        path.unlink()
+    nginx = Nginx(tmp_path, tmp_path / "nginx")
+    try:
+        urls = [f"{nginx.url}/c/{path.name}" for path in local.paths]
+        remote = TokenCorpus(urls, dtype="uint16", eod_id=EOD, progress=False,
+                             cache_dir=tmp_path / "cache")  # fmt: skip
+        assert not isinstance(remote._tokens[0], np.ndarray)  # read by ranges, not mapped
+        there, here = (TokenSequences(corpus, 6, mode="pack", seed=2, window=3)
+                       for corpus in (remote, local))  # fmt: skip
+        pairs = [(0, k) for k in range(len(here))] * 2
+        got, expected = (
+            collate_tokens(there.getitems_in_epochs(pairs)),
+            collate_tokens(here.getitems_in_epochs(pairs)),
+        )
+    finally:
+        nginx.close()
+    assert sorted(got) == sorted(KEYS)
+    for key in KEYS:
+        assert got[key].tolist() == expected[key].tolist(), key
