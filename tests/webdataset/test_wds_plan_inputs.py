@@ -112,9 +112,9 @@ def test_bad_arguments_are_refused_naming_the_argument(
 @pytest.mark.parametrize(
     "arguments,error,match",
     [
-        ({"bandwidth": 0}, ValueError, "bandwidth should be a finite number positive"),
+        ({"bandwidth": 0}, ValueError, "bandwidth should be a finite number above 0"),
         ({"bandwidth": float("nan")}, ValueError, "bandwidth"),
-        ({"bandwidth": 1, "rtt": -1}, ValueError, "rtt should be a finite number at least 0"),
+        ({"bandwidth": 1, "rtt": -1}, ValueError, "rtt should be a finite number of at least 0"),
         ({"bandwidth": "fast"}, TypeError, "bandwidth should be a number"),
     ],
 )
@@ -209,7 +209,7 @@ def test_the_plan_command_refuses_a_bad_argument_with_its_name(
     with pytest.raises(SystemExit) as exit_:
         main(args)
     assert exit_.value.code == 2
-    assert "bandwidth should be a finite number positive" in capsys.readouterr().err
+    assert "bandwidth should be a finite number above 0" in capsys.readouterr().err
 
 
 def test_the_order_memory_is_the_arrays_a_rank_holds() -> None:

@@ -180,9 +180,9 @@ def test_bad_synthetic_mixture_arguments_are_refused_naming_the_argument(
 @pytest.mark.parametrize(
     "build,error,match",
     [
-        (lambda: Network(bandwidth=0), ValueError, "bandwidth should be a finite number positive, but got bandwidth=0"),  # noqa: E501
-        (lambda: Network(bandwidth=1e9, price_per_gb=-0.01), ValueError, r"price_per_gb should be a finite number at least 0, but got price_per_gb=-0.01"),  # noqa: E501
-        (lambda: Network(bandwidth=1e9, price_per_1000_gets=-1), ValueError, "price_per_1000_gets should be a finite number at least 0"),  # noqa: E501
+        (lambda: Network(bandwidth=0), ValueError, "bandwidth should be a finite number above 0, but got bandwidth=0"),  # noqa: E501
+        (lambda: Network(bandwidth=1e9, price_per_gb=-0.01), ValueError, r"price_per_gb should be a finite number of at least 0, but got price_per_gb=-0.01"),  # noqa: E501
+        (lambda: Network(bandwidth=1e9, price_per_1000_gets=-1), ValueError, "price_per_1000_gets should be a finite number of at least 0"),  # noqa: E501
         (lambda: SyntheticShards(0, 8192, 4), ValueError, "shards should be a positive integer value, but got shards=0"),  # noqa: E501
     ],
 )  # fmt: skip
@@ -227,7 +227,7 @@ def test_the_command_plans_a_synthetic_mixture_per_set_as_the_library_does(
         (["--weights", "1", "1", "--shards", "4", "2", "3", "--shard-bytes", "8192", "--samples-per-shard", "4"], r"--shards should hold one value for every set or one a set \(2, as --weights\), but got 3"),  # noqa: E501
         (["--weights", "1", "1", "--shards", "4", "--shard-bytes", "8192"], "--shards, --shard-bytes and --samples-per-shard should be given together"),  # noqa: E501
         (["--weights", "1", "--shards", "0", "--shard-bytes", "8192", "--samples-per-shard", "4"], "shards should be a positive integer value, but got shards=0"),  # noqa: E501
-        (["--weights", "1", "1", "--shards", "4", "--shard-bytes", "8192", "--samples-per-shard", "4", "--bandwidth", "0"], "bandwidth should be a finite number positive"),  # noqa: E501
+        (["--weights", "1", "1", "--shards", "4", "--shard-bytes", "8192", "--samples-per-shard", "4", "--bandwidth", "0"], "bandwidth should be a finite number above 0"),  # noqa: E501
         (["--shards", "4", "2", "--shard-bytes", "8192", "--samples-per-shard", "4"], "--shards should be one value without --weights, but got --shards 4 2"),  # noqa: E501
     ],
 )  # fmt: skip

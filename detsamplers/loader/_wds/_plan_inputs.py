@@ -71,8 +71,11 @@ def _check_number(name: str, value: Any, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} should be a number, but got {name}={value!r}")
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "positive" if positive else "at least 0"
-        raise ValueError(f"{name} should be a finite number {bound}, but got {name}={value!r}")
+        bound = "above 0" if positive else "of at least 0"
+        raise ValueError(
+            f"{name} should be a finite number {bound}, but got {name}={value!r}; pass a "
+            f"measured or quoted figure {bound}"
+        )
     return float(value)
 
 
@@ -93,7 +96,7 @@ class Network:
         >>> Network(bandwidth=0)
         Traceback (most recent call last):
         ...
-        ValueError: bandwidth should be a finite number positive, but got bandwidth=0
+        ValueError: bandwidth should be a finite number above 0, but got bandwidth=0; ...
     """
 
     bandwidth: float
