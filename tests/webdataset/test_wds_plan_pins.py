@@ -10,6 +10,7 @@ what it cannot know is timing, which bounds the gap (derived in :func:`_toleranc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Iterator
@@ -49,10 +50,8 @@ def _folder_bytes(folder: Path) -> int:
     total = 0
     for entry in os.scandir(folder):
         if entry.name.endswith((".tar", ".part")):
-            try:
+            with contextlib.suppress(FileNotFoundError):  # evicted meanwhile
                 total += entry.stat().st_size
-            except FileNotFoundError:  # evicted meanwhile
-                pass
     return total
 
 
@@ -78,10 +77,18 @@ def _run(
     world = nodes * per_node
     sources = [
         WebDatasetSource(
-            urls, seed=5, batch_size=8, decode=(), collate_fn=list, index_dir=index_dir,
-            cache_dir=str(folder / f"node-{rank // per_node}"), world_size=world, rank=rank,
-            prefetch=PREFETCH, **options,
-        )  # fmt: skip
+            urls,
+            seed=5,
+            batch_size=8,
+            decode=(),
+            collate_fn=list,
+            index_dir=index_dir,
+            cache_dir=str(folder / f"node-{rank // per_node}"),
+            world_size=world,
+            rank=rank,
+            prefetch=PREFETCH,
+            **options,
+        )
         for rank in range(world)
     ]
     steps = 2 * (sources[0].num_samples // (8 * world))
@@ -157,15 +164,11 @@ def test_a_limit_below_a_batchs_working_set_warns_once_naming_the_folder(
     assert cache is not None and cache.stats.over_limit > 1  # counted each time, warned once
 
 
-def test_a_roomy_limit_never_warns(
-    served_set: tuple[Nginx, str, str, int], tmp_path: Path
-) -> None:
+def test_a_roomy_limit_never_warns(served_set: tuple[Nginx, str, str, int], tmp_path: Path) -> None:
     _, urls, index_dir, largest = served_set
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sources, _, _ = _run(
-            urls, index_dir, tmp_path, 1, 1, parts=4, cache_limit=SHARDS * largest
-        )
+        sources, _, _ = _run(urls, index_dir, tmp_path, 1, 1, parts=4, cache_limit=SHARDS * largest)
     assert not [w for w in caught if "cache_limit=" in str(w.message)]
     cache = sources[0].cache
     assert cache is not None and cache.stats.over_limit == 0 and cache.stats.downloaded == SHARDS

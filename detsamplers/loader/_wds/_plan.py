@@ -207,6 +207,40 @@ def _replay(epochs: list[I64], sizes: I64, ranged: dict[int, tuple[int, int]]) -
     return out, held, 0, (0, 0)
 
 
+class _ReaderBatches:
+    """A reader's batches' shards and epochs, located ``_CHUNK`` batches at a time.
+
+    The dry walk reads at most ``BATCHES_AHEAD`` batches past the batch read, so two
+    chunks are kept: the memory is bounded whatever the run's length.
+    """
+
+    def __init__(self, order: ShardOrder, cluster: Cluster, rank: int, batches: range) -> None:
+        self.order, self.cluster, self.rank, self.batches = order, cluster, rank, batches
+        self.chunks: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> list[int]:
+        key = i // _CHUNK
+        chunk = self.chunks.get(key)
+        if chunk is None:
+            c = self.cluster
+            mine = self.batches[key * _CHUNK : (key + 1) * _CHUNK]
+            positions = np.concatenate(
+                [rank_positions(b, c.batch_size, c.world, self.rank, None, c.origin) for b in mine]
+            )
+            located, _ = self.order.locate(positions)
+            chunk = located.reshape(len(mine), c.batch_size).tolist()
+            self.chunks = {k: v for k, v in self.chunks.items() if k == key - 1}
+            self.chunks[key] = chunk
+        return chunk[i % _CHUNK]
+
+
+#: Batches of a reader the dry replay locates at once.
+_CHUNK = 1024
+
+
 def _replay_pins(
     order: ShardOrder,
     cluster: Cluster,
@@ -219,36 +253,32 @@ def _replay_pins(
 ) -> list[Replayed]:
     """Each node's plan under ``limit``: its readers' pins and its cache replayed dry.
 
-    Every position of the run is located (O(positions)); ``readers`` is the DataLoader
-    workers per rank (0: the main process) and ``prefetch`` (NOTE [ planned pins ]).
+    Every position of the run is located once (O(positions) time, memory a few chunks of
+    batches per reader); ``readers`` is the DataLoader workers per rank (0: the main
+    process) and ``prefetch`` (NOTE [ planned pins ]).
     """
     workers, prefetch = readers
     step, size = max(workers, 1), cluster.batch_size * cluster.world
     first = (cluster.start - cluster.origin) // size
-    count = -(-(epochs.stop * total - cluster.origin) // size) - first  # the run's batches
-    low = cluster.origin + first * size
-    located, _ = order.locate(np.arange(low, low + count * size, dtype=np.int64))
-    grid = located.reshape(count, cluster.batch_size, cluster.world)
-    epoch_of = np.minimum((low + np.arange(count) * size) // total, epochs.stop - 1)
-    epoch_of = np.maximum(epoch_of - epochs.start, 0)
+    stop = -(-(epochs.stop * total - cluster.origin) // size)  # past the run's last batch
     out: list[Replayed] = []
     for node in range(cluster.nodes):
-        cost = costs[node]
         cache = DryCache(limit)
         got: list[list[int]] = [[] for _ in epochs]
+
+        def bytes_of(shard: int, cost: dict[int, tuple[int, int]] = costs[node]) -> int:
+            return cost[shard][0] if shard in cost else int(sizes[shard])
+
         dry = []
         for rank in range(node * cluster.per_node, (node + 1) * cluster.per_node):
             for worker in range(step):
-                mine = np.arange(worker, count, step)
-                batches = grid[mine, :, rank].tolist()
-                at = epoch_of[mine].tolist()
+                mine = range(first + worker, stop, step)
 
-                def downloaded(batch: int, shard: int, at: list[int] = at) -> None:
-                    got[at[batch]].append(shard)
+                def downloaded(batch: int, shard: int, mine: range = mine, got: Any = got) -> None:
+                    epoch = (cluster.origin + mine[batch] * size) // total
+                    got[min(max(epoch - epochs.start, 0), len(epochs) - 1)].append(shard)
 
-                def bytes_of(shard: int) -> int:
-                    return cost[shard][0] if shard in cost else int(sizes[shard])
-
+                batches = _ReaderBatches(order, cluster, rank, mine)
                 dry.append(DryReader(batches, prefetch, cache, bytes_of, downloaded))
         lockstep(dry)
         downloads = [np.array(d, dtype=np.int64) for d in got]

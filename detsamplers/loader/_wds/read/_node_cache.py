@@ -55,8 +55,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 from stat import S_ISFIFO, S_ISREG
+from typing import TypeVar
 
 from ..remote._remote_reads import RemoteOptions, RemoteShard
 from ..shard._shard_info import ShardInfo, user_cache_dir

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from ._node_cache import evict_until
 
 __all__ = [
     "BATCHES_AHEAD",
+    "Batches",
     "DryCache",
     "DryReader",
     "lockstep",
@@ -41,6 +43,15 @@ __all__ = [
     "shards_ahead",
     "walk_waits",
 ]
+
+
+class Batches(Protocol):
+    """A reader's batches, each its shards: a list, or one located a chunk at a time."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, batch: int, /) -> Sequence[int]: ...
+
 
 #: The prefetch walks at most this many batches past the one being read.
 BATCHES_AHEAD = 256
@@ -158,7 +169,7 @@ class DryReader:
 
     def __init__(
         self,
-        batches: Sequence[Sequence[int]],
+        batches: Batches,
         prefetch: int,
         cache: DryCache,
         size: Callable[[int], int],
