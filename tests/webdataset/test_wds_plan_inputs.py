@@ -73,7 +73,18 @@ def test_a_cache_below_a_nodes_shards_evicts_and_downloads_again_every_epoch() -
     plan = plan_run(synthetic=SMALL, nodes=1, batch_size=4, cache_limit=4 << 20, epochs=2)
     node = plan.nodes[0]
     assert node.shards == [32, 32]  # the shards are used in the order of the last epoch's
-    assert node.evictions == 64 - 4 and node.high_water == 4 << 20
+    # the reader pins the batch's shard and 8 (``prefetch``) ahead: the folder grows to 9
+    assert node.working_set_shards == 9 and node.high_water == 9 << 20
+    assert node.evictions == 64 - 9
+    assert plan.over_limit() == [
+        f"node 0: the working set of 9 shards ({9 << 20} bytes) exceeds cache_limit="
+        f"{4 << 20}: the folder grows to about {9 << 20} bytes"
+    ]
+    roomier = plan_run(
+        synthetic=SMALL, nodes=1, batch_size=4, cache_limit=4 << 20, epochs=2, prefetch=2
+    ).nodes[0]
+    assert roomier.shards == [32, 32] and roomier.working_set_shards == 3
+    assert roomier.evictions == 64 - 4 and roomier.high_water == 4 << 20
 
 
 def test_the_network_model_gives_the_first_batch_time_and_the_cost() -> None:

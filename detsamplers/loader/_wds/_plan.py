@@ -26,11 +26,12 @@ stream order ]), so which shards each node reads in each epoch, and so what its 
   the shard's mean sample, plus the 512-byte header checked). :func:`fetch_plan` is the
   one place these bytes are counted, from each node's cost per shard;
 - the cache starts cold on every node; a node's shards fit its ``cache_limit`` unless the
-  limit is below them, then the plan replays least-recently-used eviction in the order
-  the node first uses each shard in each epoch. That replay is a model: the reader's
-  prefetch pins up to ``prefetch`` shards ahead per reader, and the order in which a node's
-  ranks reach their shards depends on timing, so evictions may differ by about that many
-  shards per reader; without evictions the bytes and requests are exact.
+  limit is below them, then the plan replays, batch by batch, the pins of each reader's
+  prefetch walk and the cache's eviction, which skips pinned shards (NOTE [ planned
+  pins ]: the reader's and the cache's own rules, run dry, its readers in lockstep): a
+  download counts in the epoch of the batch whose walk pinned it, and the folder's
+  high-water mark exceeds the limit when the working set does. Without evictions the
+  bytes and requests are exact; with them, the gaps docs/plan.md gives.
 
 A resume at sample ``k`` on another cluster (``resume_at``) reads the rest of the epoch of
 ``k`` through cold caches: the plan counts its shards, bytes and first batch. With a
@@ -46,7 +47,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,6 +65,7 @@ from .order._shard_order import ShardOrder
 from .read._cache_reader import first_batch_whole
 from .read._node_cache import download_step
 from .read._node_fetches import node_fetches
+from .read._pin_walk import DryCache, DryReader, lockstep
 from .remote._remote_reads import make_options
 
 __all__ = ["fetch_plan", "plan_run"]
@@ -183,14 +184,16 @@ def _first_batches(
     return out
 
 
-def _replay(
-    epochs: list[I64], sizes: I64, limit: int | None, ranged: dict[int, tuple[int, int]]
-) -> tuple[list[I64], int, int]:
-    """The shards a node's cache downloads each epoch, its high-water mark and evictions.
+#: One node's plan: its downloads per epoch, high-water mark, evictions, and the most
+#: shards and bytes pinned at once (``(0, 0)`` when no limit is reached).
+Replayed = tuple[list[I64], int, int, tuple[int, int]]
 
-    ``epochs`` holds the node's shards per epoch, in the order it first uses them when
-    the limit may be reached (NOTE [ run plan ]: least recently used goes first);
-    ``ranged``: the bytes the cache holds of the shards it fetches as ranges.
+
+def _replay(epochs: list[I64], sizes: I64, ranged: dict[int, tuple[int, int]]) -> Replayed:
+    """The shards a node's cache downloads each epoch with no eviction, and its high-water mark.
+
+    ``epochs`` holds the node's shards per epoch; ``ranged``: the bytes the cache holds of
+    the shards it fetches as ranges.
     """
     seen = np.zeros(len(sizes), dtype=bool)
     out: list[I64] = []
@@ -201,27 +204,86 @@ def _replay(
     held = int(sizes[seen].sum()) + sum(
         b - int(sizes[s]) for s, (b, _) in ranged.items() if seen[s]
     )
-    if limit is None or held <= limit:
-        return out, held, 0
-    cache: OrderedDict[int, int] = OrderedDict()
-    used, high, evicted = 0, 0, 0
-    out = []  # the downloads again, replayed with evictions
-    for shards in epochs:
-        fetched: list[int] = []
-        for shard in shards.tolist():
-            if shard in cache:
-                cache.move_to_end(shard)
-                continue
-            size = ranged[shard][0] if shard in ranged else int(sizes[shard])
-            while cache and used + size > limit:
-                used -= cache.popitem(last=False)[1]
-                evicted += 1
-            cache[shard] = size
-            used += size
-            high = max(high, used)
-            fetched.append(shard)
-        out.append(np.array(fetched, dtype=np.int64))
-    return out, high, evicted
+    return out, held, 0, (0, 0)
+
+
+class _ReaderBatches:
+    """A reader's batches' shards and epochs, located ``_CHUNK`` batches at a time.
+
+    The dry walk reads at most ``BATCHES_AHEAD`` batches past the batch read, so two
+    chunks are kept: the memory is bounded whatever the run's length.
+    """
+
+    def __init__(self, order: ShardOrder, cluster: Cluster, rank: int, batches: range) -> None:
+        self.order, self.cluster, self.rank, self.batches = order, cluster, rank, batches
+        self.chunks: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> list[int]:
+        key = i // _CHUNK
+        chunk = self.chunks.get(key)
+        if chunk is None:
+            c = self.cluster
+            mine = self.batches[key * _CHUNK : (key + 1) * _CHUNK]
+            positions = np.concatenate(
+                [rank_positions(b, c.batch_size, c.world, self.rank, None, c.origin) for b in mine]
+            )
+            located, _ = self.order.locate(positions)
+            chunk = located.reshape(len(mine), c.batch_size).tolist()
+            self.chunks = {k: v for k, v in self.chunks.items() if k == key - 1}
+            self.chunks[key] = chunk
+        return chunk[i % _CHUNK]
+
+
+#: Batches of a reader the dry replay locates at once.
+_CHUNK = 1024
+
+
+def _replay_pins(
+    order: ShardOrder,
+    cluster: Cluster,
+    epochs: range,
+    total: int,
+    limit: int,
+    readers: tuple[int, int],
+    sizes: I64,
+    costs: list[dict[int, tuple[int, int]]],
+) -> list[Replayed]:
+    """Each node's plan under ``limit``: its readers' pins and its cache replayed dry.
+
+    Every position of the run is located once (O(positions) time, memory a few chunks of
+    batches per reader); ``readers`` is the DataLoader workers per rank (0: the main
+    process) and ``prefetch`` (NOTE [ planned pins ]).
+    """
+    workers, prefetch = readers
+    step, size = max(workers, 1), cluster.batch_size * cluster.world
+    first = (cluster.start - cluster.origin) // size
+    stop = -(-(epochs.stop * total - cluster.origin) // size)  # past the run's last batch
+    out: list[Replayed] = []
+    for node in range(cluster.nodes):
+        cache = DryCache(limit)
+        got: list[list[int]] = [[] for _ in epochs]
+
+        def bytes_of(shard: int, cost: dict[int, tuple[int, int]] = costs[node]) -> int:
+            return cost[shard][0] if shard in cost else int(sizes[shard])
+
+        dry = []
+        for rank in range(node * cluster.per_node, (node + 1) * cluster.per_node):
+            for worker in range(step):
+                mine = range(first + worker, stop, step)
+
+                def downloaded(batch: int, shard: int, mine: range = mine, got: Any = got) -> None:
+                    epoch = (cluster.origin + mine[batch] * size) // total
+                    got[min(max(epoch - epochs.start, 0), len(epochs) - 1)].append(shard)
+
+                batches = _ReaderBatches(order, cluster, rank, mine)
+                dry.append(DryReader(batches, prefetch, cache, bytes_of, downloaded))
+        lockstep(dry)
+        downloads = [np.array(d, dtype=np.int64) for d in got]
+        out.append((downloads, cache.high_water, cache.evictions, cache.working_set))
+    return out
 
 
 def _check_parts(parts: int, world: int, name: str) -> None:
@@ -382,13 +444,18 @@ def plan_run(
     first_epoch = start // total
     planned = range(first_epoch, first_epoch + epochs)
     spans, costs = _costs(order, cluster, planned, total, source, read_ahead)
-    plans, method = _plan_epochs(order, cluster, planned, total, cache_limit, bar, sizes, costs)
+    plans, method = _plan_epochs(order, cluster, planned, total, bar, sizes, costs)
+    if cache_limit is not None and max(high for _, high, _, _ in plans) > cache_limit:
+        readers = (num_workers, prefetch)
+        plans = _replay_pins(order, cluster, planned, total, cache_limit, readers, sizes, costs)
+        method = "located, pins replayed in lockstep (a model when evicting)"
     firsts = _first_batches(
         order, cluster, num_workers, sizes, counts, requests_per_shard, knobs, spans
     )
     out_nodes = []
-    for node, (downloads, high, evicted) in enumerate(plans):
+    for node, (downloads, high, evicted, pinned) in enumerate(plans):
         plan = NodePlan(node, high_water=high, evictions=evicted)
+        plan.working_set_shards, plan.working_set_bytes = pinned
         for shards in downloads:
             got = fetch_plan(shards, requests_per_shard, sizes, costs[node])
             plan.shards.append(len(shards))
@@ -404,12 +471,12 @@ def plan_run(
         again = Cluster(rn, rl, batch_size, at)
         epoch = range(at // total, at // total + 1)
         spans, costs = _costs(order, again, epoch, total, source, read_ahead)
-        sets, _ = _plan_epochs(order, again, epoch, total, None, bar, sizes, costs)
+        sets, _ = _plan_epochs(order, again, epoch, total, bar, sizes, costs)
         firsts = _first_batches(
             order, again, num_workers, sizes, counts, requests_per_shard, knobs, spans
         )
         resume = []
-        for node, (downloads, high, _) in enumerate(sets):
+        for node, (downloads, high, _, _) in enumerate(sets):
             got = fetch_plan(downloads[0], requests_per_shard, sizes, costs[node])
             plan = NodePlan(node, [len(downloads[0])], [got[0]], [got[1]], high_water=high)
             _first(plan, firsts[node], network)
@@ -433,6 +500,7 @@ def plan_run(
         index_memory_per_rank=source.index_memory,
         network=network,
         resume=resume,
+        cache_limit=cache_limit,
     )
 
 
@@ -452,12 +520,11 @@ def _plan_epochs(
     cluster: Cluster,
     epochs: range,
     total: int,
-    limit: int | None,
     bar: Any,
     sizes: I64,
     costs: list[dict[int, tuple[int, int]]],
-) -> tuple[list[tuple[list[I64], int, int]], str]:
-    """Each node's downloads per epoch, high-water mark and evictions, and how they were found.
+) -> tuple[list[Replayed], str]:
+    """Each node's downloads per epoch and high-water mark with no limit, and how found.
 
     ``costs``: each node's bytes and requests of the shards it fetches as ranges.
     """
@@ -468,17 +535,7 @@ def _plan_epochs(
         methods.add(method)
         for node, shards in enumerate(sets):
             per_node[node].append(shards)
-    out = [_replay(sets, sizes, None, cost) for sets, cost in zip(per_node, costs, strict=True)]
-    if limit is not None and max(high for _, high, _ in out) > limit:
-        per_node = [[] for _ in range(cluster.nodes)]
-        for epoch in epochs:  # the limit is reached: replay in the order of first use
-            sets, _ = epoch_sets(order, epoch, cluster, total, True, bar)
-            for node, shards in enumerate(sets):
-                per_node[node].append(shards)
-        methods = {"located, least recently used evicted (a model)"}
-        out = [
-            _replay(sets, sizes, limit, cost) for sets, cost in zip(per_node, costs, strict=True)
-        ]
+    out = [_replay(sets, sizes, cost) for sets, cost in zip(per_node, costs, strict=True)]
     return out, " + ".join(sorted(methods))
 
 

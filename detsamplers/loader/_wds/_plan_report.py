@@ -3,7 +3,10 @@
 NOTE [ plan report ]
 A plan (NOTE [ run plan ]) is kept as plain data: per node, one entry per epoch of the
 shards, bytes and requests its cache downloads, plus its index fetches, cache high-water
-mark, evictions and first batch. Totals are sums of these, never computed elsewhere:
+mark, evictions and first batch (and, under a ``cache_limit``, the most shards and bytes
+pinned at once: when that working set exceeds the limit, the folder grows past it, and
+the table and JSON say so, NOTE [ planned pins ]). Totals are sums of these, never
+computed elsewhere:
 ``total_bytes`` and ``total_requests`` over every node and epoch, the egress of each epoch
 over the dataset's bytes, the cache a node needs (the largest high-water mark), and the
 cost under the plan's :class:`Network`. The terminal table shows the 8 nodes that download
@@ -32,6 +35,8 @@ class NodePlan:
     index_requests: int = 0
     high_water: int = 0
     evictions: int = 0
+    working_set_shards: int = 0
+    working_set_bytes: int = 0
     first_batch_bytes: int = 0
     first_batch_requests: int = 0
     first_batch_seconds: float | None = None
@@ -67,6 +72,20 @@ class RunPlan:
     network: Network | None = None
     resume: list[NodePlan] | None = None
     resume_warm: list[NodePlan] | None = None
+    cache_limit: int | None = None
+
+    def over_limit(self) -> list[str]:
+        """A line per node whose pinned working set takes its folder past ``cache_limit``."""
+        limit = self.cache_limit
+        if limit is None:
+            return []
+        return [
+            f"node {n.node}: the working set of {n.working_set_shards} shards "
+            f"({n.working_set_bytes} bytes) exceeds cache_limit={limit}: the folder grows to "
+            f"about {n.high_water} bytes"
+            for n in self.nodes
+            if n.high_water > limit
+        ]
 
     def total_bytes(self) -> int:
         """Bytes every node downloads over the run: shards and index files."""
@@ -97,6 +116,7 @@ class RunPlan:
             "egress_over_dataset": [b / self.dataset_bytes for b in epochs],
             "cache_needed": max(n.high_water for n in self.nodes),
             "cost": self.cost(),
+            "over_limit": self.over_limit(),
         }
         return out
 
@@ -140,6 +160,7 @@ class RunPlan:
             f"per rank: order {self.order_bytes_per_rank} B, state {self.state_bytes_per_rank} "
             f"B, index {self.index_memory_per_rank} B"
         )
+        text.extend(totals["over_limit"])
         if totals["cost"] is not None:
             text.append(f"cost: {totals['cost']:.4f}")
         if self.resume is not None:

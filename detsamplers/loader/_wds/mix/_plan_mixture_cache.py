@@ -6,12 +6,13 @@ the byte ranges the node's cache folder holds. Without ``cache_limit`` nothing i
 and a pass is settled shard by shard (the order does not matter). With a limit the pass
 is replayed in the order the node's readers reach their shards, batch by batch (global
 batch ``(p - o) // (B W)``, NOTE [ shard stream split ]), each (batch, shard) once, in
-the order of its first sample in the batch, and :meth:`NodeCache.fetch` applies the rule
-``ShardCache._evict`` runs (NOTE [ shard cache ]): before a download of ``n`` bytes would
-take the folder past the limit, the least recently pinned shards go first, skipping the
-pinned ones (the shards of the batch being read, pinned before this one), and with only
-pinned shards left the folder grows past the limit. A shard is pinned again, so made the
-most recent, by every batch that reads it (the reader unpins a batch's shards once read).
+the order of its first sample in the batch, and :meth:`NodeCache.fetch` calls the rule
+``ShardCache._evict`` calls (``evict_until``, NOTE [ shard cache ]): before a download of
+``n`` bytes would take the folder past the limit, the least recently pinned shards go
+first, skipping the pinned ones (the shards of the batch being read, pinned before this
+one), and with only pinned shards left the folder grows past the limit. A shard is pinned
+again, so made the most recent, by every batch that reads it (the reader unpins a batch's
+shards once read).
 
 Exact, against nginx's log, for a reader without its prefetch thread and one rank a node,
 when the first batch of each reader does not evict (the first batch downloads its cold
@@ -42,6 +43,7 @@ import numpy.typing as npt
 
 from ...._errors import check_int
 from .._plan_fetches import Spans, ranged_cost
+from ..read._node_cache import evict_until
 
 __all__ = [
     "NodeCache",
@@ -108,13 +110,17 @@ class NodeCache:
         sent, requests = total[0] - base[0], total[1] - base[1]
         if self.limit is not None and self.used + sent > self.limit:
             keep = {shard, *pinned}
-            for victim in sorted(self.bytes, key=self.pinned_at.__getitem__):
-                if self.used + sent <= self.limit:
-                    break
-                if victim not in keep:
-                    self.used -= self.bytes.pop(victim)
-                    del self.held[victim], self.pinned_at[victim]
-                    self.evictions += 1
+
+            def drop(victim: int) -> bool:
+                if victim in keep:
+                    return False
+                del self.bytes[victim], self.held[victim], self.pinned_at[victim]
+                return True
+
+            order = sorted(self.bytes, key=self.pinned_at.__getitem__)
+            victims = [(victim, self.bytes[victim]) for victim in order]
+            self.used, gone = evict_until(victims, self.used, sent, self.limit, drop)
+            self.evictions += gone
         self.held.setdefault(shard, []).extend(span for spans in writes for span in spans)
         self.bytes[shard] = self.bytes.get(shard, 0) + sent
         self.touch(shard)

@@ -7,7 +7,8 @@ stream order ]), and a DataLoader worker's batches are ``t0 + w, t0 + w + K, ...
 [ shard stream split ]). So :meth:`CachedReader.follow` hands a background thread the
 shards of those batches, in order; the thread pins them (downloading the absent ones, up
 to ``_DOWNLOADS`` at once) while at most ``prefetch`` pinned or pinning shards lie beyond
-the batch being read, and at most ``_BATCHES_AHEAD`` batches ahead. The first batch's
+the batch being read, and at most ``BATCHES_AHEAD`` batches ahead (NOTE [ planned pins ]
+holds these rules, which ``plan_run`` replays). The first batch's
 shards go to a pool of their own (``_DOWNLOADS`` more threads): the first batch fetches
 them too, so those tasks mostly wait on its locks, and the shards of later batches do not
 queue behind them but start while the first batch's downloads run, so that a shard first
@@ -78,12 +79,11 @@ from ..shard._shard_info import ShardInfo
 from ..shard._tar_walk import BLOCK
 from ._node_cache import ShardCache
 from ._node_fetches import NodeFetches
+from ._pin_walk import released, shards_ahead, walk_waits
 from ._sample_span import cut_sample, members_of, verify_span
 
 __all__ = ["CachedReader", "first_batch_whole"]
 
-#: The prefetch thread walks at most this many batches past the one being read.
-_BATCHES_AHEAD = 256
 #: Requests in flight at once for a reader's first batch.
 _RANGED_THREADS = 16
 #: Whole-shard downloads the prefetch keeps in flight at once for the batches after the
@@ -187,8 +187,7 @@ class CachedReader:
         self.thread.start()
 
     def _ahead(self) -> int:
-        held = itertools.chain(self.pins, self.fetching)
-        return sum(1 for shard in held if self.first.get(shard, -1) > self.done + 1)
+        return shards_ahead(itertools.chain(self.pins, self.fetching), self.first, self.done)
 
     def _run(self, plan: Iterator[Sequence[int]]) -> None:
         downloads = min(_DOWNLOADS, self.prefetch)
@@ -202,8 +201,7 @@ class CachedReader:
             for batch, shards in enumerate(plan):
                 with self.lock:
                     while not self.closed and (
-                        batch - self.done > _BATCHES_AHEAD
-                        or self._ahead() >= self.prefetch
+                        walk_waits(batch, self.done, self._ahead(), self.prefetch)
                         or sum(1 for s in self.fetching if s not in zero) >= downloads
                     ):
                         self.lock.wait()
@@ -372,15 +370,16 @@ class CachedReader:
             i = stop
         with self.lock:
             self.done += 1
-            for shard in [s for s in self.pins if self.last.get(s, -1) <= self.done]:
-                if self.thread is None or self.walked > self.done or shard not in self.last:
-                    self.cache.unpin(self.pins.pop(shard))
-                    self.first.pop(shard, None)
-                    self.views.pop(shard, None)
-                    self.bases.pop(shard, None)
-                    for _, _, other in self.extra.pop(shard, ()):
-                        self.cache.unpin(other)
-                    self.checked.discard(shard)
+            following = self.thread is not None
+            for shard in released(self.pins, self.last, self.done, self.walked, following):
+                # released as ``plan_run`` replays it (NOTE [ planned pins ])
+                self.cache.unpin(self.pins.pop(shard))
+                self.first.pop(shard, None)
+                self.views.pop(shard, None)
+                self.bases.pop(shard, None)
+                for _, _, other in self.extra.pop(shard, ()):
+                    self.cache.unpin(other)
+                self.checked.discard(shard)
             self.lock.notify_all()
         return out
 

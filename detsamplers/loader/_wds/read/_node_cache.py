@@ -22,7 +22,10 @@ same folder:
   exclusive ``flock`` that cannot be taken at once): a shard a process of the node is
   reading or will read next is never dropped. If the pinned shards alone exceed the limit,
   the folder grows past it rather than wait (size the limit above the working set,
-  docs/webdataset-locality.md gives the figure).
+  docs/webdataset-locality.md gives the figure): each such download counts in
+  ``stats.over_limit``, and the first one of a cache object warns, naming the folder.
+  :func:`evict_until` is the rule; ``plan_run`` replays it in a dry mode (NOTE [ planned
+  pins ]).
 - **Nothing left behind.** A temporary file of a process that died is deleted by the next
   eviction that finds it older than an hour; a shard deleted while a process still had it
   open stays readable to that process (POSIX), and one deleted between the existence check
@@ -49,8 +52,11 @@ import fcntl
 import hashlib
 import os
 import time
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from stat import S_ISFIFO, S_ISREG
+from typing import TypeVar
 
 from ..remote._remote_reads import RemoteOptions, RemoteShard
 from ..shard._shard_info import ShardInfo, user_cache_dir
@@ -62,7 +68,10 @@ __all__ = [
     "default_cache_dir",
     "download_ranges",
     "download_step",
+    "evict_until",
 ]
+
+K = TypeVar("K")
 
 _SUFFIX = ".tar"
 _RANGE = ".part"
@@ -107,6 +116,37 @@ def download_ranges(size: int, read_ahead: int, start: int = 0) -> list[tuple[in
     """
     step = download_step(read_ahead)
     return [(at, min(size, at + step)) for at in range(start, size, step)]
+
+
+def evict_until(
+    entries: Iterable[tuple[K, int]],
+    total: int,
+    incoming: int,
+    limit: int,
+    delete: Callable[[K], bool],
+) -> tuple[int, int]:
+    """Delete ``entries`` in turn until ``total + incoming`` bytes fit ``limit``.
+
+    The eviction rule of NOTE [ shard cache ]: ``entries`` are ``(key, bytes)``, least
+    recently used first; ``delete(key)`` deletes one unless it is pinned (then ``False``).
+    Returns the bytes left and the entries deleted; ``total + incoming`` may stay above
+    ``limit`` when the rest is pinned. :class:`ShardCache` and ``plan_run``'s dry
+    replay both call it.
+
+    Examples:
+        >>> evict_until([("a", 5), ("b", 5), ("c", 5)], 15, 5, 12, lambda k: k != "a")
+        (5, 2)
+        >>> evict_until([("a", 5)], 5, 5, 8, lambda k: False)
+        (5, 0)
+    """
+    deleted = 0
+    for key, size in entries:
+        if total + incoming <= limit:
+            break
+        if delete(key):
+            total -= size
+            deleted += 1
+    return total, deleted
 
 
 def default_cache_dir() -> str:
@@ -178,6 +218,8 @@ class CacheStats:
         waits: Times a batch after a reader's first one needed a shard that was not in the
             folder yet, so that reading waited on its download (NOTE [ shard prefetch ]).
         waited: Seconds reading spent in those waits.
+        over_limit: Downloads that took the folder past ``cache_limit`` because the rest
+            of it was pinned (the working set exceeds the limit: NOTE [ shard cache ]).
     """
 
     downloaded: int = 0
@@ -186,6 +228,7 @@ class CacheStats:
     evicted: int = 0
     waits: int = 0
     waited: float = 0.0
+    over_limit: int = 0
 
 
 class ShardCache:
@@ -214,6 +257,7 @@ class ShardCache:
         #: Whether downloads look for ranges of the shard in the folder to copy (a scan of
         #: the folder per download: set once a reader plans ranges, NOTE [ node fetches ]).
         self.ranges = False
+        self.warned = False  # the folder grew past the limit once already (warned)
         check_cache_dir(folder)
 
     def path(self, info: ShardInfo) -> str:
@@ -393,12 +437,21 @@ class ShardCache:
             elif entry.name.endswith((_SUFFIX, _RANGE)):
                 entries.append((stat.st_mtime, stat.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries):
-            if total + incoming <= self.limit:
-                return
-            if self._delete_unpinned(path):
-                total -= size
-                self.stats.evicted += 1
+        ordered = [(path, size) for _, size, path in sorted(entries)]
+        total, deleted = evict_until(ordered, total, incoming, self.limit, self._delete_unpinned)
+        self.stats.evicted += deleted
+        if total + incoming > self.limit:
+            self.stats.over_limit += 1
+            if not self.warned:
+                self.warned = True
+                warnings.warn(
+                    f"cache_limit={self.limit} is below the shards pinned in the cache folder "
+                    f"{self.folder!r}: it will hold {total + incoming} bytes, past the limit; "
+                    "pass a cache_limit above the working set (docs/webdataset-locality.md "
+                    "gives the figure)",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     @staticmethod
     def _delete_unpinned(path: str) -> bool:
