@@ -1,16 +1,14 @@
-"""The mixture plan's cache limit and resume against a real nginx and the real ``WebDatasetMix``.
+"""The mixture plan's resume against a real nginx and the real ``WebDatasetMix``.
 
 Two shard sets (``test_wds_plan_mixture.write_sets``: 12 and 9 shards of 30-50 KB, a pass
 of 768 positions) served by nginx on 127.0.0.1. Each node is a cache folder of its own
-(one rank a node), its ``cache_limit`` below the node's share; each rank reads its
-batches through the cached reader it builds, without its prefetch thread (NOTE [ mixture
-plan cache ] says why), pass by pass, and nginx's log counts the shard bytes and GETs of
-each pass.
+(one rank a node), without a limit (none is planned for a mixture: NOTE [ mixture plan
+cache ]); each rank reads its batches through the cached reader it builds, and nginx's log
+counts the shard bytes and GETs.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,50 +73,6 @@ def close(ranks: list[tuple[WebDatasetMix, Any]]) -> None:
         reader.close()
 
 
-def share(plan: Any, node: int) -> int:
-    """The bytes of the shards a node reads, as a cache without a limit holds them."""
-    return int(plan.nodes[node].high_water)
-
-
-@pytest.mark.servers
-@pytest.mark.parametrize("nodes", [1, 2])
-@pytest.mark.parametrize(
-    "order,fraction",
-    [({"parts": 0}, 0.4), ({"parts": 12, "shuffle_shards": False}, 0.7)],
-    ids=["plain", "parts"],
-)
-def test_a_cache_limit_below_a_nodes_share_downloads_per_pass_what_the_plan_says(
-    served: tuple[Nginx, list[str], str],
-    tmp_path: Path,
-    nodes: int,
-    order: dict[str, Any],
-    fraction: float,
-) -> None:
-    nginx, urls, index = served
-    options = {"nodes": nodes, "batch_size": 8, "seed": 7, "index_dir": index, **order}
-    unlimited = plan_mixture(urls, WEIGHTS, epochs=2, **options)
-    # below a node's share, above what a batch pins (a rank reads 8 parts side by side)
-    limit = int(min(share(unlimited, n) for n in range(nodes)) * fraction)
-    plan = plan_mixture(urls, WEIGHTS, epochs=2, cache_limit=limit, **options)
-    folders = [tmp_path / f"node{n}" for n in range(nodes)]
-    ranks = readers(urls, index, folders, nodes, 0, cache_limit=limit, **order)
-    try:
-        for pass_ in range(2):
-            mark = nginx.mark()
-            assert read(ranks, pass_ * PASS, (pass_ + 1) * PASS) == PASS
-            sent, requests = nginx.served(mark)
-            assert sum(n.shard_bytes[pass_] for n in plan.nodes) == sent > 0
-            assert sum(n.shard_requests[pass_] for n in plan.nodes) == requests
-    finally:
-        close(ranks)
-    evicted = sum(mix.cache.stats.evicted for mix, _ in ranks if mix.cache is not None)
-    assert sum(n.evictions for n in plan.nodes) == evicted > 0
-    # the folder stays below the share (above the limit only by what a batch pins)
-    assert all(n.high_water < share(unlimited, n.node) for n in plan.nodes)
-    assert all(n.shard_bytes[1] > 0 for n in plan.nodes)  # the limit costs the second pass
-    assert [n.shard_bytes[1] for n in unlimited.nodes] == [0] * nodes
-
-
 @pytest.mark.servers
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_a_resume_on_another_world_size_downloads_the_shards_the_plan_says(
@@ -169,44 +123,29 @@ def local_sets(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     nodes=st.sampled_from([1, 2]),
     parts=st.sampled_from([0, 4]),
     seed=st.integers(0, 50),
-    fraction=st.floats(0.0, 1.5),
     resume_at=st.integers(0, 2 * 56 - 1),
+    resume_nodes=st.sampled_from([1, 2]),
 )
-def test_a_limited_cache_downloads_no_less_and_a_limit_above_the_share_changes_nothing(
-    local_sets: list[str], nodes: int, parts: int, seed: int, fraction: float, resume_at: int
+def test_planning_a_resume_leaves_the_runs_figures_and_a_warm_cache_downloads_no_more(
+    local_sets: list[str], nodes: int, parts: int, seed: int, resume_at: int, resume_nodes: int
 ) -> None:
     options = {"nodes": nodes, "batch_size": 2, "seed": seed, "parts": parts, "epochs": 2}
-    options["resume_at"] = resume_at
-    free = plan_mixture(local_sets, [36, 20], **options)
-    largest = max(os.path.getsize(p) for p in Path(local_sets[0]).parent.glob("*.tar"))
-    high = max(n.high_water for n in free.nodes)
-    limit = max(largest, int(high * fraction))
-    limited = plan_mixture(local_sets, [36, 20], cache_limit=limit, **options)
-    alone = plan_mixture(local_sets, [36, 20], cache_limit=limit, **{**options, "resume_at": None})
-    assert alone.nodes == limited.nodes  # planning a resume leaves the run's figures alone
-    for a, b in zip(free.nodes, limited.nodes, strict=True):
-        assert sum(b.shard_bytes) >= sum(a.shard_bytes)
-        assert a.evictions == 0
-        if limit >= high:
-            assert (b.shard_bytes, b.shard_requests, b.evictions) == (
-                a.shard_bytes,
-                a.shard_requests,
-                0,
-            )
-    assert free.resume is not None and free.resume_warm is not None
-    for cold, warm in zip(free.resume, free.resume_warm, strict=True):  # no limit
+    planned = plan_mixture(local_sets, [36, 20], resume_at=resume_at, resume_nodes=resume_nodes,
+                           **options)  # fmt: skip
+    alone = plan_mixture(local_sets, [36, 20], **options)
+    assert alone.nodes == planned.nodes  # planning a resume leaves the run's figures alone
+    assert alone.resume is None and alone.resume_warm is None
+    assert planned.resume is not None and planned.resume_warm is not None
+    assert len(planned.resume) == len(planned.resume_warm) == resume_nodes
+    for cold, warm in zip(planned.resume, planned.resume_warm, strict=True):
         assert warm.shard_bytes[0] <= cold.shard_bytes[0]
+        assert warm.shard_requests[0] <= cold.shard_requests[0]
 
 
-def test_bad_cache_limits_resume_points_and_world_sizes_are_refused_naming_the_argument(
+def test_bad_resume_points_and_world_sizes_are_refused_naming_the_argument(
     local_sets: list[str],
 ) -> None:
-    largest = max(os.path.getsize(p) for p in Path(local_sets[0]).parent.glob("*.tar"))
     options: dict[str, Any] = {"nodes": 2, "batch_size": 2, "parts": 4}
-    with pytest.raises(ValueError, match=r"cache_limit should hold at least the largest shard"):
-        plan_mixture(local_sets, [36, 20], cache_limit=largest - 1, **options)
-    with pytest.raises(TypeError, match=r"cache_limit should be"):
-        plan_mixture(local_sets, [36, 20], cache_limit="1GB", **options)  # type: ignore[arg-type]
     with pytest.raises(
         ValueError, match=r"resume_at should be a position of the run, in \[0, 112\)"
     ):
@@ -220,7 +159,7 @@ def test_bad_cache_limits_resume_points_and_world_sizes_are_refused_naming_the_a
 
 
 @pytest.mark.servers
-def test_the_plan_command_with_weights_takes_a_cache_limit_and_a_resume(
+def test_the_plan_command_with_weights_takes_a_resume_and_refuses_a_cache_limit(
     served: tuple[Nginx, list[str], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
@@ -228,15 +167,16 @@ def test_the_plan_command_with_weights_takes_a_cache_limit_and_a_resume(
     _, urls, index = served
     argv = ["plan", *urls, "--weights", *map(str, WEIGHTS), "--nodes", "1", "--batch-size", "8"]
     argv += ["--parts", "12", "--seed", "7", "--index-dir", index, "--epochs", "2"]
-    argv += ["--cache-limit", "2500000", "--resume-at", "384", "--resume-nodes", "2", "--json"]
+    argv += ["--resume-at", "384", "--resume-nodes", "2", "--json"]
     assert main(argv) == 0
     got = json.loads(capsys.readouterr().out)
     plan = plan_mixture(
         urls, WEIGHTS, nodes=1, batch_size=8, seed=7, index_dir=index, parts=12, epochs=2,
-        cache_limit=2500000, resume_at=384, resume_nodes=2,
+        resume_at=384, resume_nodes=2,
     )  # fmt: skip
     assert got == json.loads(json.dumps(plan.as_dict()))
-    assert got["nodes"][0]["evictions"] > 0 and len(got["resume_warm"]) == 2
+    assert len(got["resume"]) == len(got["resume_warm"]) == 2
     with pytest.raises(SystemExit):
-        main([*argv[:-1], "--cache-limit", "10"])
-    assert "cache_limit should hold at least the largest shard" in capsys.readouterr().err
+        main([*argv[:-1], "--cache-limit", "2500000"])
+    err = capsys.readouterr().err
+    assert "--cache-limit is not planned for a mixture" in err and "2500000" in err

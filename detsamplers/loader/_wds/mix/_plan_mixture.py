@@ -19,8 +19,9 @@ shards from :func:`mixture_fetches`, the reader's own decision (NOTE [ mixture f
   segment. The origin decides which parts a rank reads, so a switch can move a node's
   byte ranges: the plan counts what the node's cache lacks, each segment's ranges written
   after what it holds (``ranged_cost``, NOTE [ planned fetches ]).
-- A node's cache starts cold and keeps everything unless ``cache_limit`` (NOTE [ mixture
-  plan cache ]: the cache's eviction rule, and a resume on another cluster); a shard costs
+- A node's cache starts cold and keeps everything (no ``cache_limit`` is planned here, and
+  a resume on another cluster starts from cold or warm caches: NOTE [ mixture plan
+  cache ]); a shard costs
   its whole download the first pass a rank of the node reads it whole, or the byte ranges
   its ranks read it by, less the bytes the node already holds. The first batch of each
   reader of a segment fetches its cold shards as ``first_batch_whole`` decides; a cold
@@ -56,7 +57,6 @@ from ._mixture_fetches import mixture_fetches
 from ._plan_mixture_cache import (
     NodeCache,
     Phase,
-    check_cache_limit,
     check_world,
     copy_caches,
     segments,
@@ -118,7 +118,6 @@ def plan_mixture(
     shuffle_window: int = 0,
     shuffle_block_shards: int = 0,
     parts: int | Sequence[int] = 0,
-    cache_limit: int | None = None,
     epochs: int = 1,
     start: int = 0,
     resume_at: int | None = None,
@@ -149,8 +148,6 @@ def plan_mixture(
         shuffle_window: As the mixture's.
         shuffle_block_shards: As the mixture's.
         parts: As the mixture's (one for every set, or one per set).
-        cache_limit: Bytes a node's cache may hold (``None``: no limit); at least the
-            largest shard (NOTE [ mixture plan cache ]).
         epochs: Passes of ``sum(N_k)`` positions the run reads, from ``start``.
         start: The global position the run starts at.
         resume_at: Plan a resume at this global position, to the end of its pass, on
@@ -216,10 +213,9 @@ def plan_mixture(
     whole = [((0, int(size)),) for size in sizes.tolist()]
     total = int(counts.sum())
     end = start + epochs * total
-    cache_limit = check_cache_limit(cache_limit, sizes)
     check_world(mix.set_parts, world, "run's", "nodes * ranks_per_node")
     run = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
-    run_caches = [NodeCache(cache_limit, step) for _ in range(nodes)]
+    run_caches = [NodeCache(step) for _ in range(nodes)]
     firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
     phases = [Phase(start, end, (nodes, ranks_per_node), run, lambda: run_caches)]
     if resume_at is not None:  # NOTE [ mixture plan cache ]
@@ -244,7 +240,7 @@ def plan_mixture(
                 (rn, rl),
                 resumes[0],
                 resumed=True,
-                caches=lambda: copy_caches([], rn, cache_limit, step),
+                caches=lambda: copy_caches([], rn, step),
             ),
             Phase(
                 at,
@@ -252,7 +248,7 @@ def plan_mixture(
                 (rn, rl),
                 resumes[1],
                 resumed=True,
-                caches=lambda: copy_caches(run_caches, rn, cache_limit, step),
+                caches=lambda: copy_caches(run_caches, rn, step),
             ),
             Phase(at, end, (nodes, ranks_per_node), run, lambda: run_caches),
         ]
@@ -327,7 +323,6 @@ def plan_mixture(
     for phase in {id(p.out): p for p in phases}.values():  # the run's two stretches: once
         for plan, cache in zip(phase.out, phase.caches(), strict=True):
             plan.high_water = max(plan.high_water, cache.high_water)
-            plan.evictions += cache.evictions
     resume = warm = None
     if resume_at is not None:  # one entry: the rest of the pass of resume_at
         at_pass = (resume_at - start) // total
