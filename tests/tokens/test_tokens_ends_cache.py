@@ -9,23 +9,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokens_helpers import ends_cache_of as cache_of
+from tokens_helpers import write_lengths as write
 
 from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
 
 HEADER = _boundaries.ENDS_HEADER
-
-
-def write(folder: Path, lengths: list[int], name: str = "t") -> tuple[Path, Path]:
-    """A token file of ``sum(lengths)`` distinct tokens and its lengths sidecar."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path, sidecar = folder / f"{name}.npy", folder / f"{name}.lengths.npy"
-    np.save(path, np.arange(1, sum(lengths) + 1, dtype=np.uint32))
-    np.save(sidecar, np.array(lengths, dtype=np.uint32))
-    return path, sidecar
-
-
-def cache_of(sidecar: Path) -> Path:
-    return sidecar.with_name(sidecar.name + ".ends.npy")
 
 
 @pytest.fixture

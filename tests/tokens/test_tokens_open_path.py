@@ -8,16 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tqdm
+from tokens_helpers import write_lengths as write
 
 from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
-
-
-def write(folder: Path, lengths: list[int]) -> tuple[Path, Path]:
-    """A token file of ``sum(lengths)`` tokens ``1, 2, ...`` and its lengths sidecar."""
-    path, sidecar = folder / "t.npy", folder / "t.lengths.npy"
-    np.save(path, np.arange(1, sum(lengths) + 1, dtype=np.uint32))
-    np.save(sidecar, np.array(lengths, dtype=np.uint32))
-    return path, sidecar
 
 
 @pytest.fixture

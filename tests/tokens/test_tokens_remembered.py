@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokens_helpers import ends_cache_of as cache_of
+from tokens_helpers import write_lengths as write
 
 from detsamplers.tokens import (
     TokenCorpus,
@@ -26,18 +28,6 @@ from detsamplers.tokens import (
 from detsamplers.tokens import _ends_check as ends_check
 
 HEADER = _boundaries.ENDS_HEADER
-
-
-def write(folder: Path, lengths: list[int]) -> tuple[Path, Path]:
-    """A token file of ``sum(lengths)`` distinct tokens and its lengths sidecar."""
-    path, sidecar = folder / "t.npy", folder / "t.lengths.npy"
-    np.save(path, np.arange(1, sum(lengths) + 1, dtype=np.uint32))
-    np.save(sidecar, np.array(lengths, dtype=np.uint32))
-    return path, sidecar
-
-
-def cache_of(sidecar: Path) -> Path:
-    return sidecar.with_name(sidecar.name + ".ends.npy")
 
 
 def forget() -> None:

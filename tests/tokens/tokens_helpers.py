@@ -54,3 +54,17 @@ def window(sequences: TokenSequences, index: int) -> np.ndarray:
             for f, c in zip(firsts.tolist(), counts.tolist(), strict=True)
         ]
     )
+
+
+def write_lengths(folder: Path, lengths: list[int], name: str = "t") -> tuple[Path, Path]:
+    """A token file of ``sum(lengths)`` distinct tokens ``1, 2, ...`` and its lengths sidecar."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path, sidecar = folder / f"{name}.npy", folder / f"{name}.lengths.npy"
+    np.save(path, np.arange(1, sum(lengths) + 1, dtype=np.uint32))
+    np.save(sidecar, np.array(lengths, dtype=np.uint32))
+    return path, sidecar
+
+
+def ends_cache_of(sidecar: Path) -> Path:
+    """The document ends cache a lengths sidecar gets beside it."""
+    return sidecar.with_name(sidecar.name + ".ends.npy")
