@@ -17,7 +17,8 @@ from detsamplers.loader import SyntheticShards, plan_run
 
 
 def main() -> None:
-    limit_shards, nodes, epochs = [int(a) for a in sys.argv[1:]] + [400, 128, 1][len(sys.argv) - 1 :]
+    given = [int(a) for a in sys.argv[1:]]
+    limit_shards, nodes, epochs = given + [400, 128, 1][len(given) :]
     started = time.process_time()
     plan = plan_run(
         synthetic=SyntheticShards(100_000, 1 << 20, 10), nodes=nodes, ranks_per_node=1024 // nodes,
