@@ -109,3 +109,7 @@ def test_the_plan_command_takes_a_set_index_file_per_set_with_weights(
     with pytest.raises(SystemExit):
         main(["plan", "--set-index", *files, "--nodes", "1", "--batch-size", "8"])
     assert "--set-index should be one file without --weights" in capsys.readouterr().err
+    assert (
+        main(["plan", "--set-index", files[0], "--nodes", "1", "--batch-size", "8", "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["nodes"][0]["index_requests"] == 1  # one set
