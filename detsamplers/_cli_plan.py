@@ -37,7 +37,10 @@ def add_parser(commands: Any) -> None:
         "the cost.",
     )
     plan.add_argument("urls", nargs="*", help="shard paths or URLs (brace patterns too)")
-    plan.add_argument("--set-index", default=None, help="a local detsamplers-set.index.npz")
+    plan.add_argument(
+        "--set-index", nargs="+", default=None,
+        help="a local detsamplers-set.index.npz (with --weights: one a shard set)",
+    )  # fmt: skip
     # one value, or with --weights one a shard set (one for all: the same for every set)
     plan.add_argument("--shards", type=int, nargs="+", default=None, help="synthetic: shards")
     plan.add_argument("--shard-bytes", type=int, nargs="+", default=None, help="synthetic: size")
@@ -117,9 +120,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 args.price_per_1000_gets,
             )
         urls = [shard for url in args.urls for shard in expand_urls(url)]  # brace patterns too
+        if args.set_index is not None and len(args.set_index) != 1:
+            raise ValueError(
+                f"--set-index should be one file without --weights, but got --set-index "
+                f"{' '.join(args.set_index)}; pass one, or one a set with --weights"
+            )
         options: dict[str, Any] = dict(
             urls=urls or None,
-            set_index=args.set_index,
+            set_index=None if args.set_index is None else args.set_index[0],
             synthetic=synthetic,
             ranks_per_node=args.ranks_per_node,
             num_workers=args.num_workers,

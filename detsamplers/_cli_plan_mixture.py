@@ -9,8 +9,9 @@ a batch-size schedule (the first segment from position 0) and a resume (``--resu
 on ``--resume-nodes`` x ``--resume-ranks-per-node``, NOTE [ mixture plan cache ]). Instead
 of URL patterns, the single source's synthetic flags describe the sets (``--shards``,
 ``--shard-bytes``, ``--samples-per-shard``, ``--spread``: one value each for every set, or
-one a set; NOTE [ synthetic mixture plan ]). The set index and the cache limit stay the
-single source's (refused here, naming the argument). The table and ``--json`` are the
+one a set; NOTE [ synthetic mixture plan ]), or ``--set-index`` one local file a set (NOTE
+[ mixture plan set index ]). The cache limit stays the single source's (refused here,
+naming the argument). The table and ``--json`` are the
 single source's; with ``--bandwidth``, each node's first batch time and the cost too.
 """
 
@@ -62,13 +63,6 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 f"without it (the figures of a cache that keeps every shard) or each set "
                 f"alone without --weights"
             )
-        single = {"--set-index": args.set_index}
-        for name, value in single.items():
-            if value is not None:
-                raise ValueError(
-                    f"{name} should not be given with --weights (a mixture's plan takes URL "
-                    f"patterns or the synthetic flags, a set each), but got {name} {value}"
-                )
         network = None
         if args.bandwidth is not None:
             network = Network(
@@ -79,9 +73,14 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if args.batch_schedule is not None:
             batch = _schedule(args.batch_schedule)
         synthetic = synthetic_sets(args)
-        urls = None if synthetic else args.urls
+        urls = None if synthetic or args.set_index else args.urls
+        if args.set_index and args.urls:  # NOTE [ mixture plan set index ]
+            raise ValueError(
+                f"--set-index should be given without URL patterns (one file a set), but got "
+                f"both --set-index {' '.join(args.set_index)} and {' '.join(args.urls)}"
+            )
         plan = plan_mixture(
-            urls, args.weights, synthetic=synthetic, nodes=args.nodes,
+            urls, args.weights, synthetic=synthetic, set_index=args.set_index, nodes=args.nodes,
             ranks_per_node=args.ranks_per_node,
             num_workers=args.num_workers, batch_size=batch, seed=args.seed,
             shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,

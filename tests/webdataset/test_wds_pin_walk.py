@@ -85,3 +85,38 @@ def test_eviction_stops_once_the_download_fits_and_never_deletes_a_pinned_entry(
     assert left + incoming <= limit or not unpinned_left
     # least recently used first: the deleted are the first unpinned entries
     assert deleted == [i for i, _ in sizes if i not in pinned][: len(deleted)]
+
+
+class _CopyingCache(DryCache):
+    """The first eviction walk: a copy of the whole folder at every download under a limit."""
+
+    def _evict(self, size: int, limit: int) -> int:
+        def delete(shard: int) -> bool:
+            if self.pins.get(shard):
+                return False
+            del self.folder[shard]
+            return True
+
+        self.used, gone = evict_until(list(self.folder.items()), self.used, size, limit, delete)
+        return gone
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 15), st.integers(1, 30)), max_size=80),
+    st.integers(1, 120),
+)
+@settings(max_examples=300, deadline=None)
+def test_walking_the_folder_from_its_head_evicts_what_copying_it_evicted(
+    steps: list[tuple[bool, int, int]], limit: int
+) -> None:
+    walked, copied = DryCache(limit), _CopyingCache(limit)
+    for pin, shard, size in steps:
+        if pin:
+            assert walked.pin(shard, size) == copied.pin(shard, size)
+        elif walked.pins.get(shard):
+            walked.unpin(shard)
+            copied.unpin(shard)
+        assert list(walked.folder.items()) == list(copied.folder.items())
+        assert walked.pins == copied.pins
+    figures = ("used", "high_water", "evictions", "over_limit", "pinned_bytes", "working_set")
+    assert [getattr(walked, f) for f in figures] == [getattr(copied, f) for f in figures]

@@ -153,7 +153,7 @@ def test_the_plan_command_with_weights_prints_the_mixtures_plan_as_json(
     assert got == json.loads(json.dumps(plan.as_dict()))
     with pytest.raises(SystemExit):
         main([*argv, "--set-index", "x.npz"])
-    assert "--set-index should not be given with --weights" in capsys.readouterr().err
+    assert "--set-index should be given without URL patterns" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["plan", *urls, "--weights", "1", "1", "--nodes", "1", "--batch-size", "8",
               "--batch-schedule", "0-8"])  # fmt: skip

@@ -16,6 +16,8 @@ Its modules may import one another and, of ``_wds``, only the front door (``_wds
   is loaded (NOTE [ mixture state ]);
 - ``_plan_mixture``: ``plan_mixture``: what a mixture's run downloads per node and pass, with a
   batch-size schedule, from the mixture's own order and fetch decisions (NOTE [ mixture plan ]);
+- ``_plan_mixture_sets``: a mixture's plan over set indexes: the sets from local set index
+  files, and each rank's fetch of them (NOTE [ mixture plan set index ]);
 - ``_plan_mixture_synthetic``: a mixture's plan from synthetic shard sets, and each node's first
   batch (NOTE [ synthetic mixture plan ]);
 - ``_per_set_args``: the arguments of a mixture of shard sets that are particular to it, checked

@@ -53,6 +53,7 @@ from .._plan_report import NodePlan, RunPlan
 from ..order._rank_batches import rank_positions
 from ..read._cache_reader import first_batch_whole
 from ..read._node_cache import download_step
+from ..remote._remote_reads import make_options
 from ._mixture_fetches import mixture_fetches
 from ._plan_mixture_cache import (
     NodeCache,
@@ -62,6 +63,7 @@ from ._plan_mixture_cache import (
     segments,
     settle_pass,
 )
+from ._plan_mixture_sets import indexed_inputs, set_index_fetches
 from ._plan_mixture_synthetic import FirstBatches, mixture_inputs
 
 __all__ = ["plan_mixture"]
@@ -107,6 +109,7 @@ def plan_mixture(
     weights: Sequence[float],
     *,
     synthetic: Sequence[SyntheticShards] | None = None,
+    set_index: Sequence[str | os.PathLike[str]] | None = None,
     nodes: int,
     ranks_per_node: int = 1,
     num_workers: int = 0,
@@ -136,6 +139,8 @@ def plan_mixture(
         weights: As :class:`WebDatasetMix`'s.
         synthetic: One :class:`SyntheticShards` per shard set instead of ``urls`` (NOTE
             [ synthetic mixture plan ]).
+        set_index: One local ``detsamplers-set.index.npz`` per shard set instead of ``urls``
+            (NOTE [ mixture plan set index ]).
         nodes: Nodes, each with one cache.
         ranks_per_node: Ranks on each node.
         num_workers: DataLoader workers per rank (each reader's first batch is fetched).
@@ -192,7 +197,14 @@ def plan_mixture(
         raise TypeError(f"network should be a Network, but got {type(network).__name__}")
     schedule = _schedule(batch_size, start)
     world = run_world = nodes * ranks_per_node
-    urls, build = mixture_inputs(urls, synthetic, weights)
+    if set_index is None:
+        urls, build = mixture_inputs(urls, synthetic, weights)
+    elif urls is not None or synthetic is not None:
+        raise ValueError(
+            "set_index should be given alone, but got urls or synthetic too; pass one of them"
+        )
+    else:  # NOTE [ mixture plan set index ]
+        urls, build, index_fetch = indexed_inputs(set_index, weights)
     mix = build(
         urls, weights, seed=seed, batch_size=schedule[0][1], world_size=world, window=window,
         curriculum=curriculum, shuffle_shards=shuffle_shards, shuffle_window=shuffle_window,
@@ -209,12 +221,17 @@ def plan_mixture(
     ]
     sizes = np.asarray([info.size for info in infos], dtype=np.int64)
     counts = np.asarray([n for part in mix._mix_counts for n in part], dtype=np.int64)
+    if set_index is None:  # each rank fetches each folder's set index once
+        options = make_options(60.0, 5, read_ahead, storage_options)
+        index_fetch = set_index_fetches([info.url for info in infos], options)
     step = download_step(read_ahead)
     whole = [((0, int(size)),) for size in sizes.tolist()]
     total = int(counts.sum())
     end = start + epochs * total
     check_world(mix.set_parts, world, "run's", "nodes * ranks_per_node")
     run = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
+    for plan in run:
+        plan.index_bytes, plan.index_requests = (n * ranks_per_node for n in index_fetch)
     run_caches = [NodeCache(step) for _ in range(nodes)]
     firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
     phases = [Phase(start, end, (nodes, ranks_per_node), run, lambda: run_caches)]

@@ -126,19 +126,32 @@ class DryCache:
         #: The most shards, and bytes, pinned at once (the node's working set).
         self.working_set = (0, 0)
 
-    def _delete(self, shard: int) -> bool:
-        if self.pins.get(shard):
-            return False
-        del self.folder[shard]
-        return True
+    def _evict(self, size: int, limit: int) -> int:
+        """Delete unpinned shards from the folder's head until ``size`` more bytes fit.
+
+        The folder is walked in place, from its least recently pinned shard, only as far
+        as :func:`evict_until` goes (the victims are deleted after the walk): a download
+        costs the pinned shards it passes plus those it deletes, not the shards held.
+        """
+        victims: list[int] = []
+
+        def victim(shard: int) -> bool:
+            if self.pins.get(shard):
+                return False
+            victims.append(shard)
+            return True
+
+        self.used, gone = evict_until(self.folder.items(), self.used, size, limit, victim)
+        for shard in victims:
+            del self.folder[shard]
+        return gone
 
     def pin(self, shard: int, size: int) -> bool:
         """Pin ``shard`` (``size`` bytes), downloading it if absent; whether it was."""
         downloaded = shard not in self.folder
         if downloaded:
             if self.limit is not None:
-                entries = list(self.folder.items())
-                self.used, gone = evict_until(entries, self.used, size, self.limit, self._delete)
+                gone = self._evict(size, self.limit)
                 self.evictions += gone
                 self.over_limit += self.used + size > self.limit
             self.folder[shard] = size
