@@ -215,8 +215,11 @@ class DryReader:
             self.cache.unpin(shard)
 
 
-def lockstep(readers: Sequence[DryReader]) -> None:
+def lockstep(readers: Sequence[DryReader], before: Callable[[int], None] | None = None) -> None:
     """Run a node's readers batch by batch: each walks, then each reads and walks again.
+
+    ``before(step)``, if given, is called before the readers read their ``step``-th
+    batches, and once more after the last (a mixture plan's warm copy of the caches).
 
     Examples:
         >>> got = []
@@ -228,8 +231,13 @@ def lockstep(readers: Sequence[DryReader]) -> None:
     """
     for reader in readers:
         reader.walk()
-    for step in range(max((len(r.batches) for r in readers), default=0)):
+    steps = max((len(r.batches) for r in readers), default=0)
+    for step in range(steps):
+        if before is not None:
+            before(step)
         for reader in readers:
             if step < len(reader.batches):
                 reader.read()
                 reader.walk()
+    if before is not None:
+        before(steps)
