@@ -339,6 +339,7 @@ def plan_mixture(
                     locate, cast(list[PinnedCache], node_caches), (low, high),
                     (origin, size, world, per_node),
                     (num_workers, prefetch), cost, out, (start, total, epochs), snapshot,
+                    high == phase.high,
                 )  # fmt: skip
                 continue
             # Every position of the segment, located with the mixture's order, pass by pass.

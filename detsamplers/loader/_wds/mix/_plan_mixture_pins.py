@@ -16,8 +16,12 @@ builds new loaders). :func:`replay_segment` runs them in lockstep.
 A shard a node reads whole costs its bytes; one its ranks read in part (NOTE [ mixture
 fetches ]) costs the byte ranges they fetch (``ranged_cost``), and is one entry of the
 folder of those bytes (the real folder holds a file per range). A download counts in the
-pass of the batch whose walk pinned it. A warm resume copies each run cache, unpinned, as
-it was when the run's readers had read every batch that starts before ``resume_at``.
+pass it happens in: a walk's pin in the pass of the batch read before it (the walk runs
+while the trainer steps on that batch), a pin of the batch being read in that batch's.
+The readers stop at the end of their stretch (the run's, or a resume's), and their walks
+pin what the rules let them past it: that is downloaded too, in the last pass. A warm
+resume copies each run cache, unpinned, as it was when the run's readers had read every
+batch that starts before ``resume_at``.
 
 What timing decides, the replay cannot know (NOTE [ planned pins ]: downloads in flight,
 ranks of a node not in lockstep, the walk past the run's end); a node's ranged shard whose
@@ -38,7 +42,7 @@ import numpy.typing as npt
 from .._plan_fetches import Spans, ranged_cost
 from .._plan_report import NodePlan
 from ..order._rank_batches import rank_positions
-from ..read._pin_walk import DryCache, DryReader, lockstep
+from ..read._pin_walk import BATCHES_AHEAD, DryCache, DryReader, lockstep
 
 __all__ = ["PinnedCache", "node_costs", "replay_segment", "warm_copies"]
 
@@ -112,6 +116,23 @@ class _MixBatches:
         return chunk[i % _CHUNK]
 
 
+def _nothing(batch: int, shard: int) -> None:
+    pass
+
+
+class _TimedReader(DryReader):
+    """A :class:`DryReader` that says whether it is reading (else its walk pins)."""
+
+    reading = False
+
+    def read(self) -> None:
+        self.reading = True
+        try:
+            super().read()
+        finally:
+            self.reading = False
+
+
 def replay_segment(
     locate: Callable[[I64], I64],
     caches: Sequence[PinnedCache],
@@ -122,6 +143,7 @@ def replay_segment(
     out: Sequence[NodePlan],
     passes: tuple[int, int, int],
     snapshot: tuple[int, Callable[[], None]] | None = None,
+    last: bool = False,
 ) -> None:
     """Replay one segment's readers on their nodes' caches, adding the downloads to ``out``.
 
@@ -137,6 +159,8 @@ def replay_segment(
         snapshot: ``(at, take)``: ``take()`` is called once, when every batch starting
             before ``at`` is read (a warm resume's copy); the caller calls it if the
             segment ends first.
+        last: The segment ends its stretch: the readers stop there, their walks pinning
+            what they may of the batches after it (counted in the last pass).
     """
     low, high = span
     origin, size, world, per_node = grid
@@ -163,13 +187,21 @@ def replay_segment(
         for rank in range(node * per_node, (node + 1) * per_node):
             for worker in range(step):
                 mine = range(first + worker, stop, step)
+                reads = len(mine)
+                if last:  # the walk's reach past the end
+                    mine = range(first + worker, stop + (BATCHES_AHEAD + 1) * step, step)
                 batches = _MixBatches(locate, mine, (size, world, rank, origin))
-                batches.span = span
+                batches.span = (low, high if not last else np.iinfo(np.int64).max)
 
-                def at_batch(i: int, s: int, mine: range = mine, f: Any = downloaded) -> None:
-                    f(mine[i], s)
+                reader = _TimedReader(batches, prefetch, cache, size_of, _nothing, reads)
 
-                dry.append(DryReader(batches, prefetch, cache, size_of, at_batch))
+                def at_batch(
+                    i: int, s: int, mine: range = mine, f: Any = downloaded, r: Any = reader
+                ) -> None:  # a read's own pin: its batch; a walk's: the batch read before it
+                    f(mine[i if r.reading else max(r.done, 0)], s)
+
+                reader.downloaded = at_batch
+                dry.append(reader)
 
     taken = False
 

@@ -164,7 +164,9 @@ class DryCache:
 class DryReader:
     """A reader's prefetch walk and reads over ``batches`` (each batch's shards), dry.
 
-    ``downloaded(batch, shard)`` is called for each download the reader's pins cause.
+    ``downloaded(batch, shard)`` is called for each download the reader's pins cause. The
+    reader reads the first ``reads`` batches (default: all); the walk may pin the rest (a
+    stream read on past the run's end: what its walk pins before the run stops).
     """
 
     def __init__(
@@ -174,8 +176,10 @@ class DryReader:
         cache: DryCache,
         size: Callable[[int], int],
         downloaded: Callable[[int, int], None],
+        reads: int | None = None,
     ) -> None:
         self.batches, self.prefetch, self.cache = batches, prefetch, cache
+        self.reads = len(batches) if reads is None else reads
         self.size, self.downloaded = size, downloaded
         self.pins: set[int] = set()
         self.first: dict[int, int] = {}
@@ -231,12 +235,12 @@ def lockstep(readers: Sequence[DryReader], before: Callable[[int], None] | None 
     """
     for reader in readers:
         reader.walk()
-    steps = max((len(r.batches) for r in readers), default=0)
+    steps = max((r.reads for r in readers), default=0)
     for step in range(steps):
         if before is not None:
             before(step)
         for reader in readers:
-            if step < len(reader.batches):
+            if step < reader.reads:
                 reader.read()
                 reader.walk()
     if before is not None:
