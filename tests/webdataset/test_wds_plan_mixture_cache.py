@@ -3,8 +3,8 @@
 Two shard sets (``test_wds_plan_mixture.write_sets``: 12 and 9 shards of 30-50 KB, a pass
 of 768 positions) served by nginx on 127.0.0.1. Each node is a cache folder of its own
 (one rank a node), without a limit (test_wds_plan_mixture_limit.py plans one: NOTE
-[ mixture plan pins ]); each rank reads its batches through the cached reader it builds, and nginx's log
-counts the shard bytes and GETs.
+[ mixture plan pins ]); each rank reads its batches through the cached reader it builds,
+and nginx's log counts the shard bytes and GETs.
 """
 
 from __future__ import annotations
