@@ -5,13 +5,13 @@ With ``--weights`` (one a shard set) the ``plan`` command plans a mixture: each 
 URL pattern is one shard set, and :func:`detsamplers.loader.plan_mixture` (NOTE [ mixture
 plan ]) is called with the cluster, the order arguments, ``--parts``, ``--epochs`` (passes
 of the sets' samples), the network model and, with ``--batch-schedule POSITION:SIZE ...``,
-a batch-size schedule (the first segment from position 0) and a resume (``--resume-at``
-on ``--resume-nodes`` x ``--resume-ranks-per-node``, NOTE [ mixture plan cache ]). Instead
+a batch-size schedule (the first segment from position 0), ``--cache-limit`` (NOTE
+[ mixture plan pins ]) and a resume (``--resume-at`` on ``--resume-nodes`` x
+``--resume-ranks-per-node``, NOTE [ mixture plan cache ]). Instead
 of URL patterns, the single source's synthetic flags describe the sets (``--shards``,
 ``--shard-bytes``, ``--samples-per-shard``, ``--spread``: one value each for every set, or
 one a set; NOTE [ synthetic mixture plan ]), or ``--set-index`` one local file a set (NOTE
-[ mixture plan set index ]). The cache limit stays the single source's (refused here,
-naming the argument). The table and ``--json`` are the
+[ mixture plan set index ]). The table and ``--json`` are the
 single source's; with ``--bandwidth``, each node's first batch time and the cost too.
 """
 
@@ -56,13 +56,6 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     from .loader import Network, plan_mixture
 
     try:
-        if args.cache_limit is not None:  # NOTE [ mixture plan cache ]
-            raise ValueError(
-                f"--cache-limit is not planned for a mixture (the plan would not follow the "
-                f"readers' prefetch pins), but got --cache-limit {args.cache_limit}; plan "
-                f"without it (the figures of a cache that keeps every shard) or each set "
-                f"alone without --weights"
-            )
         network = None
         if args.bandwidth is not None:
             network = Network(
@@ -85,7 +78,7 @@ def run_mixture(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             num_workers=args.num_workers, batch_size=batch, seed=args.seed,
             shuffle_shards=not args.no_shuffle_shards, shuffle_window=args.shuffle_window,
             shuffle_block_shards=args.shuffle_block_shards, parts=args.parts,
-            epochs=args.epochs, resume_at=args.resume_at,
+            epochs=args.epochs, cache_limit=args.cache_limit, resume_at=args.resume_at,
             resume_nodes=args.resume_nodes, resume_ranks_per_node=args.resume_ranks_per_node,
             network=network, index_dir=args.index_dir,
             storage_options=storage_options(args.storage_option, args.endpoint_url, args.urls),

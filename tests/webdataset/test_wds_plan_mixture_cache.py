@@ -2,9 +2,9 @@
 
 Two shard sets (``test_wds_plan_mixture.write_sets``: 12 and 9 shards of 30-50 KB, a pass
 of 768 positions) served by nginx on 127.0.0.1. Each node is a cache folder of its own
-(one rank a node), without a limit (none is planned for a mixture: NOTE [ mixture plan
-cache ]); each rank reads its batches through the cached reader it builds, and nginx's log
-counts the shard bytes and GETs.
+(one rank a node), without a limit (test_wds_plan_mixture_limit.py plans one: NOTE
+[ mixture plan pins ]); each rank reads its batches through the cached reader it builds,
+and nginx's log counts the shard bytes and GETs.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_bad_resume_points_and_world_sizes_are_refused_naming_the_argument(
 
 
 @pytest.mark.servers
-def test_the_plan_command_with_weights_takes_a_resume_and_refuses_a_cache_limit(
+def test_the_plan_command_with_weights_takes_a_resume(
     served: tuple[Nginx, list[str], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
@@ -176,7 +176,3 @@ def test_the_plan_command_with_weights_takes_a_resume_and_refuses_a_cache_limit(
     )  # fmt: skip
     assert got == json.loads(json.dumps(plan.as_dict()))
     assert len(got["resume"]) == len(got["resume_warm"]) == 2
-    with pytest.raises(SystemExit):
-        main([*argv[:-1], "--cache-limit", "2500000"])
-    err = capsys.readouterr().err
-    assert "--cache-limit is not planned for a mixture" in err and "2500000" in err

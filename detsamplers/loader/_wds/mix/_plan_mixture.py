@@ -19,9 +19,10 @@ shards from :func:`mixture_fetches`, the reader's own decision (NOTE [ mixture f
   segment. The origin decides which parts a rank reads, so a switch can move a node's
   byte ranges: the plan counts what the node's cache lacks, each segment's ranges written
   after what it holds (``ranged_cost``, NOTE [ planned fetches ]).
-- A node's cache starts cold and keeps everything (no ``cache_limit`` is planned here, and
-  a resume on another cluster starts from cold or warm caches: NOTE [ mixture plan
-  cache ]); a shard costs
+- A node's cache starts cold and keeps everything unless ``cache_limit`` is below its
+  shards (then its readers' pins are replayed: NOTE [ mixture plan pins ]), and a resume
+  on another cluster starts from cold or warm caches (NOTE [ mixture plan cache ]); a
+  shard costs
   its whole download the first pass a rank of the node reads it whole, or the byte ranges
   its ranks read it by, less the bytes the node already holds. The first batch of each
   reader of a segment fetches its cold shards as ``first_batch_whole`` decides; a cold
@@ -41,7 +42,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +64,7 @@ from ._plan_mixture_cache import (
     segments,
     settle_pass,
 )
+from ._plan_mixture_pins import PinnedCache, node_costs, replay_segment, warm_copies
 from ._plan_mixture_sets import indexed_inputs, set_index_fetches
 from ._plan_mixture_synthetic import FirstBatches, mixture_inputs
 
@@ -121,6 +123,7 @@ def plan_mixture(
     shuffle_window: int = 0,
     shuffle_block_shards: int = 0,
     parts: int | Sequence[int] = 0,
+    cache_limit: int | None = None,
     epochs: int = 1,
     start: int = 0,
     resume_at: int | None = None,
@@ -153,6 +156,9 @@ def plan_mixture(
         shuffle_window: As the mixture's.
         shuffle_block_shards: As the mixture's.
         parts: As the mixture's (one for every set, or one per set).
+        cache_limit: Bytes a node's cache may hold (``None``: no limit); at least the
+            largest shard. Below a node's shards, the readers' pins are replayed (NOTE
+            [ mixture plan pins ]).
         epochs: Passes of ``sum(N_k)`` positions the run reads, from ``start``.
         start: The global position the run starts at.
         resume_at: Plan a resume at this global position, to the end of its pass, on
@@ -229,12 +235,14 @@ def plan_mixture(
     total = int(counts.sum())
     end = start + epochs * total
     check_world(mix.set_parts, world, "run's", "nodes * ranks_per_node")
-    run = [NodePlan(node, [0] * epochs, [0] * epochs, [0] * epochs) for node in range(nodes)]
-    for plan in run:
-        plan.index_bytes, plan.index_requests = (n * ranks_per_node for n in index_fetch)
-    run_caches = [NodeCache(step) for _ in range(nodes)]
-    firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
-    phases = [Phase(start, end, (nodes, ranks_per_node), run, lambda: run_caches)]
+    if cache_limit is not None:  # NOTE [ mixture plan pins ]
+        cache_limit = check_int("cache_limit", cache_limit, minimum=1)
+        if cache_limit < int(sizes.max()):
+            raise ValueError(
+                f"cache_limit should hold at least the largest shard, {int(sizes.max())} bytes, "
+                f"but got cache_limit={cache_limit}; raise it (a few shards per reader at least)"
+            )
+    at = rn = rl = 0
     if resume_at is not None:  # NOTE [ mixture plan cache ]
         at = check_int("resume_at", resume_at, minimum=start)
         if at >= end:
@@ -246,100 +254,134 @@ def plan_mixture(
         rl = ranks_per_node if resume_ranks_per_node is None else resume_ranks_per_node
         rl = check_int("resume_ranks_per_node", rl, minimum=1)
         check_world(mix.set_parts, rn * rl, "resume's", "resume_nodes * resume_ranks_per_node")
-        stop = start + ((at - start) // total + 1) * total
-        resumes = [[NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)]]
-        resumes.append([NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)])
-        phases = [
-            Phase(start, at, (nodes, ranks_per_node), run, lambda: run_caches),
-            Phase(
-                at,
-                stop,
-                (rn, rl),
-                resumes[0],
-                resumed=True,
-                caches=lambda: copy_caches([], rn, step),
-            ),
-            Phase(
-                at,
-                stop,
-                (rn, rl),
-                resumes[1],
-                resumed=True,
-                caches=lambda: copy_caches(run_caches, rn, step),
-            ),
-            Phase(at, end, (nodes, ranks_per_node), run, lambda: run_caches),
-        ]
-    for (low, size), high, phase, built in segments(schedule, end, phases):
-        # the phase's cluster, caches and figures (the run's, or a resume's)
-        nodes, ranks_per_node, out = phase.nodes, phase.per_node, phase.out
-        world, caches = nodes * ranks_per_node, phase.caches()
-        grid = size * world
-        origin = built % grid  # where the segment's loaders were built (a switch, a resume)
-        fetches = [
-            None
-            if lanes is None
-            else mixture_fetches(lanes.orders, lanes.offsets.tolist(), world, [r], origin)
-            for r in range(world)
-        ]
+    cluster = (nodes, ranks_per_node)
 
-        def spans(rank: int, shard: int, fetches: list[Any] = fetches) -> Spans:
-            mine = fetches[rank]
-            got = None if mine is None else mine.byte_ranges(shard, infos[shard])
-            return whole[shard] if got is None else tuple(sorted(got, key=_length))
+    def planned(limit: int | None) -> tuple[list[NodePlan], list[list[NodePlan]]]:
+        """The run's and the resumes' node plans, with caches that keep all, or ``limit``."""
+        run = [NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(nodes)]
+        for plan in run:
+            plan.index_bytes, plan.index_requests = (n * ranks_per_node for n in index_fetch)
+        resumes: list[list[NodePlan]] = []
+        firsts = FirstBatches(nodes)  # the run's first batch (NOTE [ synthetic mixture plan ])
+        caches: Any = [NodeCache(step) if limit is None else PinnedCache(limit) for _ in run]
+        warm: list[Any] = []
+        phases = [Phase(start, end, cluster, run, lambda: caches)]
+        if resume_at is not None:  # NOTE [ mixture plan cache ]
+            stop = start + ((at - start) // total + 1) * total
+            resumes[:] = [
+                [NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)]
+                for _ in range(2)
+            ]
+            if limit is None:  # the run split at resume_at, the warm copy taken there
+                cold: Any = lambda: copy_caches([], rn, step)  # noqa: E731
+                hot: Any = lambda: copy_caches(caches, rn, step)  # noqa: E731
+                phases = [Phase(start, at, cluster, run, lambda: caches)]
+            else:  # the run's readers go on past resume_at: the copy is taken as they pass
+                cold = lambda: warm_copies([], rn, limit)  # noqa: E731
+                hot = lambda: warm or warm_copies([], rn, limit)  # noqa: E731
+            phases += [
+                Phase(at, stop, (rn, rl), resumes[0], resumed=True, caches=cold),
+                Phase(at, stop, (rn, rl), resumes[1], resumed=True, caches=hot),
+            ]
+            if limit is None:
+                phases.append(Phase(at, end, cluster, run, lambda: caches))
 
-        # The first batch of each reader (rank, worker) of the segment, caches as they are.
-        batch = (low - origin) // grid
-        # A run's first batch is whole even where a planned resume splits the run at it.
-        cut = high if phase.resumed else min([a for a, _ in schedule if a > low] + [end])
-        for node, cache in enumerate(caches if low == built else []):
-            for rank in range(node * ranks_per_node, (node + 1) * ranks_per_node):
-                for worker in range(max(num_workers, 1)):
-                    positions = rank_positions(batch + worker, size, world, rank, None, origin)
-                    positions = positions[(positions >= low) & (positions < cut)]
-                    shards, _ = order.locate(positions)
-                    cold = [
-                        s
-                        for s in dict.fromkeys(shards.tolist())
-                        if not cache.covers(s, spans(rank, s))
-                    ]
-                    fetched = fetches[rank]
-                    partial = () if fetched is None else fetched.partial.keys()
-                    chosen = first_batch_whole(
-                        cold, [int(sizes[s]) for s in cold], prefetch, read_ahead, partial
-                    )
-                    for shard in cold:
-                        if shard in chosen:
+        def take() -> None:  # a warm resume's caches, once the run reached resume_at
+            if not warm:
+                warm[:] = warm_copies(caches, rn, limit or 0)
+
+        for (low, size), high, phase, built in segments(schedule, end, phases):
+            # the phase's cluster, caches and figures (the run's, or a resume's)
+            nodes_, per_node, out = phase.nodes, phase.per_node, phase.out
+            world, node_caches = nodes_ * per_node, phase.caches()
+            grid = size * world
+            origin = built % grid  # where the segment's loaders were built (a switch, a resume)
+            fetches = [
+                None
+                if lanes is None
+                else mixture_fetches(lanes.orders, lanes.offsets.tolist(), world, [r], origin)
+                for r in range(world)
+            ]
+
+            def spans(rank: int, shard: int, fetches: list[Any] = fetches) -> Spans:
+                mine = fetches[rank]
+                got = None if mine is None else mine.byte_ranges(shard, infos[shard])
+                return whole[shard] if got is None else tuple(sorted(got, key=_length))
+
+            # The first batch of each reader (rank, worker) of the segment, caches as they are.
+            batch = (low - origin) // grid
+            # A run's first batch is whole even where a planned resume splits the run at it.
+            cut = high if phase.resumed else min([a for a, _ in schedule if a > low] + [end])
+            for node, cache in enumerate(node_caches if low == built else []):
+                for rank in range(node * per_node, (node + 1) * per_node):
+                    for worker in range(max(num_workers, 1)):
+                        positions = rank_positions(batch + worker, size, world, rank, None, origin)
+                        positions = positions[(positions >= low) & (positions < cut)]
+                        shards, _ = order.locate(positions)
+                        cold_ = [
+                            s
+                            for s in dict.fromkeys(shards.tolist())
+                            if not cache.covers(s, spans(rank, s))
+                        ]
+                        fetched = fetches[rank]
+                        partial = () if fetched is None else fetched.partial.keys()
+                        chosen = first_batch_whole(
+                            cold_, [int(sizes[s]) for s in cold_], prefetch, read_ahead, partial
+                        )
+                        for shard in cold_:
+                            if shard in chosen:
+                                if low == start and not phase.resumed:
+                                    firsts.fetch(node, shard, spans(rank, shard))
+                                continue
+                            samples = int((shards == shard).sum())
+                            mean = int(sizes[shard]) // max(int(counts[shard]), 1)
+                            pass_ = min((int(positions[0]) - start) // total, epochs - 1)
+                            out[node].shard_bytes[pass_] += samples * mean + _HEADER
+                            out[node].shard_requests[pass_] += samples
                             if low == start and not phase.resumed:
-                                firsts.fetch(node, shard, spans(rank, shard))
-                            continue
-                        samples = int((shards == shard).sum())
-                        mean = int(sizes[shard]) // max(int(counts[shard]), 1)
-                        pass_ = min((int(positions[0]) - start) // total, epochs - 1)
-                        out[node].shard_bytes[pass_] += samples * mean + _HEADER
-                        out[node].shard_requests[pass_] += samples
-                        if low == start and not phase.resumed:
-                            firsts.read(node, samples, samples * mean + _HEADER)
+                                firsts.read(node, samples, samples * mean + _HEADER)
 
-        def writes_of(shard: int, ranks: list[int], spans: Any = spans) -> list[Spans]:
-            writes = [spans(r, shard) for r in ranks]
-            return [whole[shard]] if any(w == whole[shard] for w in writes) else writes
+            def writes_of(shard: int, ranks: list[int], spans: Any = spans) -> list[Spans]:
+                writes = [spans(r, shard) for r in ranks]
+                return [whole[shard]] if any(w == whole[shard] for w in writes) else writes
 
-        # Every position of the segment, located with the mixture's order, pass by pass.
-        for pass_ in range(epochs):
-            a = max(low, start + pass_ * total)
-            b = min(high, start + (pass_ + 1) * total)
-            got = settle_pass(
-                lambda p: order.locate(p)[0], caches, (a, b),
-                (origin, grid, world, ranks_per_node), writes_of, _CHUNK,
-            )  # fmt: skip
-            for node, (shards_, bytes_, requests_) in enumerate(got):
-                out[node].shards[pass_] += shards_
-                out[node].shard_bytes[pass_] += bytes_
-                out[node].shard_requests[pass_] += requests_
-    firsts.fill(run, step, network)
-    for phase in {id(p.out): p for p in phases}.values():  # the run's two stretches: once
-        for plan, cache in zip(phase.out, phase.caches(), strict=True):
-            plan.high_water = max(plan.high_water, cache.high_water)
+            def locate(p: I64) -> I64:
+                return order.locate(p)[0]
+
+            shape = (origin, grid, world, per_node)
+            if limit is not None:  # NOTE [ mixture plan pins ]
+                cost = node_costs(locate, (low, high), shape, nodes_, writes_of, step, _CHUNK)
+                snapshot = None if resume_at is None or phase.resumed else (at, take)
+                replay_segment(
+                    locate, cast(list[PinnedCache], node_caches), (low, high),
+                    (origin, size, world, per_node),
+                    (num_workers, prefetch), cost, out, (start, total, epochs), snapshot,
+                    high == phase.high,
+                )  # fmt: skip
+                continue
+            # Every position of the segment, located with the mixture's order, pass by pass.
+            for pass_ in range(epochs):
+                a = max(low, start + pass_ * total)
+                b = min(high, start + (pass_ + 1) * total)
+                got = settle_pass(locate, node_caches, (a, b), shape, writes_of, _CHUNK)
+                for node, (shards_, bytes_, requests_) in enumerate(got):
+                    out[node].shards[pass_] += shards_
+                    out[node].shard_bytes[pass_] += bytes_
+                    out[node].shard_requests[pass_] += requests_
+        firsts.fill(run, step, network)
+        for phase in {id(p.out): p for p in phases}.values():  # the run's two stretches: once
+            for plan, cache in zip(phase.out, phase.caches(), strict=True):
+                plan.high_water = max(plan.high_water, cache.high_water)
+                plan.evictions += getattr(cache, "evictions", 0)
+        return run, resumes
+
+    run, resumes = planned(None)
+    replayed = False
+    if cache_limit is not None:  # replayed only when a node's shards exceed it
+        highs = [n.high_water for n in run] + [n.high_water for r in resumes for n in r]
+        if max(highs) > cache_limit:
+            run, resumes = planned(cache_limit)
+            replayed = True
     resume = warm = None
     if resume_at is not None:  # one entry: the rest of the pass of resume_at
         at_pass = (resume_at - start) // total
@@ -350,7 +392,7 @@ def plan_mixture(
         samples=total,
         shard_count=len(mix.shards),
         dataset_bytes=int(sizes.sum()),
-        method="mixture: located",
+        method="mixture: located" + (", pins replayed in lockstep" if replayed else ""),
         nodes=run,
         order_bytes_per_rank=0,
         state_bytes_per_rank=len(json.dumps(mix.state_dict())),
@@ -358,6 +400,7 @@ def plan_mixture(
         network=network,
         resume=resume,
         resume_warm=warm,
+        cache_limit=cache_limit,
     )
 
 

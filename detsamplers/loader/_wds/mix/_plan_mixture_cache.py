@@ -4,13 +4,9 @@ NOTE [ mixture plan cache ]
 The mixture's plan (NOTE [ mixture plan ]) keeps one :class:`NodeCache` a node: per shard,
 the byte ranges the node's cache folder holds. Nothing is dropped, so a pass is settled
 shard by shard (the order does not matter) and the figures are exact (against nginx's log).
-A ``cache_limit`` is not planned for a mixture: a replay of the cache's eviction batch by
-batch, with only the batch being read pinned, was measured against the real reader
-(``iter`` of a ``WebDatasetMix``, its prefetch thread pinning each rank's working set from
-its first batch to its last, NOTE [ shard prefetch ]) and predicted 10 to 15 times the bytes
-the reader downloaded with parts (75 MB a pass where nginx served 5 to 8 MB, then 0); the
-single source's plan replays the reader's own pins (NOTE [ planned pins ]), and the
-mixture's readers are not walked that way yet.
+Under a ``cache_limit`` below a node's shards the plan walks the readers' pins instead
+(NOTE [ mixture plan pins ]): a replay that pinned only the batch being read was measured
+10 to 15 times off the real reader, whose prefetch keeps each rank's working set pinned.
 
 A resume at ``resume_at`` on ``resume_nodes * resume_ranks_per_node`` ranks reads the rest
 of the pass of ``resume_at`` with the batch size of its segment, each resumed loader's

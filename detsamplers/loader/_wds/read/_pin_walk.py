@@ -177,7 +177,9 @@ class DryCache:
 class DryReader:
     """A reader's prefetch walk and reads over ``batches`` (each batch's shards), dry.
 
-    ``downloaded(batch, shard)`` is called for each download the reader's pins cause.
+    ``downloaded(batch, shard)`` is called for each download the reader's pins cause. The
+    reader reads the first ``reads`` batches (default: all); the walk may pin the rest (a
+    stream read on past the run's end: what its walk pins before the run stops).
     """
 
     def __init__(
@@ -187,8 +189,10 @@ class DryReader:
         cache: DryCache,
         size: Callable[[int], int],
         downloaded: Callable[[int, int], None],
+        reads: int | None = None,
     ) -> None:
         self.batches, self.prefetch, self.cache = batches, prefetch, cache
+        self.reads = len(batches) if reads is None else reads
         self.size, self.downloaded = size, downloaded
         self.pins: set[int] = set()
         self.first: dict[int, int] = {}
@@ -228,8 +232,11 @@ class DryReader:
             self.cache.unpin(shard)
 
 
-def lockstep(readers: Sequence[DryReader]) -> None:
+def lockstep(readers: Sequence[DryReader], before: Callable[[int], None] | None = None) -> None:
     """Run a node's readers batch by batch: each walks, then each reads and walks again.
+
+    ``before(step)``, if given, is called before the readers read their ``step``-th
+    batches, and once more after the last (a mixture plan's warm copy of the caches).
 
     Examples:
         >>> got = []
@@ -241,8 +248,13 @@ def lockstep(readers: Sequence[DryReader]) -> None:
     """
     for reader in readers:
         reader.walk()
-    for step in range(max((len(r.batches) for r in readers), default=0)):
+    steps = max((r.reads for r in readers), default=0)
+    for step in range(steps):
+        if before is not None:
+            before(step)
         for reader in readers:
-            if step < len(reader.batches):
+            if step < reader.reads:
                 reader.read()
                 reader.walk()
+    if before is not None:
+        before(steps)
