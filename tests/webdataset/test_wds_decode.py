@@ -239,3 +239,66 @@ def test_a_batch_decoded_at_once_equals_webdataset_decoding_each_sample(
             break
     assert [g[0] for g in got] == [w[0] for w in want[: len(got)]]
     assert all(same(g[1], w[1]) for g, w in zip(got, want[: len(got)], strict=True) if g[0] == "ok")
+
+
+def events(decoded: Any) -> list[tuple[str, Any]]:
+    """Each sample a decoding yields (its items, in order) until the first error (its type
+    and message)."""
+    got: list[tuple[str, Any]] = []
+    iterator = iter(decoded)
+    while True:
+        try:
+            sample = next(iterator)
+        except StopIteration:
+            return got
+        except Exception as exn:
+            return [*got, (type(exn).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(exn)))]
+        got.append(("ok", list(sample.items())))
+
+
+VALUES = [b"7", b" 12\n", b"x", b'{"a": 1}', b"\xff", npy(np.arange(3)), b"\x93NUMPY", "str"]
+
+
+@settings(max_examples=150)
+@given(
+    fields=st.lists(st.sampled_from(["cls", "txt", "json", "npy", "bin", "png", "pkl"]),
+                    unique=True, max_size=4),
+    values=st.lists(st.lists(st.sampled_from(VALUES), min_size=4, max_size=4), max_size=8),
+    shuffled=st.lists(st.booleans(), max_size=8),
+    bytes_meta=st.booleans(),
+    args=st.sampled_from([(), "rgb8"]),
+)  # fmt: skip
+def test_a_batch_decoded_a_field_at_a_time_equals_decoding_each_sample(
+    fields: list[str],
+    values: list[list[Any]],
+    shuffled: list[bool],
+    bytes_meta: bool,
+    args: Any,
+) -> None:
+    """The law of ``PlannedDecoder.batch``: the samples, their key order and the first error
+    are those of ``each``, whether the batch shares its fields or not."""
+    samples = []
+    for i, row in enumerate(values):
+        sample = meta(dict(zip(fields, row, strict=False)))
+        if i < len(shuffled) and shuffled[i]:  # other key order, or one field fewer
+            sample = dict(reversed(sample.items())) if i % 2 else dict(list(sample.items())[1:])
+        samples.append(sample)
+    if bytes_meta and samples:
+        samples[-1]["__key__"] = b"k"
+    ours = make_decoder(args)
+    assert isinstance(ours, PlannedDecoder)
+    before = [list(s.items()) for s in samples]
+    want = events(ours.each(samples))
+    assert events(ours.batch(samples)) == want
+    assert [list(s.items()) for s in samples] == before  # neither path changes its input
+
+
+def test_a_batch_of_basic_fields_shared_by_its_samples_is_decoded_a_column_at_a_time() -> None:
+    decoder = make_decoder(())
+    assert isinstance(decoder, PlannedDecoder)
+    samples = [meta({"cls": str(i).encode(), "png": b"\x89PNG", "json": b"[1]"}) for i in range(5)]
+    decoded = decoder.batch(samples)
+    assert isinstance(decoded, list)  # the column path, not the per-sample generator
+    assert [s["cls"] for s in decoded] == [0, 1, 2, 3, 4]
+    assert decoded == list(decoder.each(samples))
+    assert not isinstance(decoder.batch([*samples, meta({"cls": b"x"})]), list)
