@@ -288,13 +288,8 @@ def test_a_batch_decoded_a_field_at_a_time_equals_decoding_each_sample(
     ours = make_decoder(args)
     assert isinstance(ours, PlannedDecoder)
     before = [list(s.items()) for s in samples]
-    want, got = events(ours.each(samples)), events(ours.batch(samples))
-
-    def shape(event: tuple[str, Any]) -> tuple[str, Any]:  # the keys in order, or the error
-        return (event[0], [k for k, _ in event[1]]) if event[0] == "ok" else event
-
-    assert [shape(e) for e in got] == [shape(e) for e in want]
-    assert all(same(dict(g[1]), dict(w[1])) for g, w in zip(got, want, strict=True) if g[0] == "ok")
+    want = events(ours.each(samples))
+    assert events(ours.batch(samples)) == want
     assert [list(s.items()) for s in samples] == before  # neither path changes its input
 
 

@@ -38,7 +38,6 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
-from operator import itemgetter
 from typing import Any
 
 from .shard._file_checks import MemberError, npy_loads
@@ -175,19 +174,18 @@ class PlannedDecoder:
         """
         if not samples:
             return []
-        names = samples[0].keys()  # the checks below are C loops (map), no frame a sample
-        if not all(map(names.__eq__, map(dict.keys, samples))):
+        names = samples[0].keys()
+        if any(sample.keys() != names for sample in samples):
             return self.each(samples)
         steps = self.steps(tuple(names))
         columns: list[tuple[str, list[Any]]] = []
         for key, how in steps:
-            values = list(map(itemgetter(key), samples))
-            kinds = set(map(type, values))
+            values = [sample[key] for sample in samples]
             if how is _META:
-                if kinds != _STR:
+                if any(value.__class__ is not str for value in values):
                     return self.each(samples)
                 continue
-            if how not in _PURE or kinds != _BYTES:
+            if how not in _PURE or any(value.__class__ is not bytes for value in values):
                 return self.each(samples)
             try:
                 columns.append((key, list(map(how, values))))
@@ -223,7 +221,6 @@ _BASIC: dict[str, Callable[[bytes], Any]] = {
 }
 #: The plans :meth:`PlannedDecoder.batch` runs over a whole column: pure functions of the bytes.
 _PURE = frozenset(_BASIC.values())
-_STR, _BYTES = {str}, {bytes}
 
 
 def make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:
