@@ -134,3 +134,40 @@ def test_a_corrupt_header_inside_a_kept_window_is_refused_naming_the_shard(
     with pytest.raises(ValueError, match=r"w-000000\.tar' does not hold sample '000150'"):
         reader.read_many([0, 0], [3, 290])
     reader.close()
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first=st.integers(0, PER_SHARD - 1),
+    length=st.integers(0, PER_SHARD),
+    window=st.integers(2, 400),
+)
+def test_a_kept_windows_cut_members_give_the_samples_and_key_order_of_sample_by_sample_reads(
+    pattern: str, first: int, length: int, window: int
+) -> None:
+    from detsamplers.loader._wds.read._sample_span import cut_sample
+    from detsamplers.loader._wds.read._shard_reader import window_members
+
+    shards = index_shards(expand_urls(pattern))
+    packed = resolved(shards[1].members)
+    stop = min(PER_SHARD, first + length)
+    low, high = packed.starts[first], packed.starts[stop]
+    base = max(0, packed.offsets[low] - 512) if high > low else 0
+    with open(shards[1].path, "rb") as handle:
+        handle.seek(base)
+        data = handle.read(
+            packed.offsets[high - 1] + packed.sizes[high - 1] - base if high > low else 0
+        )
+    cut = window_members(data, base, packed, first, stop)
+    assert len(cut) == stop - first
+    for index in range(first, stop):
+        rows = range(packed.starts[index], packed.starts[index + 1])
+        want = cut_sample({}, data, base, packed.suffixes, packed.offsets, packed.sizes, rows)
+        assert list(dict(cut[index - first]).items()) == list(want.items())
+    windowed = ShardReader(shards, window=window)
+    single = ShardReader(shards)
+    indexes = list(range(first, stop))[::-1]
+    got = windowed.read_many([1] * len(indexes), indexes)
+    assert [list(s.items()) for s in got] == [list(single.read(1, i).items()) for i in indexes]
+    windowed.close()
+    single.close()
