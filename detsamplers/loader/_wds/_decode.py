@@ -26,10 +26,6 @@ compares the two decoders on every suffix webdataset knows, on images and on cus
 handlers. A batch goes through :meth:`PlannedDecoder.each`: the plans of a sample's fields are
 looked up once for a run of samples with the same fields (a batch of one shard's), so a
 sample visits only its fields that change, still one sample at a time.
-:meth:`PlannedDecoder.batch` goes further when a batch's samples share their fields and
-every plan is a pure function of the bytes (``int``, ``bytes.decode``, ``json.loads``,
-the checked ``npy`` read) or a ``__*__`` string: one pass per field over the batch's
-column, and the per-sample path whenever anything differs or fails.
 """
 
 from __future__ import annotations
@@ -156,47 +152,6 @@ class PlannedDecoder:
                 out = self.decoder(sample)
             yield out
 
-    def batch(self, samples: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-        """:meth:`each` of ``samples``, a field at a time across them when it can be.
-
-        When the samples share their fields (a reader's batch) and each field's plan is one
-        of the pure functions of ``_BASIC`` or a ``__*__`` string, each field is decoded for
-        the whole batch in one pass (``map`` over the column), with no per-sample dispatch.
-        Anything else, and any failure, falls back to :meth:`each`, lazily, so that the
-        results, the errors and the order of any ``map`` after it are those of the
-        sample-by-sample path (the batched pass has no side effects to undo).
-
-        Examples:
-            >>> from webdataset import autodecode
-            >>> decode = PlannedDecoder(autodecode.Decoder([]))
-            >>> [s["cls"] for s in decode.batch([{"cls": b"1"}, {"cls": b"2"}])]
-            [1, 2]
-        """
-        if not samples:
-            return []
-        names = samples[0].keys()
-        if any(sample.keys() != names for sample in samples):
-            return self.each(samples)
-        steps = self.steps(tuple(names))
-        columns: list[tuple[str, list[Any]]] = []
-        for key, how in steps:
-            values = [sample[key] for sample in samples]
-            if how is _META:
-                if any(value.__class__ is not str for value in values):
-                    return self.each(samples)
-                continue
-            if how not in _PURE or any(value.__class__ is not bytes for value in values):
-                return self.each(samples)
-            try:
-                columns.append((key, list(map(how, values))))
-            except Exception:  # the per-sample path raises or recovers as webdataset does
-                return self.each(samples)
-        outs = [sample.copy() for sample in samples]
-        for key, column in columns:
-            for out, value in zip(outs, column, strict=True):
-                out[key] = value
-        return outs
-
     def __getstate__(self) -> Any:
         return self.decoder
 
@@ -219,8 +174,6 @@ _BASIC: dict[str, Callable[[bytes], Any]] = {
     "jsn": json.loads,
     "npy": npy_loads,  # read_array, once its header fits (NOTE [ index verification ])
 }
-#: The plans :meth:`PlannedDecoder.batch` runs over a whole column: pure functions of the bytes.
-_PURE = frozenset(_BASIC.values())
 
 
 def make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:

@@ -375,10 +375,9 @@ class WebDatasetSource(tud.IterableDataset[Any]):
     def _apply(self, samples: list[dict[str, Any]], key: int) -> list[Any]:
         seed_globals(key)
         decoder, fn = self.decoder, self.map
-        batched = getattr(decoder, "batch", None)  # PlannedDecoder: a field at a time
-        if batched is not None:  # or sample by sample, as _stage does (NOTE [ decode plans ])
-            decoded = batched(samples)
-            return list(decoded) if fn is None else [fn(s) for s in decoded]
+        each = getattr(decoder, "each", None)  # PlannedDecoder: the batch's plan found once
+        if each is not None:  # sample by sample, as _stage does
+            return list(each(samples)) if fn is None else [fn(s) for s in each(samples)]
         if decoder is not None and fn is not None:
             return [fn(decoder(s)) for s in samples]
         return [self._stage(s) for s in samples]
