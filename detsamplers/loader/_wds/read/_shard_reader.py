@@ -18,7 +18,7 @@ from ..shard._tar_walk import BLOCK
 from ._first_blocks import AHEAD, fetch_first_blocks
 from ._sample_span import Members, cut_sample, members_of, verify_span
 
-__all__ = ["ShardReader", "window_members"]
+__all__ = ["ShardReader"]
 
 #: Local shards are read unbuffered: every read is one span (a sample, or a run of them,
 #: NOTE [ runs of samples ]), so a buffer only copies, and a jump of a shuffle would refill
@@ -32,35 +32,6 @@ RUN_GAP = 64 << 10
 #: A shuffle window of a local shard is read whole and kept when it spans at most this
 #: many bytes (NOTE [ kept windows ]): the memory one reader holds, one window at a time.
 WINDOW_BYTES = 32 << 20
-#: No kept window's members.
-_NO_PAIRS: list[tuple[tuple[str, bytes], ...]] = []
-
-
-def window_members(
-    data: bytes, base: int, packed: PackedMembers, first: int, stop: int
-) -> list[tuple[tuple[str, bytes], ...]]:
-    """The ``(suffix, bytes)`` members of samples ``first`` to ``stop``, cut out of ``data``.
-
-    ``data`` holds the shard's bytes from offset ``base`` (NOTE [ one way to read a
-    sample ]); item ``i`` is sample ``first + i``'s members in their order, the pairs
-    :func:`cut_sample` adds to its dict (NOTE [ kept windows ]).
-
-    Examples:
-        >>> packed = PackedMembers(["cls", "txt", "cls"], [102, 105, 110], [2, 3, 1], [0, 2, 3])
-        >>> window_members(b"..abcdef..xyz", 100, packed, 0, 2)
-        [(('cls', b'ab'), ('txt', b'def')), (('cls', b'x'),)]
-    """
-    starts = packed.starts
-    low, high = starts[first], starts[stop]
-    cut = [
-        data[at - base : at - base + size]
-        for at, size in zip(packed.offsets[low:high], packed.sizes[low:high], strict=True)
-    ]
-    pairs = list(zip(packed.suffixes[low:high], cut, strict=True))
-    return [
-        tuple(pairs[a - low : b - low])
-        for a, b in zip(starts[first:stop], starts[first + 1 : stop + 1], strict=True)
-    ]
 
 
 class ShardReader:
@@ -93,9 +64,8 @@ class ShardReader:
         self.shards = shards
         #: The source's ``shuffle_window`` (0: none), for NOTE [ kept windows ].
         self.window = window if window > 1 else 0
-        #: The kept window of the open shard: its number, first sample and each of its
-        #: samples' ``(suffix, bytes)`` members (NOTE [ kept windows ]).
-        self.kept: tuple[int, int, list[tuple[tuple[str, bytes], ...]]] | None = None
+        #: The kept window of the open shard: its number, first byte and bytes.
+        self.kept: tuple[int, int, bytes] | None = None
         self.options = options or RemoteOptions()
         self.remote = [is_remote(s.url) for s in shards]
         self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
@@ -316,21 +286,20 @@ class ShardReader:
         ``RUN_GAP / 64`` of the window, read sample by sample. Instead, a local window
         spanning at most ``WINDOW_BYTES`` is read whole, in one read, its tar headers all
         checked at once (NOTE [ index verification ]), and kept until a batch asks for
-        another window or shard: the shard's bytes are read once per epoch. Once checked,
-        the window's members are cut out of its bytes in one sequential pass
-        (:func:`window_members`) and only they are kept, not the bytes: a batch then
-        builds each sample's dict from its cut members, never touching the window's
-        bytes again (with small members, mostly tar headers and padding: 8 MB for a
-        window of 2,000 samples of 71 bytes, against under 1 MB of cut members; while they are cut
-        the window is held twice at most). The
-        reader holds one window's members at most; a larger window is read in runs as
-        before. The order and the samples are unchanged.
+        another window or shard: the shard's bytes are read once per epoch and each
+        sample is a slice. The reader holds one window's bytes at most; a larger window
+        is read in runs as before. The order and the samples are unchanged.
         """
         starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
-        keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
+        suffixes, keys, url, local = (
+            packed.suffixes,
+            self.keys,
+            self.shards[shard].url,
+            self.local[shard],
+        )
         count, window = len(keys), self.window
         rest: list[int] = []
-        lead, pairs, number = -1, _NO_PAIRS, -1
+        base, data, number = 0, b"", -1
         for i in order:
             index = indexes[i]
             wanted = index // window
@@ -338,28 +307,30 @@ class ShardReader:
                 number = wanted
                 kept = self.kept
                 if kept is not None and kept[0] == number:
-                    lead, pairs = kept[1], kept[2]
+                    base, data = kept[1], kept[2]
                 else:
-                    lead, stop = number * window, min(count, number * window + window)
-                    low, high = starts[lead], starts[stop]
+                    low, high = (
+                        starts[number * window],
+                        starts[min(count, number * window + window)],
+                    )
                     head = offsets[low] if high > low else 0
                     tail = offsets[high - 1] + sizes[high - 1] if high > low else 0
                     if high == low or tail - head > WINDOW_BYTES:
-                        lead, pairs = -1, _NO_PAIRS
+                        base, data = -1, b""
                     else:
                         self.kept = None  # the old window goes before the new one is read
                         base = max(0, head - BLOCK)  # with the first header
                         data = self._span(shard, base, tail)
                         verify_span(self.shards[shard], data, base, self._table(), range(low, high))
-                        pairs = window_members(data, base, packed, lead, stop)
-                        del data  # the members are cut: the window's bytes are not kept
-                        self.kept = (number, lead, pairs)
-            if lead < 0:
+                        self.kept = (number, base, data)
+            if base < 0:
                 rest.append(i)
                 continue
-            # cut_sample's result, its members cut when the window was read: the hot path.
+            # cut_sample, inlined, the shard's lists hoisted: the per-sample hot path.
             sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-            sample.update(pairs[index - lead])
+            for j in range(starts[index], starts[index + 1]):
+                at = offsets[j] - base
+                sample[suffixes[j]] = data[at : at + sizes[j]]
             sample["__local_path__"] = local
             out[i] = sample
         return rest
