@@ -134,3 +134,13 @@ def test_a_corrupt_header_inside_a_kept_window_is_refused_naming_the_shard(
     with pytest.raises(ValueError, match=r"w-000000\.tar' does not hold sample '000150'"):
         reader.read_many([0, 0], [3, 290])
     reader.close()
+
+
+@pytest.mark.parametrize("window", [0, WINDOW])
+def test_a_batch_asking_for_samples_past_a_shards_end_is_refused_naming_the_first_in_batch_order(
+    pattern: str, window: int
+) -> None:
+    reader = ShardReader(index_shards(expand_urls(pattern)), window=window)
+    with pytest.raises(IndexError, match=r"^sample 301 of 300 in shard '.*w-000000\.tar'$"):
+        reader.read_many([0, 0, 0], [5, 301, 300])
+    reader.close()

@@ -68,6 +68,7 @@ class ShardReader:
         self.kept: tuple[int, int, bytes] | None = None
         self.options = options or RemoteOptions()
         self.remote = [is_remote(s.url) for s in shards]
+        self.any_remote = any(self.remote)
         self.local = [urllib.parse.urlparse(s.url).path or s.path for s in shards]
         self.current = -1
         self.keys: Sequence[str] = ()
@@ -176,6 +177,9 @@ class ShardReader:
         """
         for stream in self.opened.values():  # a batch before that failed before its read
             stream.close()
+        self.opened = {}
+        if not self.any_remote:  # local shards: nothing to open ahead
+            return []
         jobs: dict[int, tuple[RemoteShard, ShardInfo, int]] = {}
         first = 0
         while first < len(shards) and len(jobs) < limit:
@@ -226,10 +230,12 @@ class ShardReader:
         suffixes = packed.suffixes
         keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
         count = len(keys)
-        for i in range(first, stop):
-            if not 0 <= indexes[i] < count:
-                raise IndexError(f"sample {indexes[i]} of {count} in shard {url!r}")
-        neighbours = max(indexes[first:stop]) - min(indexes[first:stop]) == stop - first - 1
+        wanted = indexes[first:stop]
+        low, high = min(wanted), max(wanted)
+        if low < 0 or high >= count:  # the first one out of range, named
+            bad = next(i for i in wanted if not 0 <= i < count)
+            raise IndexError(f"sample {bad} of {count} in shard {url!r}")
+        neighbours = high - low == stop - first - 1
         if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
             return
         order = sorted(range(first, stop), key=indexes.__getitem__)
