@@ -31,6 +31,7 @@ window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -109,11 +110,12 @@ def packed_rows(
         inner = closes & (local <= length)  # a closing piece's last token is an input
         labels.reshape(-1)[row[inner] * length + local[inner] - 1] = IGNORE_INDEX
         table["labels"] = labels
+    span_ends = np.cumsum(spans)
     if "position_ids" in outputs:
-        starts = np.cumsum(spans) - spans
-        table["position_ids"] = (
-            np.arange(count * length, dtype=np.int64) - np.repeat(starts, spans)
-        ).reshape(count, length)
+        # Each value's column less its span's start: one repeat, subtracted in place.
+        positions = np.repeat(span_ends - spans, spans)
+        np.subtract(_columns(count * length), positions, out=positions)
+        table["position_ids"] = positions.reshape(count, length)
     if "document_ids" in outputs:
         owners = np.full(n + count, -1, dtype=np.int64)
         owners[at] = docs
@@ -131,10 +133,18 @@ def packed_rows(
         total = count * length
         flat = np.full(total + 1, total, dtype=np.int32)
         flat[0] = 0
-        rises = np.cumsum(spans)[spans > 0]
+        rises = span_ends[spans > 0]
         flat[1 : 1 + len(rises)] = rises
         collated["cu_seqlens"] = flat
     return BatchRows({key: table[key] for key in outputs}, collated)
+
+
+@functools.lru_cache(maxsize=4)
+def _columns(total: int) -> I64:
+    """``0, 1, ..., total - 1``, made once per batch shape and read only."""
+    columns = np.arange(total, dtype=np.int64)
+    columns.flags.writeable = False
+    return columns
 
 
 def _tokens(

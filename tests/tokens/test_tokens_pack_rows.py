@@ -142,3 +142,29 @@ def test_a_packed_batch_over_nginx_holds_the_arrays_of_the_same_files_on_disk(
     assert sorted(got) == sorted(KEYS)
     for key in KEYS:
         assert got[key].tolist() == expected[key].tolist(), key
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=packed_corpora, seq_len=st.integers(1, 12), seed=st.integers(0, 99),
+       window=st.integers(1, 5), data=st.data())  # fmt: skip
+def test_a_packed_batch_lookup_gives_each_sequences_pieces_one_after_the_other(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    seed: int,
+    window: int,
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    sequences = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window)
+    order = sequences._pack
+    assert order is not None
+    ks = data.draw(st.lists(st.integers(0, len(sequences) - 1), min_size=1, max_size=9))
+    docs, firsts, counts, closes, pieces = order.batch(ks)
+    fresh = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window)._pack
+    assert fresh is not None
+    one_by_one = [fresh.pieces(k) for k in ks]
+    assert pieces.tolist() == [len(part[0]) for part in one_by_one]
+    for got, column in zip((docs, firsts, counts, closes), zip(*one_by_one, strict=True),
+                           strict=True):  # fmt: skip
+        assert got.tolist() == np.concatenate(column).tolist()
