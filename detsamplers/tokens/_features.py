@@ -236,7 +236,8 @@ class BatchRows(list[dict[str, npt.NDArray[Any]]]):
     ) -> None:
         keys = tuple(table)
         # Iterating a (B, ...) table gives its row views in C, without one index call each.
-        super().__init__(dict(zip(keys, views, strict=True)) for views in zip(*table.values()))
+        rows = zip(*table.values(), strict=True)  # every table has the batch's B rows
+        super().__init__(dict(zip(keys, views, strict=True)) for views in rows)
         self._table = table
         #: What the builder already made of a table as ``collate_tokens`` would (the
         #: flattened ``cu_seqlens``), used as long as :meth:`tables` holds.
