@@ -27,6 +27,18 @@ copy), and only the ``outputs`` asked for:
 
 The arrays are those of :func:`~detsamplers.tokens._features.features` on each padded
 window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
+
+Compiled: when the batch's pieces lie in one mapped file of a plain integer dtype and the
+kernel is there (NOTE [ compiled mixture kernel ]), ``pack_rows`` in ``_kernel_pack.c``
+writes the same arrays into ones made here at their final shapes, one pass per row: each
+piece's tokens read once into the row's inputs and, one column left, its labels, then the
+positions, document ids, the row's ``cu_seqlens`` and the batch's flattened offsets from
+each piece's end in its row. It checks every piece against the file and every row against
+``L + 1`` before writing, and returns the least and greatest token read, so that a token
+outside ``[0, vocab_size)`` takes the numpy path, which names the file. Several files, a
+remote file or another dtype take the numpy path, which stays the reference
+(tests/tokens/test_tokens_pack_rows.py compares the two on random corpora). No array is
+reused from one batch to the next: a batch handed out is never written again.
 """
 
 from __future__ import annotations
