@@ -449,9 +449,10 @@ PyObject *check_headers(PyObject *self, PyObject *args);
 
 /* -- best-fit-decreasing of the pack mode: in _kernel_pack.c ------------------------------- */
 
-extern const char pack_bins_doc[], pack_counts_doc[];
+extern const char pack_bins_doc[], pack_counts_doc[], pack_rows_doc[];
 PyObject *pack_bins(PyObject *self, PyObject *args);
 PyObject *pack_counts(PyObject *self, PyObject *args);
+PyObject *pack_rows(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
@@ -460,6 +461,7 @@ static PyMethodDef methods[] = {
     {"check_headers", check_headers, METH_VARARGS, headers_doc},
     {"pack_bins", pack_bins, METH_VARARGS, pack_bins_doc},
     {"pack_counts", pack_counts, METH_VARARGS, pack_counts_doc},
+    {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

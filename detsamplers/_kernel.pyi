@@ -41,3 +41,19 @@ def header_table(
 ) -> bytearray | None: ...
 def pack_bins(sizes: Any, capacity: int, bins_out: Any, /) -> int: ...
 def pack_counts(sizes: Any, bounds: Any, capacity: int, counts_out: Any, /) -> None: ...
+def pack_rows(
+    tokens: Any,
+    firsts: Any,
+    counts: Any,
+    closes: Any,
+    docs: Any,
+    pieces: Any,
+    seq_len: int,
+    input_ids: Any,
+    labels: Any,
+    position_ids: Any,
+    document_ids: Any,
+    cu_seqlens: Any,
+    flat: Any,
+    /,
+) -> tuple[int, int]: ...

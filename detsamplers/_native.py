@@ -10,9 +10,11 @@ sizes in one loop per position, without the GIL; its outputs are bit-identical t
 numpy code's, which stays as the fallback and the reference (tests/test_mix_kernel.py
 compares the two on random mixtures, positions and strides).
 
-The same extension holds two other loops with a Python fallback each: the tar header check
-(``_kernel_headers.c``) and the best-fit-decreasing of the ``pack`` token mode
-(``_kernel_pack.c``, NOTE [ packed sequences ]; tests/tokens/test_tokens_pack_kernel.py).
+The same extension holds other loops with a Python fallback each: the tar header check
+(``_kernel_headers.c``), the best-fit-decreasing of the ``pack`` token mode
+(``_kernel_pack.c``, NOTE [ packed sequences ]; tests/tokens/test_tokens_pack_kernel.py)
+and a packed batch's rows (``_kernel_pack.c``, NOTE [ packed batch rows ];
+tests/tokens/test_tokens_pack_rows.py).
 
 The extension is optional: ``pip install`` builds it when a C compiler is present and
 installs the package without it otherwise, and setting ``DETSAMPLERS_NO_KERNEL=1`` before

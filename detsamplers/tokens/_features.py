@@ -31,6 +31,7 @@ and ``collate_tokens`` stacks the keys its samples have. ``outputs=("input_ids",
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -233,24 +234,29 @@ class BatchRows(list[dict[str, npt.NDArray[Any]]]):
         table: dict[str, npt.NDArray[Any]],
         collated: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> None:
-        count = len(table["input_ids"])
-        super().__init__({key: value[j] for key, value in table.items()} for j in range(count))
+        keys = tuple(table)
+        # Iterating a (B, ...) table gives its row views in C, without one index call each.
+        rows = zip(*table.values(), strict=True)  # every table has the batch's B rows
+        super().__init__(dict(zip(keys, views, strict=True)) for views in rows)
         self._table = table
         #: What the builder already made of a table as ``collate_tokens`` would (the
         #: flattened ``cu_seqlens``), used as long as :meth:`tables` holds.
         self.collated = dict(collated or {})
         self._rows = tuple(self)
-        self._views = tuple(tuple(row.values()) for row in self._rows)
+        self._width = len(keys)
+        self._views = [view for row in self._rows for view in row.values()]
 
     def tables(self) -> dict[str, npt.NDArray[Any]] | None:
         """The tables, or ``None`` if the list or a row no longer holds what was made."""
-        if len(self) != len(self._rows):
+        rows = self._rows
+        if len(self) != len(rows) or not all(map(operator.is_, self, rows)):
             return None
-        for row, made, views in zip(self, self._rows, self._views, strict=True):
-            if row is not made or len(row) != len(views):
-                return None
-            if not all(a is b for a, b in zip(row.values(), views, strict=True)):
-                return None
+        width = self._width
+        if any(len(row) != width for row in rows):
+            return None
+        held = [view for row in rows for view in row.values()]
+        if not all(map(operator.is_, held, self._views)):
+            return None
         return self._table
 
 

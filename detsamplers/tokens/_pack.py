@@ -470,17 +470,19 @@ class PackOrder:
         windows = found.tolist()
         self._prepare_windows(windows)
         packed = self._packed
-        parts: list[list[npt.NDArray[Any]]] = [[], [], [], []]
+        docs_at, firsts_at, counts_at, closes_at = [], [], [], []
         sizes = []
         for w, j in zip(windows, (wanted - self._cumulative[found]).tolist(), strict=True):
             kept = packed.get(w)  # not kept when a batch reads over CACHED_WINDOWS windows
-            offsets, *columns = kept if kept is not None else self.window(w)
-            a, b = int(offsets[j]), int(offsets[j + 1])
-            for part, column in zip(parts, columns, strict=True):
-                part.append(column[a:b])
+            offsets, docs, firsts, counts, closes = kept if kept is not None else self.window(w)
+            a, b = offsets[j : j + 2].tolist()
+            docs_at.append(docs[a:b])
+            firsts_at.append(firsts[a:b])
+            counts_at.append(counts[a:b])
+            closes_at.append(closes[a:b])
             sizes.append(b - a)
-        docs, firsts, counts, closes = (np.concatenate(part) for part in parts)
-        return docs, firsts, counts, closes, np.array(sizes, dtype=np.int64)
+        return (np.concatenate(docs_at), np.concatenate(firsts_at), np.concatenate(counts_at),
+                np.concatenate(closes_at), np.array(sizes, dtype=np.int64))  # fmt: skip
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""

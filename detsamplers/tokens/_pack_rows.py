@@ -27,15 +27,29 @@ copy), and only the ``outputs`` asked for:
 
 The arrays are those of :func:`~detsamplers.tokens._features.features` on each padded
 window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
+
+Compiled: when the batch's pieces lie in one mapped file of a plain integer dtype and the
+kernel is there (NOTE [ compiled mixture kernel ]), ``pack_rows`` in ``_kernel_pack.c``
+writes the same arrays into ones made here at their final shapes, one pass per row: each
+piece's tokens read once into the row's inputs and, one column left, its labels, then the
+positions, document ids, the row's ``cu_seqlens`` and the batch's flattened offsets from
+each piece's end in its row. It checks every piece against the file and every row against
+``L + 1`` before writing, and returns the least and greatest token read, so that a token
+outside ``[0, vocab_size)`` takes the numpy path, which names the file. Several files, a
+remote file or another dtype take the numpy path, which stays the reference
+(tests/tokens/test_tokens_pack_rows.py compares the two on random corpora). No array is
+reused from one batch to the next: a batch handed out is never written again.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import _native
 from ._corpus import TokenCorpus
 from ._features import IGNORE_INDEX, BatchRows
 
@@ -80,6 +94,9 @@ def packed_rows(
         >>> rows[1]["input_ids"].tolist(), rows[1]["cu_seqlens"].tolist()
         ([7, 8, 0, 9], [0, 3, 4, 4, 4])
     """
+    compiled = _compiled_rows(corpus, docs, firsts, counts, closes, pieces, seq_len, outputs)
+    if compiled is not None:
+        return compiled
     count, length, width = len(pieces), seq_len, seq_len + 1
     n = len(counts)
     last = np.cumsum(pieces) - 1  # each row's last piece
@@ -109,11 +126,12 @@ def packed_rows(
         inner = closes & (local <= length)  # a closing piece's last token is an input
         labels.reshape(-1)[row[inner] * length + local[inner] - 1] = IGNORE_INDEX
         table["labels"] = labels
+    span_ends = np.cumsum(spans)
     if "position_ids" in outputs:
-        starts = np.cumsum(spans) - spans
-        table["position_ids"] = (
-            np.arange(count * length, dtype=np.int64) - np.repeat(starts, spans)
-        ).reshape(count, length)
+        # Each value's column less its span's start: one repeat, subtracted in place.
+        positions = np.repeat(span_ends - spans, spans)
+        np.subtract(_columns(count * length), positions, out=positions)
+        table["position_ids"] = positions.reshape(count, length)
     if "document_ids" in outputs:
         owners = np.full(n + count, -1, dtype=np.int64)
         owners[at] = docs
@@ -131,10 +149,75 @@ def packed_rows(
         total = count * length
         flat = np.full(total + 1, total, dtype=np.int32)
         flat[0] = 0
-        rises = np.cumsum(spans)[spans > 0]
+        rises = span_ends[spans > 0]
         flat[1 : 1 + len(rises)] = rises
         collated["cu_seqlens"] = flat
     return BatchRows({key: table[key] for key in outputs}, collated)
+
+
+#: The token dtypes the compiled rows read (native byte order).
+_COMPILED_DTYPES = frozenset(
+    np.dtype(name) for name in ("uint8", "uint16", "uint32", "int32", "int64")
+)
+
+
+def _compiled_rows(
+    corpus: TokenCorpus,
+    docs: I64,
+    firsts: I64,
+    counts: I64,
+    closes: npt.NDArray[np.bool_],
+    pieces: I64,
+    seq_len: int,
+    outputs: tuple[str, ...],
+) -> BatchRows | None:
+    """:func:`packed_rows` in the compiled kernel, or ``None`` where the numpy path runs.
+
+    The kernel (``pack_rows``, NOTE [ packed batch rows ]) reads one mapped file's tokens;
+    pieces in several files, a remote file, another dtype or a token outside
+    ``[0, vocab_size)`` (the numpy path names its file) take the numpy path.
+    """
+    kernel = _native.kernel
+    files = corpus._tokens  # the corpus's plain views of its mapped files, read only
+    if kernel is None or not hasattr(kernel, "pack_rows") or len(files) != 1:
+        return None
+    tokens = files[0]
+    if not isinstance(tokens, np.ndarray) or tokens.dtype not in _COMPILED_DTYPES:
+        return None
+    count, length = len(pieces), seq_len
+    wanted = set(outputs)
+
+    def made(key: str, shape: tuple[int, ...], dtype: type) -> npt.NDArray[Any] | None:
+        return np.empty(shape, dtype=dtype) if key in wanted else None
+
+    input_ids = np.empty((count, length), dtype=np.int64)
+    labels = made("labels", (count, length), np.int64)
+    positions = made("position_ids", (count, length), np.int64)
+    documents = made("document_ids", (count, length), np.int64)
+    cu = made("cu_seqlens", (count, length + 1), np.int32)
+    flat = made("cu_seqlens", (count * length + 1,), np.int32)
+    starts = np.ascontiguousarray(firsts, dtype=np.int64) - int(corpus._token_start[0])
+    lowest, highest = kernel.pack_rows(
+        tokens, starts, np.ascontiguousarray(counts, dtype=np.int64),
+        np.ascontiguousarray(closes, dtype=np.int64), np.ascontiguousarray(docs, dtype=np.int64),
+        np.ascontiguousarray(pieces, dtype=np.int64), length, input_ids, labels, positions,
+        documents, cu, flat,
+    )  # fmt: skip
+    vocab = corpus.vocab_size
+    if vocab is not None and len(firsts) and (lowest < 0 or highest >= vocab):
+        return None  # the numpy path raises, naming the file
+    table = {"input_ids": input_ids, "labels": labels, "position_ids": positions,
+             "document_ids": documents, "cu_seqlens": cu}  # fmt: skip
+    collated = {"cu_seqlens": flat} if flat is not None else {}
+    return BatchRows({key: table[key] for key in outputs}, collated)  # type: ignore[misc]
+
+
+@functools.lru_cache(maxsize=4)
+def _columns(total: int) -> I64:
+    """``0, 1, ..., total - 1``, made once per batch shape and read only."""
+    columns = np.arange(total, dtype=np.int64)
+    columns.flags.writeable = False
+    return columns
 
 
 def _tokens(

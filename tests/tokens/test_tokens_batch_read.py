@@ -95,3 +95,20 @@ def test_a_chunk_batch_meeting_a_token_above_the_vocabulary_names_the_file(
                        r"vocab_size=100\), but token 4 is 900"):  # fmt: skip
         sequences.getitems_in_epochs([(0, 0), (0, 1), (0, 2)])
     assert len(sequences.getitems_in_epochs([(0, 0), (0, 2)])) == 2
+
+
+def test_a_batch_row_that_lost_or_gained_a_key_collates_row_by_row(tmp_path: Path) -> None:
+    corpus = write_eod(tmp_path, [[5, 3, 7, 2, 9, 4]])
+    sequences = TokenSequences(corpus, 4, outputs=("input_ids", "labels"))
+    rows = sequences.getitems_in_epochs([(0, 0), (0, 1)])
+    del rows[0]["labels"]
+    assert rows.tables() is None
+    rows = sequences.getitems_in_epochs([(0, 0), (0, 1)])
+    rows[1]["position_ids"] = np.arange(4)
+    assert rows.tables() is None
+    assert collate_tokens(rows[1:])["position_ids"][0].tolist() == [0, 1, 2, 3]
+    rows = sequences.getitems_in_epochs([(0, 0), (0, 1)])
+    first, second = rows[0]["input_ids"].tolist(), rows[1]["input_ids"].tolist()
+    rows[0], rows[1] = rows[1], rows[0]  # the same rows in another order
+    assert rows.tables() is None
+    assert collate_tokens(rows)["input_ids"].tolist() == [second, first]

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokens_helpers import EOD, write_eod
 
+from detsamplers import _native
 from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
 from detsamplers.tokens._features import KEYS
+from detsamplers.tokens._pack_rows import _compiled_rows, packed_rows
 
 packed_corpora = st.lists(
     st.lists(st.integers(1, 24), min_size=1, max_size=14), min_size=1, max_size=3
@@ -142,3 +144,93 @@ def test_a_packed_batch_over_nginx_holds_the_arrays_of_the_same_files_on_disk(
     assert sorted(got) == sorted(KEYS)
     for key in KEYS:
         assert got[key].tolist() == expected[key].tolist(), key
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=packed_corpora, seq_len=st.integers(1, 12), seed=st.integers(0, 99),
+       window=st.integers(1, 5), data=st.data())  # fmt: skip
+def test_a_packed_batch_lookup_gives_each_sequences_pieces_one_after_the_other(
+    tmp_path_factory: pytest.TempPathFactory,
+    files: list[list[int]],
+    seq_len: int,
+    seed: int,
+    window: int,
+    data: st.DataObject,
+) -> None:
+    corpus = write_eod(tmp_path_factory.mktemp("c"), files, seed)
+    sequences = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window)
+    order = sequences._pack
+    assert order is not None
+    ks = data.draw(st.lists(st.integers(0, len(sequences) - 1), min_size=1, max_size=9))
+    docs, firsts, counts, closes, pieces = order.batch(ks)
+    fresh = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window)._pack
+    assert fresh is not None
+    one_by_one = [fresh.pieces(k) for k in ks]
+    assert pieces.tolist() == [len(part[0]) for part in one_by_one]
+    for got, column in zip((docs, firsts, counts, closes), zip(*one_by_one, strict=True),
+                           strict=True):  # fmt: skip
+        assert got.tolist() == np.concatenate(column).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=30),
+       dtype=st.sampled_from(["uint16", "uint32"]), seq_len=st.integers(1, 12),
+       seed=st.integers(0, 99), window=st.integers(1, 6),
+       long_documents=st.sampled_from(["split", "truncate"]),
+       outputs=st.sets(st.sampled_from(KEYS[1:])), data=st.data())  # fmt: skip
+def test_the_compiled_packed_rows_equal_the_numpy_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+    lengths: list[int],
+    dtype: str,
+    seq_len: int,
+    seed: int,
+    window: int,
+    long_documents: str,
+    outputs: set[str],
+    data: st.DataObject,
+) -> None:
+    if _native.kernel is None:
+        pytest.skip(_native.kernel_status())
+    rng = np.random.default_rng(seed)
+    path = tmp_path_factory.mktemp("c") / "one.bin"
+    docs = [np.append(rng.integers(1, 70_000 if dtype == "uint32" else 60_000, size=n - 1), EOD)
+            for n in lengths]  # fmt: skip
+    np.concatenate(docs).astype(dtype).tofile(path)
+    corpus = TokenCorpus(path, dtype=dtype, eod_id=EOD, progress=False)
+    keys = ("input_ids", *sorted(outputs))
+    sequences = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window,
+                               long_documents=long_documents, outputs=keys)  # fmt: skip
+    ks = data.draw(st.lists(st.integers(0, len(sequences) - 1), min_size=1, max_size=9))
+    batch = sequences._pack.batch(ks)  # type: ignore[union-attr]
+    compiled = packed_rows(corpus, *batch, seq_len, keys)
+    assert _compiled_rows(corpus, *batch, seq_len, keys) is not None  # the kernel's rows
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_native, "kernel", None)
+        plain = packed_rows(corpus, *batch, seq_len, keys)
+    assert list(compiled.tables() or {}) == list(plain.tables() or {}) == list(keys)
+    for key in keys:
+        assert compiled[0][key].dtype == plain[0][key].dtype, key
+        assert [row[key].tolist() for row in compiled] == [row[key].tolist() for row in plain]
+    assert {k: v.tolist() for k, v in compiled.collated.items()} == {
+        k: v.tolist() for k, v in plain.collated.items()
+    }
+
+
+def test_the_compiled_rows_refuse_a_piece_outside_the_tokens_naming_it() -> None:
+    kernel = _native.kernel
+    if kernel is None or not hasattr(kernel, "pack_rows"):
+        pytest.skip(_native.kernel_status())
+    tokens = np.arange(6, dtype=np.uint16)
+    out = np.empty((1, 4), dtype=np.int64)
+    one = np.array([1], dtype=np.int64)
+    outside = r"piece 0 \(first 4, count 3\) should lie in the 6 tokens"
+    with pytest.raises(ValueError, match=outside):
+        kernel.pack_rows(tokens, np.array([4]), np.array([3]), one, one, one, 4, out,
+                         None, None, None, None, None)  # fmt: skip
+    with pytest.raises(ValueError, match="row 0 should hold at most 3 tokens, not 4"):
+        short = np.empty((1, 2), dtype=np.int64)
+        kernel.pack_rows(tokens, np.array([0]), np.array([4]), one, one, one, 2, short,
+                         None, None, None, None, None)  # fmt: skip
+    with pytest.raises(TypeError, match="tokens should be a 1-D buffer of uint8"):
+        kernel.pack_rows(tokens.astype(np.float32), np.array([0]), np.array([3]), one, one, one,
+                         4, out, None, None, None, None, None)  # fmt: skip
