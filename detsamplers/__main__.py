@@ -33,7 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "against an uninterrupted run. Exits 1 if a check fails.",
     )
     demo.add_argument("--ranks", type=int, default=2, help="ranks of the first run (2)")
-    demo.add_argument("--pause-at", type=int, default=20, help="global batch to stop at (20)")
+    demo.add_argument(
+        "--pause-at", type=int, default=20, help="batch after which a rank gets SIGTERM (20)"
+    )
     demo.add_argument("--resume-ranks", type=int, default=1, help="ranks of the resume (1)")
     demo.add_argument("--batches", type=int, default=48, help="total global batches (48)")
     demo.add_argument("--num-workers", type=int, default=1, help="loader workers per rank (1)")

@@ -57,9 +57,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[bool, list[str], Path]:
-    """The demo's runs: 2 ranks straight, paused at 20 and resumed on 1, and preempted by
-    SIGTERM after batch 20 and relaunched with ``"auto"`` (``reference/`` holds the straight
-    run's checkpoints, records and ``weights.pt``)."""
+    """The demo's runs: 2 ranks straight; preempted by SIGTERM after batch 20, then resumed
+    on 1 rank (``paused/``) and relaunched on 2 with ``"auto"`` (``sigterm/``); ``reference/``
+    holds the straight run's checkpoints, records and ``weights.pt``."""
     work = tmp_path_factory.mktemp("demo")
     lines: list[str] = []
     ok = run_demo(ranks=2, pause_at=20, resume_ranks=1, workdir=str(work), echo=lines.append)

@@ -1,14 +1,14 @@
 """``python -m detsamplers demo``: pause 2 ranks midway, resume on 1, verify the batches.
 
-Five torchrun launches of the demo trial, ``examples/demo_trial.py`` (gloo on 127.0.0.1):
+Four torchrun launches of the demo trial, ``examples/demo_trial.py`` (gloo on 127.0.0.1):
 
 1. an uninterrupted reference run on ``ranks`` ranks;
-2. the same run stopped at ``pause_at`` (its ``max_length`` ends there with a checkpoint);
-3. a resume from ``latest_checkpoint="auto"`` on ``resume_ranks`` ranks, to the end;
-4. the full run again, preempted: once rank 1 has trained ``pause_at`` batches it gets
-   SIGTERM (as ``kill`` on its pid, or a cluster's preemption, would send it), and
-   every rank stops after the same batch, checkpoints and exits 0;
-5. the same command relaunched, resuming with ``"auto"`` on ``ranks`` ranks.
+2. the full run again, paused by preemption: once the last rank has trained ``pause_at``
+   batches it gets SIGTERM (as ``kill`` on its pid, or a cluster's preemption, would send
+   it), and every rank stops after the same batch, checkpoints and exits 0;
+3. a resume from a copy of that checkpoint with ``latest_checkpoint="auto"`` on
+   ``resume_ranks`` ranks, to the end;
+4. the command of step 2 relaunched, resuming with ``"auto"`` on ``ranks`` ranks.
 
 Each rank logs the indices of its share of every global batch; the demo rebuilds the
 global batches (rank ``r`` of ``W`` holds positions ``j * W + r``) and prints a
@@ -344,9 +344,9 @@ def _rows(path: str) -> list[dict[str, Any]]:
 
 def _preempt(
     ranks: int, pause_at: int, max_batches: int, common: list[str], folder: str, log: str
-) -> Preempted:
-    """Steps 4 and 5: SIGTERM to the last rank once it trained ``pause_at``, then a relaunch."""
-    first, second = os.path.join(folder, "first"), os.path.join(folder, "second")
+) -> tuple[int, float]:
+    """Step 2: SIGTERM to the last rank once it trained ``pause_at``; exit status, seconds."""
+    first = os.path.join(folder, "first")
     base = [f"--checkpoint-dir={folder}", *common, f"--max-batches={max_batches}", "--resume"]
     env = run_env()
     victim = os.path.join(first, f"records-rank{ranks - 1}.jsonl")
@@ -364,15 +364,34 @@ def _preempt(
         except subprocess.TimeoutExpired:
             end_run(process, stacks_log=log)
             returncode = -signal.SIGKILL
-    exit_seconds = time.perf_counter() - signalled
+    return returncode, time.perf_counter() - signalled
+
+
+def _relaunch(
+    ranks: int,
+    max_batches: int,
+    common: list[str],
+    folder: str,
+    log: str,
+    preempted: tuple[int, float],
+) -> Preempted:
+    """Step 4: the preempted command again, on ``ranks`` ranks; what steps 2 and 4 saw."""
+    first, second = os.path.join(folder, "first"), os.path.join(folder, "second")
+    base = [f"--checkpoint-dir={folder}", *common, f"--max-batches={max_batches}", "--resume"]
     weights = os.path.join(second, "weights.pt")
     again = [*base, f"--record-dir={second}", f"--weights-out={weights}"]
     resume_seconds = launch(ranks, again, log)
-    stops = [r for r in _rows(os.path.join(folder, "metrics.jsonl")) if r["type"] == "stop"]
     files = [os.path.join(first, f"records-rank{rank}.jsonl") for rank in range(ranks)]
     last = [max((r["batch"] for r in _rows(path)), default=-1) for path in files]
-    stop_batch = stops[-1]["batches_trained"] if stops else None
+    returncode, exit_seconds = preempted
+    stop_batch = _stop_batch(folder)
     return Preempted(folder, returncode, stop_batch, last, exit_seconds, resume_seconds)
+
+
+def _stop_batch(folder: str) -> int | None:
+    """Batches trained at the newest stop checkpoint in ``folder``, if any."""
+    stops = [r for r in _rows(os.path.join(folder, "metrics.jsonl")) if r["type"] == "stop"]
+    return int(stops[-1]["batches_trained"]) if stops else None
 
 
 def _preemption_checks(
@@ -424,7 +443,7 @@ def run_demo(
     workdir: str | None = None,
     echo: Callable[[str], Any] = print,
 ) -> bool:
-    """Run the three launches and print the verification table; True if every check passes."""
+    """Run the four launches and print the verification table; True if every check passes."""
     records, global_batch = 256, 16
     if not 0 < pause_at < max_batches:
         raise ValueError(
@@ -445,41 +464,43 @@ def run_demo(
     common.append(f"--global-batch-size={global_batch}")
     log = os.path.join(work, "runs.log")
     reference, paused = os.path.join(work, "reference"), os.path.join(work, "paused")
-    steps: list[tuple[str, int, str, list[str]]] = [
-        ("uninterrupted reference", ranks, reference, [f"--max-batches={max_batches}"]),
-        (f"paused at batch {pause_at}", ranks, os.path.join(paused, "first"),
-         [f"--max-batches={pause_at}"]),
-        ("resumed from the latest checkpoint", resume_ranks, os.path.join(paused, "second"),
-         [f"--max-batches={max_batches}", "--resume"]),
-    ]  # fmt: skip
-    seconds = []
-    for number, (title, world, record_dir, extra) in enumerate(steps, 1):
-        ckpt = reference if record_dir == reference else paused
-        weights = os.path.join(record_dir, "weights.pt")
-        args = [f"--checkpoint-dir={ckpt}", f"--record-dir={record_dir}", *common, *extra]
-        seconds.append(launch(world, [*args, f"--weights-out={weights}"], log))
-        echo(f"[{number}/5] {title} on {world} rank(s): {seconds[-1]:.1f} s")
-    preempted = _preempt(ranks, pause_at, max_batches, common, os.path.join(work, "sigterm"), log)
-    echo(f"[4/5] SIGTERM to rank {ranks - 1} after batch {pause_at} on {ranks} rank(s): "
-         f"exit {preempted.returncode}, {preempted.exit_seconds:.1f} s after it")  # fmt: skip
-    echo(f"[5/5] relaunched with latest_checkpoint=\"auto\" on {ranks} rank(s): "
+    sigterm = os.path.join(work, "sigterm")
+    weights = os.path.join(reference, "weights.pt")
+    args = [f"--checkpoint-dir={reference}", f"--record-dir={reference}", *common]
+    seconds = launch(
+        ranks, [*args, f"--max-batches={max_batches}", f"--weights-out={weights}"], log
+    )
+    echo(f"[1/4] uninterrupted reference on {ranks} rank(s): {seconds:.1f} s")
+    stopped = _preempt(ranks, pause_at, max_batches, common, sigterm, log)
+    echo(f"[2/4] SIGTERM to rank {ranks - 1} after batch {pause_at} on {ranks} rank(s): "
+         f"exit {stopped[0]}, {stopped[1]:.1f} s after it")  # fmt: skip
+    pause = _stop_batch(sigterm) or pause_at  # where the preempted run stopped
+    shutil.copytree(sigterm, paused)  # its checkpoints, and its records in first/
+    weights = os.path.join(paused, "second", "weights.pt")
+    args = [f"--checkpoint-dir={paused}", f"--record-dir={os.path.join(paused, 'second')}"]
+    args += [*common, f"--max-batches={max_batches}", "--resume", f"--weights-out={weights}"]
+    resume_seconds = launch(resume_ranks, args, log)
+    echo(f"[3/4] resumed from the latest checkpoint on {resume_ranks} rank(s): "
+         f"{resume_seconds:.1f} s")  # fmt: skip
+    preempted = _relaunch(ranks, max_batches, common, sigterm, log, stopped)
+    echo(f"[4/4] relaunched with latest_checkpoint=\"auto\" on {ranks} rank(s): "
          f"{preempted.resume_seconds:.1f} s")  # fmt: skip
 
     expected = global_batches(reference, ranks)
     first = global_batches(os.path.join(paused, "first"), ranks)
     second = global_batches(os.path.join(paused, "second"), resume_ranks)
-    resumed = {**{b: v for b, v in first.items() if b < pause_at}, **second}
+    resumed = {**{b: v for b, v in first.items() if b < pause}, **second}
     same = [b for b in range(max_batches) if resumed.get(b) == expected.get(b)]
     latest = find_latest_checkpoint(paused)
-    pause_ckpt = os.path.join(paused, f"batch-{pause_at:06d}")
+    pause_ckpt = os.path.join(paused, f"batch-{pause:06d}")
     checks = [
         Check("records seen exactly once per epoch (reference)",
               seen_once_per_epoch([expected[b] for b in sorted(expected)], records),
               f"{len(expected) * global_batch // records} epochs of {records} records"),
         Check("records seen exactly once per epoch (paused + resumed)",
               seen_once_per_epoch([resumed[b] for b in sorted(resumed)], records),
-              f"{ranks} ranks for batches 0-{pause_at - 1}, {resume_ranks} after"),
-        Check("resume started at the pause point", min(second, default=-1) == pause_at,
+              f"{ranks} ranks for batches 0-{pause - 1}, {resume_ranks} after"),
+        Check("resume started at the pause point", min(second, default=-1) == pause,
               f"first resumed batch {min(second, default=-1)}"),
         Check("global batches identical to the uninterrupted run",
               len(same) == max_batches == len(expected),
@@ -500,7 +521,7 @@ def run_demo(
     checks.append(Check("checkpoint size", None, f"{size / 1024:.1f} KiB ({ranks} rank files)"))
     checks.append(Check("time to resume", None,
                         f"{_resume_seconds(paused):.2f} s in fit to the first resumed batch; "
-                        f"{seconds[2]:.1f} s launch to exit"))  # fmt: skip
+                        f"{resume_seconds:.1f} s launch to exit"))  # fmt: skip
 
     width = max(len(check.name) for check in checks)
     echo("")

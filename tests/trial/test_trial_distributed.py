@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from demo_trial import DemoTrial, mixture
+from demo_trial import DemoTrial, main, mixture
 from torch import nn
 from trial_helpers import launch_runs, metrics
 
+from detsamplers import ReproducibilityError
 from detsamplers.loader import DataLoader
 from detsamplers.trial import load_trial_from_checkpoint_path
 from detsamplers.trial._data import global_batch
@@ -73,9 +74,10 @@ def test_validation_metrics_are_the_mean_over_every_ranks_records(
     assert reported["metrics"]["validation_loss"] == pytest.approx(expected, rel=1e-6)
 
 
-# Runs that share two launches (tests/trial/in_one_launch.py), each in a folder of its own:
-# on 2 ranks, the four runs of FIRSTS; on 1 rank, LATERS resume the four, then the demo's
-# reference is resumed with another seed (which fails that launch).
+# On 2 ranks, the four runs of FIRSTS share one launch (tests/trial/in_one_launch.py), each in a
+# folder of its own; then LATERS resume the four on 1 rank, in this process (a resume on 1 rank
+# under torchrun is the demo's third step), and the demo's reference is resumed with another
+# seed, which is refused.
 FIRSTS = {
     "resized": [
         "--records=80", "--global-batch-size=16", "--max-batches=7", "--checkpoint-every=7",
@@ -104,13 +106,13 @@ LATERS = {
 @dataclass
 class Shared:
     work: Path  # work/NAME: the checkpoints (ckpt/) and records of each run of FIRSTS
-    refused: str  # the 1-rank launch's error (its last run resumed with seed 2)
+    refused: str  # the error of the 1-rank resume of the demo's reference with seed 2
 
 
 # A rank killed at batch 13 and the run relaunched from its newest checkpoint (batch 8), bit
 # identical to the straight run, is tests/trial/test_trial_preemption_distributed.py's torchrun
-# restart (the same kill, and the same disk state read by new ranks); a new launch after one
-# that failed at batch 13 resuming bit identical is test_trial_failure_distributed.py's.
+# restart (the same kill, and the same disk state read by new ranks); that a run failed at
+# batch 13 leaves the straight run's state at batch 8 is test_trial_failure_distributed.py's.
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +124,13 @@ def shared(demo: tuple[bool, list[str], Path], tmp_path_factory: pytest.TempPath
 
     runs: list[dict[str, Any]] = [{"argv": [*common(n), *a]} for n, a in FIRSTS.items()]
     launch_runs(2, runs, work / "on-2")
+    for name, argv in LATERS.items():
+        main([*common(name), *argv])
     shutil.copytree(demo[2] / "reference", work / "seed" / "ckpt")
-    runs = [{"argv": [*common(n), *a]} for n, a in LATERS.items()]
-    runs.append({"argv": [*common("seed"), *COMMON, "--resume", "--seed=2"]})
-    with pytest.raises(RuntimeError, match="exited with") as refused:
-        launch_runs(1, runs, work / "on-1")
+    with pytest.raises(
+        ReproducibilityError, match="seed is 1 in the checkpoint but 2 here"
+    ) as refused:
+        main([*common("seed"), *COMMON, "--resume", "--seed=2"])
     return Shared(work, str(refused.value))
 
 

@@ -313,19 +313,20 @@ def main(argv: Sequence[str] | None = None) -> None:
 @pytest.fixture(scope="module")
 def two_then_one(shards: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Runs paused at 9 on 2 ranks and resumed on 1 (``work/NAME/{first,second,ckpt}``):
-    ``plain`` with the default parts, ``parts`` with parts=12; each launch runs both
-    (tests/trial/in_one_launch.py)."""
+    ``plain`` with the default parts, ``parts`` with parts=12; one launch runs both firsts
+    (tests/trial/in_one_launch.py), and the resumes on 1 rank run in this process (a resume
+    on 1 rank under torchrun is the demo's, tests/trial/test_trial_distributed.py)."""
     work = tmp_path_factory.mktemp("two-then-one")
     extras = {"plain": [], "parts": ["--parts=12"]}
-    for ranks, name, extra in ((2, "first", "--max-batches=9"), (1, "second", "--resume")):
-        runs = [
-            {"argv": [
-                f"--urls={shards}", f"--checkpoint-dir={work / key / 'ckpt'}",
-                f"--record-dir={work / key / name}", extra, *more,
-            ]}
-            for key, more in extras.items()
-        ]  # fmt: skip
-        launch_runs(ranks, runs, work / f"launch-{name}", module="test_trial_webdataset")
+
+    def argv(key: str, name: str, *more: str) -> list[str]:
+        folders = [f"--checkpoint-dir={work / key / 'ckpt'}", f"--record-dir={work / key / name}"]
+        return [f"--urls={shards}", *folders, *more]
+
+    runs = [{"argv": argv(key, "first", "--max-batches=9", *more)} for key, more in extras.items()]
+    launch_runs(2, runs, work / "launch-first", module="test_trial_webdataset")
+    for key, more in extras.items():
+        main(argv(key, "second", "--resume", *more))
     return work
 
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from demo_trial import DemoTrial, unwrapped
 
@@ -61,6 +62,21 @@ def weights(trial: DemoTrial) -> dict[str, torch.Tensor]:
 
 def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Whether two loaded checkpoint files hold the same state: tensors and arrays equal,
+    in dicts of the same keys and sequences of the same length, the rest ``==``."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        same = isinstance(b, dict) and a.keys() == b.keys()
+        return same and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_state, a, b))
+    return bool(a == b)
 
 
 def metrics(checkpoint_dir: str) -> list[dict[str, Any]]:
