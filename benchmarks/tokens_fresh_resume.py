@@ -108,7 +108,8 @@ def run(tree: str, kind: str, mode: str, state: Path, args: argparse.Namespace) 
     env = dict(os.environ, PYTHONPATH=tree)
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--mode", mode,
                "--state", str(state), "--folder", str(args.folder), "--seq-len",
-               str(args.seq_len), "--batch", str(args.batch), "--samples", str(args.samples)]  # fmt: skip
+               str(args.seq_len), "--batch", str(args.batch),
+               "--samples", str(args.samples)]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"worker {kind} {mode} in {tree} failed: {done.stderr[-2000:]}")
