@@ -93,7 +93,7 @@ def fresh(args: argparse.Namespace) -> dict[str, Any]:
     mark()
     batch = next(iter(train))["input_ids"]
     mark()
-    got = {
+    got: dict[str, Any] = {
         "cpu": {p: 1000 * (cpu[i + 1] - cpu[i]) for i, p in enumerate(PHASES)},
         "wall": {p: 1000 * (wall[i + 1] - wall[i]) for i, p in enumerate(PHASES)},
         "check": int(batch.sum()),

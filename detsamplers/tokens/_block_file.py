@@ -46,7 +46,7 @@ _MAGIC = 0x646574626C6B3031  # "detblk01"
 _VERSION = 1
 
 
-def block_file(first: Path, size: int, dtype: str, eod_id: Any, documents: int) -> Path:
+def block_file(first: Path, size: int, dtype: str | None, eod_id: Any, documents: int) -> Path:
     """Where the block starts of a corpus whose first file is ``first`` are kept.
 
     Examples:

@@ -1,4 +1,4 @@
-"""A resume in a fresh process, and the block starts it finds on disk (NOTE [ block starts on disk ])."""
+"""A resume in a fresh process; block starts found on disk (NOTE [ block starts on disk ])."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ train = DataLoader(sequences, batch_size=3, shuffle=True, seed=1,
 train.load_state_dict(saved["loader"])
 batch = next(iter(train))
 print(json.dumps({k: v.tolist() for k, v in batch.items()}))
-""" % (OUTPUTS,)
+""".replace("%r", repr(OUTPUTS))
 
 
 @pytest.fixture(autouse=True)
