@@ -18,10 +18,14 @@ end-of-document id and document count), an ``int64`` ``.npy`` of a header and th
   increasing, then the token count. Anything else (a stale, truncated, foreign or hostile
   file, a folder that refuses writes) is ignored and the starts are read again (and the
   file rewritten, atomically);
-- the starts read from it are still checked at each batch that reads a block's ends: a
-  one-file batch compares each block's last end with the next block's start
-  (``ConcatOrder._stored_lengths``), and a disagreement that the ends' own check does not
-  explain is an error naming this file.
+- the starts read from it are still checked wherever a block is built from its ends, in
+  a corpus of one file or several: the block's start and the next block's are compared
+  with the ends read for its documents (``ConcatOrder._agree``), and a disagreement that
+  the ends' own check does not explain is an error naming this file. What is not checked
+  is the start of a block no batch has built: a forged pair of starts moving tokens
+  between two such blocks moves the windows that the cumulative totals locate past them
+  (the bytes read are still the corpus's, checked); a one-read check of every start
+  would cost what this file saves.
 """
 
 from __future__ import annotations

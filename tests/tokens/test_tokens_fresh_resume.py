@@ -183,3 +183,61 @@ def test_the_block_file_is_named_by_its_block_size_and_the_corpus_shape() -> Non
         _block_file.block_file(Path("c.bin"), size, "uint16", None, 10).name for size in (1, 2)
     }
     assert len(names) == 2
+
+
+@pytest.mark.parametrize("position", [-2, -3], ids=["a-block-end", "a-block-start"])
+def test_a_forged_block_starts_file_of_a_corpus_of_several_files_is_refused_at_the_batch(
+    tmp_path: Path, position: int
+) -> None:
+    pairs = [
+        write(tmp_path, part, name) for part, name in (([3, 1, 4, 1], "a"), ([5, 9, 2, 6], "b"))
+    ]
+    paths, sidecars = [p for p, _ in pairs], [s for _, s in pairs]
+    TokenCorpus(paths, lengths=sidecars, progress=False)  # writes the ends caches
+    TokenCorpus(paths, lengths=sidecars, progress=False).block_starts(2)  # [0, 4, 9, 23, 31]
+    kept = TokenCorpus(paths, lengths=sidecars, progress=False).block_file(2)
+    assert kept is not None and kept.exists()
+    # Starts still increasing inside [0, tokens]: past the file's own checks.
+    rewrite(kept, position, int(np.load(kept)[position]) + 1)
+    _corpus._BLOCK_STARTS.clear()
+    forged = TokenCorpus(paths, lengths=sidecars, progress=False)
+    order = concat_module.ConcatOrder(forged, seed=0, block_documents=2)
+    blocks = np.array([1, 2], dtype=np.int64)
+    zeros = np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match=r"block starts file .*blocks-.*\.npy should hold"):
+        order.laid_out(blocks, zeros, zeros)
+    with pytest.raises(ValueError, match=r"block starts file .*blocks-.*\.npy should hold"):
+        order.prepare([(0, 31, 0)])
+
+
+def test_a_forged_first_block_start_of_one_file_is_refused_at_the_batch(tmp_path: Path) -> None:
+    path, sidecar = write(tmp_path, [3, 1, 4, 1, 5, 9, 2, 6])
+    TokenCorpus(path, lengths=[sidecar], progress=False)  # writes the ends cache
+    TokenCorpus(path, lengths=[sidecar], progress=False).block_starts(2)  # [0, 4, 9, 23, 31]
+    kept = TokenCorpus(path, lengths=[sidecar], progress=False).block_file(2)
+    assert kept is not None
+    rewrite(kept, -3, 8)  # block 2 starts at 8, not 9: its first document one token longer
+    _corpus._BLOCK_STARTS.clear()
+    forged = TokenCorpus(path, lengths=[sidecar], progress=False)
+    order = concat_module.ConcatOrder(forged, seed=0, block_documents=2)
+    blocks = np.array([2], dtype=np.int64)  # block 1's end is not in the batch
+    with pytest.raises(ValueError, match=r"block starts file .*blocks-.*\.npy should hold"):
+        order.laid_out(blocks, np.zeros(1, np.int64), np.zeros(1, np.int64))
+
+
+def test_block_starts_read_from_a_file_give_the_same_laid_out_blocks_as_starts_read_again(
+    tmp_path: Path,
+) -> None:
+    pairs = [
+        write(tmp_path, part, name) for part, name in (([3, 1, 4, 1], "a"), ([5, 9, 2, 6], "b"))
+    ]
+    paths, sidecars = [p for p, _ in pairs], [s for _, s in pairs]
+    TokenCorpus(paths, lengths=sidecars, progress=False)  # writes the ends caches
+    read = concat_module.ConcatOrder(TokenCorpus(paths, lengths=sidecars, progress=False), 0, 2)
+    _corpus._BLOCK_STARTS.clear()
+    again = concat_module.ConcatOrder(TokenCorpus(paths, lengths=sidecars, progress=False), 0, 2)
+    blocks, zeros = np.array([0, 1, 2], dtype=np.int64), np.zeros(3, np.int64)
+    for one, other in zip(
+        read.laid_out(blocks, zeros, zeros), again.laid_out(blocks, zeros, zeros), strict=True
+    ):
+        assert one.tolist() == other.tolist()
