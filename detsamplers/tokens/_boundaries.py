@@ -65,6 +65,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._ends_check import CHECK_WHOLE, mapped_from, read_at, read_file_at
+from ._ends_passed import passed, store_passed
 from ._files import npy_values, open_npy
 from ._remembered import Remembered, identities
 
@@ -164,7 +165,12 @@ def sidecar_ends(
         binding = _binding(sidecar, Path(path))
     except OSError:
         return ends_of_lengths(_lengths(sidecar), len(tokens), path, sidecar), True
-    found = _cached_lengths_ends(where, binding, (str(sidecar), *layout), len(tokens))
+    if files is not None and passed(where, layout[2], files[0]):  # NOTE [ ends check kept on disk ]
+        found = _marked_ends(where, layout[2], len(tokens))
+    else:
+        found = _cached_lengths_ends(where, binding, (str(sidecar), *layout), len(tokens))
+        if found is not None and files is not None and files[1]:
+            store_passed(where, layout[2], files[0])
     if found is not None:
         if files is not None and files[1]:
             _PASSED.put(key, (layout[2], found[1]))
@@ -230,6 +236,31 @@ def _cached_lengths_ends(
     if n > CHECK_WHOLE:
         return ends, False
     if not bool((ends[1:] > ends[:-1]).all()):  # no temporary of differences
+        return None
+    return ends, True
+
+
+def _marked_ends(where: Path, n: int, count: int) -> tuple[I64, bool] | None:
+    """The ends in ``where`` whose sampled check a marker vouches for, else None.
+
+    What makes a cache harmless is still checked (NOTE [ ends check kept on disk ]): its
+    size, its first end at least 1 and its last the token count ``count``, and its
+    increase (whole up to ``CHECK_WHOLE`` ends, else per region on first read).
+    """
+    try:
+        stored = open_npy(where, ("int64",), what="document ends cache")
+    except (OSError, ValueError):
+        return None
+    if len(stored) != ENDS_HEADER + n:
+        return None
+    stored = mapped_from(stored, where).view(np.ndarray)
+    first, last = read_at(stored, ENDS_HEADER + np.array([0, n - 1], dtype=np.int64)).tolist()
+    if first < 1 or last != count:
+        return None
+    ends = stored[ENDS_HEADER:]
+    if n > CHECK_WHOLE:
+        return ends, False
+    if not bool((ends[1:] > ends[:-1]).all()):
         return None
     return ends, True
 

@@ -133,6 +133,8 @@ class ConcatOrder:
             stored = self._corpus.lengths(first, first + len(local))
             # The block's documents tile its tokens: each start is the block's first
             # token plus the lengths before it in storage order (no search per document).
+            bounds = self._corpus.starts(np.array([first, first + len(local)], np.int64))
+            self._agree(np.array([block], np.int64), bounds[:1], bounds[1:])
             begins = np.cumsum(stored) - stored + self._firsts[block]
         else:
             stored = np.diff(begins, append=self._firsts[block + 1])
@@ -187,7 +189,10 @@ class ConcatOrder:
         # lengths, permuted starts and running ends in one array operation each (rows of
         # a (blocks, size) table), not a handful of small calls per block.
         blocks = np.array([block for _, block in missing], dtype=np.int64)
-        begins = self._corpus.starts((blocks[:, None] * size + np.arange(size)).ravel())
+        read = self._corpus.starts((blocks[:, None] * size + np.arange(size + 1)).ravel())
+        table = read.reshape(-1, size + 1)
+        self._agree(blocks, table[:, 0], table[:, -1])
+        begins = table[:, :-1].ravel()
         stored = np.empty_like(begins)
         stored[:-1] = begins[1:]
         stored[size - 1 :: size] = self._firsts[blocks + 1]
@@ -240,23 +245,51 @@ class ConcatOrder:
         corpus = self._corpus
         docs = (blocks * self._size)[:, None] + np.arange(self._size, dtype=np.int64)
         if len(corpus._ends) == 1:
-            # One file: the blocks' document ends are one gather of its ends; each block
-            # starts at its block start. The ends read are checked, not their regions: the
-            # block starts increase inside [0, tokens] (checked at build) and each block's
-            # last end is the next block start, so lengths of at least 1 make every end
-            # read increase inside the file (NOTE [ pair check ]); else the regions are
-            # checked, which names the cache.
+            # One file: the blocks' document ends are one gather of its ends, with the end
+            # before each block. The ends read are checked, not their regions: the block
+            # starts increase inside [0, tokens] (checked at build), each block's end before
+            # it is its block start and its last end the next one, so lengths of at least 1
+            # make every end read increase inside the file (NOTE [ pair check ]); else the
+            # regions are checked, which names the cache, then the starts (NOTE [ block
+            # starts on disk ]).
             ends = corpus._ends[0]
             found: I64 = ends[docs].astype(np.int64, copy=False)
-            lengths = np.diff(found, axis=1, prepend=self._firsts[blocks][:, None])
+            # Each block's first start read too: the end of the document before it.
+            before = np.where(blocks > 0, ends[np.maximum(docs[:, 0] - 1, 0)], 0)
+            lengths = np.diff(found, axis=1, prepend=before[:, None])
             if not (
                 bool((lengths >= 1).all())
+                and bool((before == self._firsts[blocks]).all())
                 and bool((found[:, -1] == self._firsts[blocks + 1]).all())
             ):
-                corpus._checks[0].cover_at(ends, docs.ravel())
+                corpus._checks[0].cover_at(ends, docs.ravel())  # each with the end before it
+                self._agree(blocks, before, found[:, -1])
             return lengths
-        begins = corpus.starts(docs.ravel()).reshape(docs.shape)
-        return np.diff(begins, axis=1, append=self._firsts[blocks + 1][:, None])
+        read = corpus.starts(np.append(docs, docs[:, -1:] + 1, axis=1).ravel())
+        table = read.reshape(len(blocks), self._size + 1)
+        self._agree(blocks, table[:, 0], table[:, -1])
+        return np.diff(table, axis=1)
+
+    def _agree(self, blocks: I64, firsts: I64, stops: I64) -> None:
+        """Refuse block starts that differ from ``firsts`` and ``stops``, read from the ends.
+
+        The starts a ``concat`` order locates its blocks by may come from a file
+        (NOTE [ block starts on disk ]): each block a batch builds has its first and
+        next-block start compared with its documents' ends, read and checked.
+
+        Raises:
+            ValueError: they differ (the block starts file is named).
+        """
+        if bool((firsts == self._firsts[blocks]).all()) and bool(
+            (stops == self._firsts[blocks + 1]).all()
+        ):
+            return
+        kept = self._corpus.block_file(self._size)
+        raise ValueError(
+            f"block starts file {kept} should hold the starts of the corpus's blocks, but "
+            "a block's start differs from its documents' ends; delete it (the next open "
+            "rewrites it)"
+        )
 
     def pieces(self, start: int, stop: int, epoch: int = 0) -> Pieces:
         """The pieces of documents making epoch ``epoch``'s stream tokens ``[start, stop)``."""

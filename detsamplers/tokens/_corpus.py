@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._errors import check_bool, check_int
+from ._block_file import block_file, load_blocks, store_blocks
 from ._boundaries import eod_ends, sidecar_ends
 from ._ends_check import EndsCheck, distinct, mapped_from, read_at
 from ._files import BIN_DTYPES, check_path, open_tokens
@@ -386,6 +387,12 @@ class TokenCorpus:
             known: I64 | None = _BLOCK_STARTS.get(key)
             if known is not None:
                 return known.copy()
+        kept = self.block_file(size)  # NOTE [ block starts on disk ]
+        if kept is not None and seen is not None:
+            found = load_blocks(kept, size, self.num_documents, self.num_tokens, seen[0])
+            if found is not None:
+                _BLOCK_STARTS.put(key, found.copy())
+                return found
         docs = np.append(np.arange(0, self.num_documents, size, dtype=np.int64),
                          np.int64(self.num_documents))  # fmt: skip
         out = self.starts(docs, check=False)
@@ -394,7 +401,16 @@ class TokenCorpus:
                 check.cover(ends, 0, len(ends))  # names the cache that does not increase
         if seen is not None and seen[1]:
             _BLOCK_STARTS.put(key, out.copy())
+            if kept is not None:
+                store_blocks(kept, out, size, self.num_documents, self.num_tokens, seen[0])
         return out
+
+    def block_file(self, size: int) -> Path | None:
+        """The file keeping the block starts of ``size`` (None: a remote corpus, or none kept)."""
+        first = self.paths[0]
+        if self._files_seen is None or not isinstance(first, Path):
+            return None
+        return block_file(first, size, self.dtype, self.eod_id, self.num_documents)
 
     def starts(self, docs: I64, check: bool = True) -> I64:
         """The corpus token where each document of ``docs`` starts (``num_documents``: the end).
