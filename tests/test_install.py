@@ -169,7 +169,15 @@ def user_environment() -> dict[str, str]:
     the user's pip cache (:func:`pip_cache`), one for both halves of the install test, and
     pip told not to byte-compile what it installs."""
     env = dict(os.environ)
-    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTHONHOME"):
+    # PYTHONDONTWRITEBYTECODE too (set on the project's machines, not a user's default): with
+    # pip not compiling, it would make every example's process compile torch from source again.
+    for name in (
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "PYTEST_CURRENT_TEST",
+        "PYTHONHOME",
+        "PYTHONDONTWRITEBYTECODE",
+    ):
         env.pop(name, None)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
