@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -168,20 +169,69 @@ def user_environment() -> dict[str, str]:
     the user's pip cache (:func:`pip_cache`), one for both halves of the install test, and
     pip told not to byte-compile what it installs."""
     env = dict(os.environ)
-    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST", "PYTHONHOME"):
+    # PYTHONDONTWRITEBYTECODE too (set on the project's machines, not a user's default): with
+    # pip not compiling, it would make every example's process compile torch from source again.
+    for name in (
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "PYTEST_CURRENT_TEST",
+        "PYTHONHOME",
+        "PYTHONDONTWRITEBYTECODE",
+    ):
         env.pop(name, None)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
     env["PIP_CACHE_DIR"] = pip_cache()
     # The commands run exactly as the docs write them; only pip's own configuration (its
-    # environment, as a user's pip.conf could set it) differs. PIP_NO_COMPILE skips pip's
-    # byte-compiling of every installed file (torch alone has thousands, twice, once per venv):
-    # Python compiles a module when it is first imported anyway, and pip does not fail an
-    # install whose files do not compile, so that step proves nothing about our docs.
+    # environment, as a user's pip.conf could set it) differs. PIP_COMPILE=0 skips pip's
+    # byte-compiling of every installed file (torch alone has thousands, twice, once per venv,
+    # and every build environment's setuptools): Python compiles a module when it is first
+    # imported anyway, and pip does not fail an install whose files do not compile, so that
+    # step proves nothing about our docs. Not PIP_NO_COMPILE=1: pip reads an option's variable
+    # as the value of the option's destination, ``compile``, so that spelling turns it on.
     # PIP_DISABLE_PIP_VERSION_CHECK drops pip's look-up of its own newer release.
-    env["PIP_NO_COMPILE"] = "1"
+    env.pop("PIP_NO_COMPILE", None)
+    env["PIP_COMPILE"] = "0"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
+
+
+def a_small_wheel(folder: Path) -> Path:
+    """A wheel of one module, ``tiny_module``, written here (no registry needed)."""
+    dist_info = "tiny_module-1.0.dist-info"
+    files = {
+        "tiny_module.py": "VALUE = 1\n",
+        f"{dist_info}/METADATA": "Metadata-Version: 2.1\nName: tiny-module\nVersion: 1.0\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in [*files, f"{dist_info}/RECORD"])
+    wheel = folder / "tiny_module-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in {**files, f"{dist_info}/RECORD": record}.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+def compiled_files_after_an_install(wheel: Path, target: Path, env: dict[str, str]) -> int:
+    """How many ``.pyc`` files pip writes when it installs ``wheel`` into ``target``."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+         "--target", str(target), str(wheel)],
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return len(list(target.rglob("*.pyc")))
+
+
+@pytest.mark.subprocess
+def test_the_install_tests_pip_does_not_byte_compile_what_it_installs(tmp_path: Path) -> None:
+    wheel = a_small_wheel(tmp_path)
+    env = user_environment()
+    assert compiled_files_after_an_install(wheel, tmp_path / "quiet", env) == 0
+    # PIP_NO_COMPILE=1, the spelling that reads as "off", compiles as pip's default does.
+    env.pop("PIP_COMPILE")
+    env["PIP_NO_COMPILE"] = "1"
+    assert compiled_files_after_an_install(wheel, tmp_path / "inverted", env) == 1
 
 
 def bash(script: str, cwd: Path, log: Path, timings: list[str], what: str) -> None:
