@@ -452,10 +452,11 @@ class TokenCorpus:
         """
         first = np.empty(len(docs), dtype=np.int64)
         last = np.empty(len(docs), dtype=np.int64)
-        one = len(self._ends) == 1
-        files = None if one else np.searchsorted(self._doc_start, docs, side="right") - 1
-        for f in [0] if one else distinct(files)[0].tolist():
-            mask = slice(None) if files is None else files == f
+        files = np.zeros(0, dtype=np.int64)
+        if len(self._ends) > 1:
+            files = np.searchsorted(self._doc_start, docs, side="right") - 1
+        for f in distinct(files)[0].tolist() if len(files) else [0]:
+            mask = files == f if len(files) else slice(None)
             local = docs[mask] - self._doc_start[f]
             ends = self._ends[f]
             before = np.asarray(ends[np.maximum(local - 1, 0)], np.int64)
