@@ -435,6 +435,37 @@ class TokenCorpus:
             out[mask] = np.where(local > 0, before, 0) + self._token_start[f]
         return out
 
+    def spans(self, docs: I64) -> tuple[I64, I64]:
+        """The corpus tokens where each document of ``docs`` starts and ends (valid ``docs``).
+
+        Each document is read by its two ends once and checked by them (NOTE [ pair
+        check ]): the same values as ``starts(docs)`` and ``starts(docs + 1)`` without
+        reading the next document's ends.
+
+        Examples:
+            >>> import tempfile, numpy as np
+            >>> from pathlib import Path
+            >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+            >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 0], dtype=np.uint16))
+            >>> [a.tolist() for a in TokenCorpus(path, eod_id=0).spans(np.array([2, 0]))]
+            [[5, 0], [7, 2]]
+        """
+        first = np.empty(len(docs), dtype=np.int64)
+        last = np.empty(len(docs), dtype=np.int64)
+        files = np.zeros(0, dtype=np.int64)
+        if len(self._ends) > 1:
+            files = np.searchsorted(self._doc_start, docs, side="right") - 1
+        for f in distinct(files)[0].tolist() if len(files) else [0]:
+            mask = files == f if len(files) else slice(None)
+            local = docs[mask] - self._doc_start[f]
+            ends = self._ends[f]
+            before = np.asarray(ends[np.maximum(local - 1, 0)], np.int64)
+            self._checks[f].cover_reads(ends, local, before)
+            base = self._token_start[f]
+            first[mask] = np.where(local > 0, before, 0) + base
+            last[mask] = np.asarray(ends[local], np.int64) + base
+        return first, last
+
     def lengths(self, first: int, stop: int) -> I64:
         """The lengths of documents ``[first, stop)``, in tokens."""
         out: list[I64] = []

@@ -412,11 +412,13 @@ class PackOrder:
         span = np.minimum(first + size_w, self._documents) - first
         local = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
         docs = self._order.at_epoch(np.repeat(first, span) + local, 0)
-        bounds = self._corpus.starts(np.concatenate([docs, docs + 1]))
-        starts, lengths = bounds[: len(docs)], bounds[len(docs) :] - bounds[: len(docs)]
+        starts, stops = self._corpus.spans(docs)
+        lengths = stops - starts
         owner, offset, size = _pieces_of(lengths, capacity, self._split)
         slot = np.repeat(np.arange(len(ws), dtype=np.int64), span)[owner]  # each piece's window
-        by_size = np.lexsort((-size, slot))  # each window's pieces by decreasing size, stably
+        # Each window's pieces by decreasing size, stably: one stable sort of one key
+        # (window, then room left), the order ``lexsort((-size, slot))`` gives.
+        by_size = np.argsort(slot * (capacity + 1) + (capacity - size), kind="stable")
         edges = np.searchsorted(slot, np.arange(len(ws) + 1), side="left")
         placed = np.empty(len(size), dtype=np.int64)
         counts = _best_fit_windows(size[by_size], edges, capacity, placed)

@@ -122,3 +122,39 @@ def test_a_chunk_window_checks_only_its_documents_and_a_broken_pair_in_it_names_
     with pytest.raises(ValueError, match=rf"ends\.npy should hold increasing ends in \[1, "
                        rf"{2 * n}\], but its ends {at} to {at + 1} do not; delete it"):  # fmt: skip
         sequences.getitems_in_epochs([(0, 0), (0, (at + 1) // 2)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    files=st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=12), min_size=1, max_size=3),
+    read=st.lists(st.integers(0, 10**6), min_size=1, max_size=12),
+)
+def test_spans_are_the_starts_of_the_documents_and_of_the_next_ones_over_several_files(
+    tmp_path_factory: pytest.TempPathFactory, files: list[list[int]], read: list[int]
+) -> None:
+    folder = tmp_path_factory.mktemp("s")
+    pairs = [write(folder, lengths, name=f"f{i}") for i, lengths in enumerate(files)]
+    corpus = TokenCorpus([p for p, _ in pairs], lengths=[s for _, s in pairs])
+    docs = np.array([d % corpus.num_documents for d in read], dtype=np.int64)
+    begins, stops = corpus.spans(docs)
+    assert begins.tolist() == corpus.starts(docs).tolist()
+    assert stops.tolist() == corpus.starts(docs + 1).tolist()
+    right = np.concatenate(([0], np.cumsum([n for lengths in files for n in lengths])))
+    assert (stops - begins).tolist() == (right[docs + 1] - right[docs]).tolist()
+
+
+def test_spans_check_each_document_by_its_two_ends_and_a_broken_pair_names_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lazy(monkeypatch)
+    monkeypatch.setattr(_boundaries, "ENDS_SAMPLES", 0)  # a forged middle passes the open
+    path, sidecar = write(tmp_path, [2] * 400)
+    TokenCorpus(path, lengths=[sidecar])
+    stored = np.load(cache_of(sidecar))
+    stored[HEADER + 200] = stored[HEADER + 199]  # document 200 empty: ends 199 and 200 equal
+    np.save(cache_of(sidecar), stored)
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    begins, stops = corpus.spans(np.array([7, 399, 202], dtype=np.int64))  # pairs not met
+    assert begins.tolist() == [14, 798, 404] and stops.tolist() == [16, 800, 406]
+    with pytest.raises(ValueError, match=r"^document ends cache .* but its ends 199 to 200 do not"):
+        corpus.spans(np.array([7, 200], dtype=np.int64))
