@@ -436,7 +436,7 @@ class TokenCorpus:
         return out
 
     def spans(self, docs: I64) -> tuple[I64, I64]:
-        """The corpus tokens where each document of ``docs`` starts and ends (valid ``docs``).
+        """The corpus tokens where each document of ``docs`` starts and ends.
 
         Each document is read by its two ends once and checked by them (NOTE [ pair
         check ]): the same values as ``starts(docs)`` and ``starts(docs + 1)`` without
@@ -449,7 +449,16 @@ class TokenCorpus:
             >>> np.save(path, np.array([1, 0, 2, 2, 0, 3, 0], dtype=np.uint16))
             >>> [a.tolist() for a in TokenCorpus(path, eod_id=0).spans(np.array([2, 0]))]
             [[5, 0], [7, 2]]
+
+        Raises:
+            ValueError: a document of ``docs`` is not in ``[0, num_documents)``.
         """
+        if len(docs) and (int(docs.min()) < 0 or int(docs.max()) >= self.num_documents):
+            bad = int(docs.min()) if int(docs.min()) < 0 else int(docs.max())
+            raise ValueError(
+                f"docs should be documents in [0, {self.num_documents}), but got {bad}; "
+                f"pass documents of this corpus"
+            )
         first = np.empty(len(docs), dtype=np.int64)
         last = np.empty(len(docs), dtype=np.int64)
         files = np.zeros(0, dtype=np.int64)

@@ -158,3 +158,13 @@ def test_spans_check_each_document_by_its_two_ends_and_a_broken_pair_names_the_c
     assert begins.tolist() == [14, 798, 404] and stops.tolist() == [16, 800, 406]
     with pytest.raises(ValueError, match=r"^document ends cache .* but its ends 199 to 200 do not"):
         corpus.spans(np.array([7, 200], dtype=np.int64))
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_spans_of_a_document_outside_the_corpus_are_refused_naming_it(
+    tmp_path: Path, bad: int
+) -> None:
+    path, sidecar = write(tmp_path, [2, 3, 4])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    with pytest.raises(ValueError, match=rf"docs should be documents in \[0, 3\), but got {bad};"):
+        corpus.spans(np.array([0, bad], dtype=np.int64))
