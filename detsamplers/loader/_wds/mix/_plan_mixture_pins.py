@@ -218,10 +218,10 @@ def replay_segment(
             snapshot[1]()
 
     lockstep(dry, before if snapshot is not None else None)
-    for reader in dry:  # the segment's loaders close: their pins go (a switch's new ones pin)
-        for shard in reader.pins:
-            reader.cache.unpin(shard)
-        reader.pins.clear()
+    for closed in dry:  # the segment's loaders close: their pins go (a switch's new ones pin)
+        for shard in closed.pins:
+            closed.cache.unpin(shard)
+        closed.pins.clear()
     for plan, cache in zip(out, caches, strict=True):
         plan.high_water = max(plan.high_water, cache.high_water)
         ws = (plan.working_set_shards, plan.working_set_bytes)
