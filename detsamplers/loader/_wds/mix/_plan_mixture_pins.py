@@ -19,9 +19,12 @@ folder of those bytes (the real folder holds a file per range). A download count
 pass it happens in: a walk's pin in the pass of the batch read before it (the walk runs
 while the trainer steps on that batch), a pin of the batch being read in that batch's.
 The readers stop at the end of their stretch (the run's, or a resume's), and their walks
-pin what the rules let them past it: that is downloaded too, in the last pass. A warm
+pin what the rules let them past it: that is downloaded too, in the last pass, a shard
+read in part costing the ranges of the node's ranks that read it there. At a segment's end
+its readers close, releasing their pins, as a switch closes the old loaders. A warm
 resume copies each run cache, unpinned, as it was when the run's readers had read every
-batch that starts before ``resume_at``.
+batch that starts before ``resume_at``; a folder the run left past the limit evicts on
+the resume's first download, so the copy's high-water mark starts at most at the limit.
 
 What timing decides, the replay cannot know (NOTE [ planned pins ]: downloads in flight,
 ranks of a node not in lockstep, the walk past the run's end); a node's ranged shard whose
