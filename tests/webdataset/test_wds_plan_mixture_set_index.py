@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nginx_server import Nginx
 from test_wds_plan_mixture import SETS, write_sets
 
@@ -80,6 +82,66 @@ def test_a_mixture_over_set_indexes_plans_the_shard_and_index_bytes_and_gets_ngi
         assert sum(n.index_bytes for n in plan.nodes) == index_sent
         assert sum(n.index_requests for n in plan.nodes) == index_gets
     assert [n.shard_bytes for n in by_files.nodes] == [n.shard_bytes for n in by_urls.nodes]
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("order", [{"parts": 12, "shuffle_block_shards": 2}, {"parts": 0}])
+def test_a_resume_over_set_indexes_plans_each_resumed_ranks_index_fetch_nginx_serves(
+    indexed: tuple[Nginx, list[str], Path], tmp_path: Path, order: dict[str, Any]
+) -> None:
+    """A run on 1 node of 2 ranks resumed mid-pass on 2 nodes of 2: four ranks build anew."""
+    nginx, urls, root = indexed
+    at = sum(WEIGHTS) // 2
+    options: dict[str, Any] = {"nodes": 1, "ranks_per_node": 2, "batch_size": 8, "seed": 7}
+    options.update(resume_at=at, resume_nodes=2, **order)
+    files = [str(root / f"m{k}" / SET_INDEX_NAME) for k in range(len(SETS))]
+    plans = [plan_mixture(urls, WEIGHTS, **options)]
+    plans.append(plan_mixture(None, WEIGHTS, set_index=files, **options))
+    mark = nginx.mark()
+    for rank in range(4):  # the resumed ranks, each building its mixture at the resume
+        mix = WebDatasetMix(
+            urls, WEIGHTS, seed=7, batch_size=8, world_size=4, rank=rank, skip_samples=at,
+            decode=(), collate_fn=list, cache_dir=str(tmp_path / f"node{rank // 2}"), **order,
+        )  # fmt: skip
+        reader = mix._reader()
+        try:
+            first = (at - mix.origin) // 32
+            for batch in range(first, first + (sum(WEIGHTS) - at) // 32):
+                assert len(mix.batch_at(batch, reader)) == 8
+        finally:
+            reader.close()
+    index_sent, index_gets = nginx.served(mark, suffix=SET_INDEX_NAME)
+    assert index_gets == 4 * len(SETS)  # one a folder a resumed rank
+    sent, gets = nginx.served(mark)
+    for plan in plans:
+        assert plan.resume is not None and plan.resume_warm is not None
+        for resume in (plan.resume, plan.resume_warm):
+            assert [n.index_requests for n in resume] == [2 * len(SETS)] * 2
+            assert sum(n.index_bytes for n in resume) == index_sent
+            assert sum(n.index_requests for n in resume) == index_gets
+        assert sum(n.shard_bytes[0] for n in plan.resume) == sent > 0  # cold folders
+        assert sum(n.shard_requests[0] for n in plan.resume) == gets
+        assert [n.index_requests for n in plan.nodes] == [2 * len(SETS)]  # the run's own
+
+
+@pytest.mark.servers
+@settings(max_examples=10, deadline=None)
+@given(nodes=st.sampled_from([1, 2]), per_node=st.sampled_from([1, 2]), at=st.integers(0, 767))
+def test_every_resumed_rank_fetches_each_folders_set_index_once_in_the_plan(
+    indexed: tuple[Nginx, list[str], Path], nodes: int, per_node: int, at: int
+) -> None:
+    _, _, root = indexed
+    files = [str(root / f"m{k}" / SET_INDEX_NAME) for k in range(len(SETS))]
+    plan = plan_mixture(
+        None, WEIGHTS, set_index=files, nodes=1, batch_size=2, resume_at=at,
+        resume_nodes=nodes, resume_ranks_per_node=per_node,
+    )  # fmt: skip
+    sizes = sum(Path(f).stat().st_size for f in files)
+    assert plan.resume is not None and plan.resume_warm is not None
+    for resume in (plan.resume, plan.resume_warm):
+        assert [(n.index_bytes, n.index_requests) for n in resume] == [
+            (per_node * sizes, per_node * len(SETS))
+        ] * nodes
 
 
 def test_set_index_files_are_refused_beside_urls_or_as_one_path(tmp_path: Path) -> None:

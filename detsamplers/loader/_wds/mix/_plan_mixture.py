@@ -54,6 +54,7 @@ from .._plan_report import NodePlan, RunPlan
 from ..order._rank_batches import rank_positions
 from ..read._cache_reader import first_batch_whole
 from ..read._node_cache import download_step
+from ..read._pin_walk import BATCHES_AHEAD
 from ..remote._remote_reads import make_options
 from ._mixture_fetches import mixture_fetches
 from ._plan_mixture_cache import (
@@ -272,6 +273,8 @@ def plan_mixture(
                 [NodePlan(n, [0] * epochs, [0] * epochs, [0] * epochs) for n in range(rn)]
                 for _ in range(2)
             ]
+            for plan in resumes[0] + resumes[1]:  # each resumed rank builds its mixture anew
+                plan.index_bytes, plan.index_requests = (n * rl for n in index_fetch)
             if limit is None:  # the run split at resume_at, the warm copy taken there
                 cold: Any = lambda: copy_caches([], rn, step)  # noqa: E731
                 hot: Any = lambda: copy_caches(caches, rn, step)  # noqa: E731
@@ -350,7 +353,11 @@ def plan_mixture(
 
             shape = (origin, grid, world, per_node)
             if limit is not None:  # NOTE [ mixture plan pins ]
-                cost = node_costs(locate, (low, high), shape, nodes_, writes_of, step, _CHUNK)
+                reach = (BATCHES_AHEAD + 1) * max(num_workers, 1) * grid  # the walk past the end
+                cost = node_costs(
+                    locate, (low, high), shape, nodes_, writes_of, step, _CHUNK,
+                    reach if high == phase.high else 0,
+                )  # fmt: skip
                 snapshot = None if resume_at is None or phase.resumed else (at, take)
                 replay_segment(
                     locate, cast(list[PinnedCache], node_caches), (low, high),

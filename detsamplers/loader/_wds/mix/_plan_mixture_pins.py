@@ -19,9 +19,12 @@ folder of those bytes (the real folder holds a file per range). A download count
 pass it happens in: a walk's pin in the pass of the batch read before it (the walk runs
 while the trainer steps on that batch), a pin of the batch being read in that batch's.
 The readers stop at the end of their stretch (the run's, or a resume's), and their walks
-pin what the rules let them past it: that is downloaded too, in the last pass. A warm
+pin what the rules let them past it: that is downloaded too, in the last pass, a shard
+read in part costing the ranges of the node's ranks that read it there. At a segment's end
+its readers close, releasing their pins, as a switch closes the old loaders. A warm
 resume copies each run cache, unpinned, as it was when the run's readers had read every
-batch that starts before ``resume_at``.
+batch that starts before ``resume_at``; a folder the run left past the limit evicts on
+the resume's first download, so the copy's high-water mark starts at most at the limit.
 
 What timing decides, the replay cannot know (NOTE [ planned pins ]: downloads in flight,
 ranks of a node not in lockstep, the walk past the run's end); a node's ranged shard whose
@@ -80,7 +83,9 @@ def warm_copies(caches: Sequence[PinnedCache], nodes: int, limit: int) -> list[P
         warm = copy.copy(cache)
         warm.folder = copy.copy(cache.folder)
         warm.pins, warm.pinned_bytes = {}, 0
-        warm.high_water, warm.evictions, warm.over_limit = warm.used, 0, 0
+        # the resume's own growth: a folder the run left past the limit evicts on its first
+        # download (the run's plan reports that growth already)
+        warm.high_water, warm.evictions, warm.over_limit = min(warm.used, limit), 0, 0
         warm.working_set = (0, 0)
         out.append(warm)
     return out + [PinnedCache(limit) for _ in range(nodes - len(out))]
@@ -216,6 +221,10 @@ def replay_segment(
             snapshot[1]()
 
     lockstep(dry, before if snapshot is not None else None)
+    for closed in dry:  # the segment's loaders close: their pins go (a switch's new ones pin)
+        for shard in closed.pins:
+            closed.cache.unpin(shard)
+        closed.pins.clear()
     for plan, cache in zip(out, caches, strict=True):
         plan.high_water = max(plan.high_water, cache.high_water)
         ws = (plan.working_set_shards, plan.working_set_bytes)
@@ -234,27 +243,34 @@ def node_costs(
     writes_of: Callable[[int, list[int]], list[Spans]],
     step: int,
     chunk: int,
+    reach: int = 0,
 ) -> Callable[[int, int], tuple[int, int]]:
     """``cost(node, shard)``: what a node's download of ``shard`` costs in ``span``.
 
     With several ranks a node, the ranks of each node that read each shard are found
     once, a chunk of positions at a time (one rank a node: that rank); the cost is the byte
-    ranges they write (``writes_of``), in ``step`` requests.
+    ranges they write (``writes_of``), in ``step`` requests. A shard only the walk past
+    the span's end pins (``reach`` positions past it) costs the ranges of the ranks that
+    read it there.
     """
     origin, _, world, per_node = grid
     readers: list[dict[int, set[int]]] = [{} for _ in range(nodes)]
-    for low in range(span[0], span[1] if per_node > 1 else span[0], chunk):
-        positions = np.arange(low, min(low + chunk, span[1]), dtype=np.int64)
-        shards = locate(positions)
-        ranks = (positions - origin) % world
-        for shard, rank in set(zip(shards.tolist(), ranks.tolist(), strict=True)):
-            readers[rank // per_node].setdefault(shard, set()).add(rank)
+    after: list[dict[int, set[int]]] = [{} for _ in range(nodes)]
+    stretches = ((span[0], span[1], readers), (span[1], span[1] + reach, after))
+    for first, last, found in stretches if per_node > 1 else ():
+        for low in range(first, last, chunk):
+            positions = np.arange(low, min(low + chunk, last), dtype=np.int64)
+            shards = locate(positions)
+            ranks = (positions - origin) % world
+            for shard, rank in set(zip(shards.tolist(), ranks.tolist(), strict=True)):
+                found[rank // per_node].setdefault(shard, set()).add(rank)
     known: dict[tuple[int, int], tuple[int, int]] = {}
 
     def cost(node: int, shard: int) -> tuple[int, int]:
         got = known.get((node, shard))
         if got is None:
-            ranks = sorted(readers[node].get(shard, {node * per_node}))
+            mine = readers[node].get(shard) or after[node].get(shard)
+            ranks = sorted(mine or {node * per_node})
             got = known[node, shard] = ranged_cost(writes_of(shard, ranks), step)
         return got
 

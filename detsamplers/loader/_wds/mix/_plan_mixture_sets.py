@@ -6,7 +6,9 @@ A mixture's sets are shards in folders, and a folder of remote shards may hold a
 fetches it once a folder when it is built (one GET, its bytes), and knows the folder's
 shards from it. The mixture's plan (NOTE [ mixture plan ]) counts these fetches as the
 single source's plan does (NOTE [ plan inputs ]): per node, the bytes and files of every
-folder's set index times the node's ranks (``index_bytes``, ``index_requests``).
+folder's set index times the node's ranks (``index_bytes``, ``index_requests``). A
+planned resume's nodes count them too, times their ranks: each resumed rank builds its
+mixture anew.
 
 Instead of URL patterns, ``plan_mixture(set_index=[file, ...])`` takes one local set index
 file per set, read with the single source's checks (a regular file, bounded, refused by
