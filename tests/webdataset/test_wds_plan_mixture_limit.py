@@ -171,7 +171,10 @@ def test_a_limited_mixture_downloads_per_pass_what_the_plan_walks(
         assert abs(planned_bytes - sent) <= slack * largest  # a GET: at most a shard
     assert sum(g for _, g in served_) > 0
     evicted = sum(m.cache.stats.evicted for m in mixes if m.cache is not None)
-    assert abs(sum(n.evictions for n in plan.nodes) - evicted) <= slack and evicted > 0
+    planned_evictions = sum(n.evictions for n in plan.nodes)
+    assert abs(planned_evictions - evicted) <= slack
+    # a plan of one or two evictions (parts=12 on two nodes) may meet a run of none
+    assert evicted > 0 or planned_evictions <= slack
     over = [m.cache.stats.over_limit for m in mixes if m.cache is not None]
     assert [bool(line) for line in _per_node(plan)] == [n > 0 for n in over]
     assert bool(plan.over_limit()) == (shards == 3)
