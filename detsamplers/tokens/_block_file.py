@@ -54,8 +54,11 @@ def block_file(first: Path, size: int, dtype: str | None, eod_id: Any, documents
     """Where the block starts of a corpus whose first file is ``first`` are kept.
 
     Examples:
-        >>> block_file(Path("/d/c.bin"), 1024, "uint16", None, 10).name
-        'c.bin.blocks-5cfd3b9d4a0bd0e3.npy'
+        >>> name = block_file(Path("/d/c.bin"), 1024, "uint16", None, 10).name
+        >>> name.startswith("c.bin.blocks-"), name.endswith(".npy"), len(name)
+        (True, True, 33)
+        >>> name == block_file(Path("/d/c.bin"), 2048, "uint16", None, 10).name
+        False
     """
     key = f"{size}|{dtype}|{eod_id}|{documents}".encode()
     digest = hashlib.blake2b(key, digest_size=8).hexdigest()

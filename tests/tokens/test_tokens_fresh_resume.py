@@ -21,23 +21,27 @@ from detsamplers.tokens import _concat as concat_module
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
-#: Run in a fresh interpreter: load the state file, open, resume, print the next batch.
+#: Run in a fresh interpreter: for each mode, load its state file, open, resume, and print
+#: the next batch (one process for the three modes: each mode opens the corpus anew).
 RESUME = """
 import json, sys
 from pathlib import Path
 from detsamplers.loader import DataLoader
 from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
-path, sidecar, mode, state = sys.argv[1:5]
-saved = json.loads(Path(state).read_text())
-corpus = TokenCorpus(Path(path), lengths=[Path(sidecar)], progress=False)
-sequences = TokenSequences(corpus, 9, mode=mode, seed=5, block_documents=4, window=8,
-                           outputs=%r)
-sequences.load_state_dict(saved["tokens"])
-train = DataLoader(sequences, batch_size=3, shuffle=True, seed=1,
-                   collate_fn=collate_tokens).get_data_loader(repeat=True)
-train.load_state_dict(saved["loader"])
-batch = next(iter(train))
-print(json.dumps({k: v.tolist() for k, v in batch.items()}))
+path, sidecar, *runs = sys.argv[1:]
+got = {}
+for run in runs:
+    mode, state = run.split("=", 1)
+    saved = json.loads(Path(state).read_text())
+    corpus = TokenCorpus(Path(path), lengths=[Path(sidecar)], progress=False)
+    sequences = TokenSequences(corpus, 9, mode=mode, seed=5, block_documents=4, window=8,
+                               outputs=%r)
+    sequences.load_state_dict(saved["tokens"])
+    train = DataLoader(sequences, batch_size=3, shuffle=True, seed=1,
+                       collate_fn=collate_tokens).get_data_loader(repeat=True)
+    train.load_state_dict(saved["loader"])
+    got[mode] = {k: v.tolist() for k, v in next(iter(train)).items()}
+print(json.dumps(got))
 """.replace("%r", repr(OUTPUTS))
 
 
@@ -60,25 +64,28 @@ def loader(corpus: TokenCorpus, mode: str) -> tuple[TokenSequences, DataLoader]:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("mode", ["chunk", "concat", "pack"])
 def test_a_resume_in_a_fresh_process_from_a_state_file_gives_the_straight_runs_batch(
-    tmp_path: Path, mode: str
+    tmp_path: Path,
 ) -> None:
     rng = np.random.default_rng(7)
     path, sidecar = write(tmp_path, rng.integers(1, 8, size=60).tolist())
     corpus = TokenCorpus(path, lengths=[sidecar], progress=False)
-    sequences, built = loader(corpus, mode)
-    straight = iter(built.get_data_loader(repeat=True))
-    for _ in range(5):
-        next(straight)
-    train = built.get_data_loader(repeat=True, skip_samples=15)
-    state = tmp_path / "state.json"
-    state.write_text(json.dumps({"loader": train.state_dict(), "tokens": sequences.state_dict()}))
-    expected = {k: v.tolist() for k, v in next(straight).items()}
+    expected, runs = {}, []
+    for mode in ("chunk", "concat", "pack"):
+        sequences, built = loader(corpus, mode)
+        straight = iter(built.get_data_loader(repeat=True))
+        for _ in range(5):
+            next(straight)
+        train = built.get_data_loader(repeat=True, skip_samples=15)
+        state = tmp_path / f"state-{mode}.json"
+        saved = {"loader": train.state_dict(), "tokens": sequences.state_dict()}
+        state.write_text(json.dumps(saved))
+        expected[mode] = {k: v.tolist() for k, v in next(straight).items()}
+        runs.append(f"{mode}={state}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for _ in range(2):  # the second finds the block starts (concat) written by the first
         done = subprocess.run(
-            [sys.executable, "-c", RESUME, str(path), str(sidecar), mode, str(state)],
+            [sys.executable, "-c", RESUME, str(path), str(sidecar), *runs],
             env=env, capture_output=True, text=True, check=True, timeout=120,
         )  # fmt: skip
         assert json.loads(done.stdout) == expected
