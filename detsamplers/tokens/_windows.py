@@ -14,14 +14,14 @@ one file), the batch needs only:
   :meth:`TokenCorpus.read`, whose error names the file and offset. The table stays in
   the file's dtype: :func:`features_rows` converts it to int64 once per output, straight
   into each output's contiguous ``(B, L)`` table (NOTE [ batch rows ]), so a batch of
-  ``input_ids`` and ``labels`` writes two int64 tables, not three. Read by position, not through the map: a window's first touch of the map
-  faults in the whole page-cache folio holding it (NOTE [ ends read by position ]), so
-  that shuffled windows made about half of a 1.6 GB file resident in 300 batches and
-  cost more CPU than the reads (``pread``: 67 to 70 us per batch of 8 x 2049 uint16
-  tokens, the map 109 to 123 us, 32 MB against 807 to 825 MB resident, load 24). The
-  file is opened per batch and must be the one the corpus mapped (device and inode);
-  a file replaced since, or a map that records no file, is read through the map as
-  before, and a file that shrank is an error naming it;
+  ``input_ids`` and ``labels`` writes two int64 tables, not three. Read by position, not
+  through the map: a window's first touch of the map faults in the whole page-cache folio
+  holding it (NOTE [ ends read by position ]), so that shuffled windows made about half of
+  a 1.6 GB file resident in 300 batches and cost more CPU than the reads (``pread``: 67
+  to 70 us per batch of 8 x 2049 uint16 tokens, the map 109 to 123 us, 32 MB against 807
+  to 825 MB resident, load 24). The file is opened per batch and must be the one the
+  corpus mapped (device and inode); a file replaced since, or a map that records no file,
+  is read through the map as before, and a file that shrank is an error naming it;
 - the pieces: the windows' first and last documents are two ``searchsorted`` calls over
   the batch, the documents between them one ``arange`` and their ends one gather.
 
@@ -63,9 +63,9 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
         width: The tokens per window.
 
     Returns:
-        The ``(B, width)`` tokens in the file's dtype, and the windows' pieces one row after the other:
-        each piece's document, its token count, whether it ends its document, and how many
-        pieces each row has (what :func:`features_rows` takes).
+        The ``(B, width)`` tokens in the file's dtype, and the windows' pieces one row
+        after the other: each piece's document, its token count, whether it ends its
+        document, and how many pieces each row has (what :func:`features_rows` takes).
 
     Raises:
         ValueError: a token id lies outside ``[0, vocab_size)`` (as ``read`` says it).
@@ -93,7 +93,7 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
     if int(starts.max()) + width > int(token_start[f + 1]):
         return None
     local = starts - base
-    tokens: npt.NDArray[np.integer[Any]] = np.empty((len(starts), width), dtype=mapped.dtype)
+    tokens: npt.NDArray[Any] = np.empty((len(starts), width), dtype=mapped.dtype)
     found = mapped_file(mapped)
     if found is None or not _read_rows(tokens, found, local, corpus._identity[f]):
         for row, first in zip(tokens, local.tolist(), strict=True):
@@ -107,11 +107,10 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
 def _read_rows(
     tokens: npt.NDArray[np.integer[Any]], found: tuple[str, int], local: I64, identity: Any
 ) -> bool:
-    """Fill each row of ``tokens`` (the file's dtype) from the file ``found`` (name, first
-    byte) at ``local``.
+    """Fill each row of ``tokens`` (the file's dtype) from ``found`` (name, first byte).
 
-    False, and nothing read, if the file there is not the one mapped (``identity``) or is
-    gone.
+    Row ``j`` is read at token ``local[j]`` of the file. False, and nothing read, if the
+    file there is not the one mapped (``identity``) or is gone.
 
     Raises:
         ValueError: the file ends before a window (it shrank while open).
@@ -143,7 +142,7 @@ def _read_rows(
 def _read_into(fd: int, row: npt.NDArray[Any], at: int) -> int:
     """Read ``row``'s bytes from ``fd`` at byte ``at`` into it; the bytes read."""
     if hasattr(os, "preadv"):  # straight into the row, no bytes object
-        return os.preadv(fd, [row], at)
+        return os.preadv(fd, [row.data], at)
     data = os.pread(fd, row.nbytes, at)  # pragma: no cover (platforms without preadv)
     row[: len(data) // row.itemsize] = np.frombuffer(data, dtype=row.dtype)  # pragma: no cover
     return len(data)  # pragma: no cover
