@@ -142,7 +142,7 @@ def features(
 
 
 def features_rows(
-    tokens: I64,
+    tokens: npt.NDArray[np.integer[Any]],
     docs: I64,
     counts: I64,
     closes: npt.NDArray[np.bool_],
@@ -156,7 +156,7 @@ def features_rows(
     of a dozen small ones per sequence; each sequence's arrays are rows of the batch's.
 
     Args:
-        tokens: The windows, ``(B, L + 1)``.
+        tokens: The windows, ``(B, L + 1)``, of any integer dtype (the arrays are int64).
         docs: Each piece's document, the rows' pieces one after the other.
         counts: Each piece's tokens (each row's sum to ``L + 1``).
         closes: Whether each piece ends its document.
@@ -178,9 +178,11 @@ def features_rows(
     ends = np.cumsum(counts)  # in the flattened table
     row = np.repeat(np.arange(count, dtype=np.int64), pieces)
     local = ends - row * width
-    table: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:, :length]}
+    # Each int64 (B, L) table made contiguous at once (from the file's dtype, when read so),
+    # so that the collate converts it without a copy.
+    table: dict[str, npt.NDArray[Any]] = {"input_ids": tokens[:, :length].astype(np.int64)}
     if "labels" in outputs:
-        labels = tokens[:, 1:].copy()
+        labels = tokens[:, 1:].astype(np.int64)
         last = local[closes] - 1
         inside = last < length
         labels[row[closes][inside], last[inside]] = IGNORE_INDEX

@@ -8,17 +8,20 @@ about ten numpy calls per sequence, which is most of a batch when ``L`` is a few
 When every window of a batch lies inside one memory-mapped file (always, for a corpus of
 one file), the batch needs only:
 
-- the tokens: each window's bytes read from the file by one ``pread`` and converted into
-  its row of one ``(B, w)`` int64 table, and checked against ``vocab_size`` in one pass;
-  a bad id re-reads its row by :meth:`TokenCorpus.read`, whose error names the file and
-  offset. Read by position, not through the map: a window's first touch of the map
-  faults in the whole page-cache folio holding it (NOTE [ ends read by position ]), so
-  that shuffled windows made about half of a 1.6 GB file resident in 300 batches and
-  cost more CPU than the reads (``pread``: 67 to 70 us per batch of 8 x 2049 uint16
-  tokens, the map 109 to 123 us, 32 MB against 807 to 825 MB resident, load 24). The
-  file is opened per batch and must be the one the corpus mapped (device and inode);
-  a file replaced since, or a map that records no file, is read through the map as
-  before, and a file that shrank is an error naming it;
+- the tokens: each window's bytes read from the file by one ``preadv`` straight into its
+  row of one ``(B, w)`` table of the file's own dtype (no bytes object, no conversion per
+  row), and checked against ``vocab_size`` in one pass; a bad id re-reads its row by
+  :meth:`TokenCorpus.read`, whose error names the file and offset. The table stays in
+  the file's dtype: :func:`features_rows` converts it to int64 once per output, straight
+  into each output's contiguous ``(B, L)`` table (NOTE [ batch rows ]), so a batch of
+  ``input_ids`` and ``labels`` writes two int64 tables, not three. Read by position, not
+  through the map: a window's first touch of the map faults in the whole page-cache folio
+  holding it (NOTE [ ends read by position ]), so that shuffled windows made about half of
+  a 1.6 GB file resident in 300 batches and cost more CPU than the reads (``pread``: 67
+  to 70 us per batch of 8 x 2049 uint16 tokens, the map 109 to 123 us, 32 MB against 807
+  to 825 MB resident, load 24). The file is opened per batch and must be the one the
+  corpus mapped (device and inode); a file replaced since, or a map that records no file,
+  is read through the map as before, and a file that shrank is an error naming it;
 - the pieces: the windows' first and last documents are two ``searchsorted`` calls over
   the batch, the documents between them one ``arange`` and their ends one gather.
 
@@ -46,8 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["chunk_windows"]
 
 I64 = npt.NDArray[np.int64]
-#: The windows' tokens ``(B, w)`` and pieces (documents, counts, closes, pieces per row).
-Windows = tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]
+#: The windows' tokens ``(B, w)`` (the file's dtype) and pieces (documents, counts,
+#: closes, pieces per row).
+Windows = tuple[npt.NDArray[np.integer[Any]], I64, I64, npt.NDArray[np.bool_], I64]
 
 
 def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | None:
@@ -59,9 +63,9 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
         width: The tokens per window.
 
     Returns:
-        The ``(B, width)`` int64 tokens, and the windows' pieces one row after the other:
-        each piece's document, its token count, whether it ends its document, and how many
-        pieces each row has (what :func:`features_rows` takes).
+        The ``(B, width)`` tokens in the file's dtype, and the windows' pieces one row
+        after the other: each piece's document, its token count, whether it ends its
+        document, and how many pieces each row has (what :func:`features_rows` takes).
 
     Raises:
         ValueError: a token id lies outside ``[0, vocab_size)`` (as ``read`` says it).
@@ -89,11 +93,11 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
     if int(starts.max()) + width > int(token_start[f + 1]):
         return None
     local = starts - base
-    tokens = np.empty((len(starts), width), dtype=np.int64)
+    tokens: npt.NDArray[Any] = np.empty((len(starts), width), dtype=mapped.dtype)
     found = mapped_file(mapped)
-    if found is None or not _read_rows(tokens, found, mapped.dtype, local, corpus._identity[f]):
+    if found is None or not _read_rows(tokens, found, local, corpus._identity[f]):
         for row, first in zip(tokens, local.tolist(), strict=True):
-            row[:] = mapped[first : first + width]  # the int64 conversion is this copy
+            row[:] = mapped[first : first + width]
     if corpus.vocab_size is not None and bool(((tokens >= corpus.vocab_size) | (tokens < 0)).any()):
         for start in starts.tolist():
             corpus.read(start, start + width)  # raises, naming the file and the offset
@@ -101,18 +105,18 @@ def chunk_windows(corpus: TokenCorpus, starts: I64, width: int) -> Windows | Non
 
 
 def _read_rows(
-    tokens: I64, found: tuple[str, int], dtype: np.dtype[Any], local: I64, identity: Any
+    tokens: npt.NDArray[np.integer[Any]], found: tuple[str, int], local: I64, identity: Any
 ) -> bool:
-    """Fill each row of ``tokens`` from the file ``found`` (name, first byte) at ``local``.
+    """Fill each row of ``tokens`` (the file's dtype) from ``found`` (name, first byte).
 
-    False, and nothing read, if the file there is not the one mapped (``identity``) or is
-    gone.
+    Row ``j`` is read at token ``local[j]`` of the file. False, and nothing read, if the
+    file there is not the one mapped (``identity``) or is gone.
 
     Raises:
         ValueError: the file ends before a window (it shrank while open).
     """
     name, offset = found
-    item = dtype.itemsize
+    item = tokens.itemsize
     size = tokens.shape[1] * item
     try:
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
@@ -123,17 +127,25 @@ def _read_rows(
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != identity:
             return False
         for row, first in zip(tokens, local.tolist(), strict=True):
-            data = os.pread(fd, size, offset + first * item)
-            if len(data) != size:
+            got = _read_into(fd, row, offset + first * item)
+            if got != size:
                 raise ValueError(
                     f"token file {name} should hold {size} bytes at byte "
-                    f"{offset + first * item}, but it ends {len(data)} bytes in; it changed "
+                    f"{offset + first * item}, but it ends {got} bytes in; it changed "
                     "while open, open the corpus again"
                 )
-            row[:] = np.frombuffer(data, dtype=dtype)  # the int64 conversion is this copy
     finally:
         os.close(fd)
     return True
+
+
+def _read_into(fd: int, row: npt.NDArray[Any], at: int) -> int:
+    """Read ``row``'s bytes from ``fd`` at byte ``at`` into it; the bytes read."""
+    if hasattr(os, "preadv"):  # straight into the row, no bytes object
+        return os.preadv(fd, [row.data], at)
+    data = os.pread(fd, row.nbytes, at)  # pragma: no cover (platforms without preadv)
+    row[: len(data) // row.itemsize] = np.frombuffer(data, dtype=row.dtype)  # pragma: no cover
+    return len(data)  # pragma: no cover
 
 
 def _pieces(
@@ -145,10 +157,11 @@ def _pieces(
     stops = local + width
     low = np.searchsorted(ends, local, side="right")
     high = np.minimum(np.searchsorted(ends, stops, side="left") + 1, last)
-    pieces = (high - low).astype(np.int64)
+    pieces = high - low  # int64 (intp) already: searchsorted's
     row = np.repeat(np.arange(len(local), dtype=np.int64), pieces)
-    begins = np.cumsum(pieces) - pieces
-    docs = np.arange(int(pieces.sum()), dtype=np.int64) - begins[row] + low[row]
+    total = np.cumsum(pieces)
+    begins = total - pieces
+    docs = np.arange(int(total[-1]), dtype=np.int64) + (low - begins)[row]
     check = corpus._checks[f]
     if not check.complete:  # each document by its two ends (NOTE [ pair check ]), then the brackets
         check.cover_reads(ends, docs, np.asarray(ends[np.maximum(docs - 1, 0)], np.int64))
@@ -172,8 +185,10 @@ def _brackets(ends: Any, low: I64, high: I64, start: I64, stop: I64) -> bool:
     closing = np.asarray(ends[high - 1])
     inner = np.asarray(ends[np.maximum(high - 2, 0)])
     return bool(
-        ((low == 0) | (before <= start)).all()
-        and (np.asarray(ends[low]) > start).all()
-        and ((high == last) | (closing >= stop)).all()
-        and ((high - 1 == low) | (inner < stop)).all()
+        (
+            ((low == 0) | (before <= start))
+            & (np.asarray(ends[low]) > start)
+            & ((high == last) | (closing >= stop))
+            & ((high - 1 == low) | (inner < stop))
+        ).all()
     )
