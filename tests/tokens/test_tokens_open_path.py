@@ -70,19 +70,26 @@ def chunk_batch(path: Path, sidecar: Path, corpus: TokenCorpus) -> list[list[int
     return [row["input_ids"].tolist() for row in rows]
 
 
-def test_a_chunk_batch_reads_each_window_by_one_pread_of_the_mapped_file(
+def test_a_chunk_batch_reads_each_window_by_one_read_of_the_mapped_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, sidecar = write(tmp_path, [5, 7, 4, 8])
     corpus = TokenCorpus(path, lengths=[sidecar])
     reads: list[int] = []
-    real = os.pread
+    real_pread, real_preadv = os.pread, getattr(os, "preadv", None)
 
     def counted(fd: int, size: int, at: int) -> bytes:
         reads.append(size)
-        return real(fd, size, at)
+        return real_pread(fd, size, at)
+
+    def counted_v(fd: int, buffers: list[memoryview], at: int) -> int:
+        reads.append(sum(memoryview(b).nbytes for b in buffers))
+        assert real_preadv is not None
+        return int(real_preadv(fd, buffers, at))
 
     monkeypatch.setattr(os, "pread", counted)
+    if real_preadv is not None:  # one preadv straight into the window's row
+        monkeypatch.setattr(os, "preadv", counted_v)
     assert chunk_batch(path, sidecar, corpus) == [[13, 14, 15], [1, 2, 3], [21, 22, 23]]
     assert reads == [4 * 4] * 3  # a window of L + 1 uint32 tokens each, nothing else
 
