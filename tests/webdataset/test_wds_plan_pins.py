@@ -58,12 +58,16 @@ def _folder_bytes(folder: Path) -> int:
 def _tolerance(readers: int, batch_shards: int) -> tuple[int, int]:
     """Shards the served run may download fewer and more than the plan.
 
-    More: each reader's walk may pin, past the run's last batch, up to ``prefetch - 1``
-    shards plus one batch's new shards (it walks a batch while fewer than ``prefetch``
-    lie beyond the next one), which the plan, stopping at the end, does not count. Either
-    way: a reader's walk has up to ``IN_FLIGHT`` downloads at once, each evicting against
-    a folder without the others' bytes, so up to that many victims a reader differ from
-    the lockstep replay's.
+    The run reads the plan's batches, no fewer (:func:`_run`). More: each reader's walk
+    may pin, past the run's last batch, up to ``prefetch - 1`` shards plus one batch's
+    new shards (it walks a batch while fewer than ``prefetch`` lie beyond the next one),
+    which the plan, stopping at the end, does not count. Either way: a reader's walk has
+    up to ``IN_FLIGHT`` downloads at once, each evicting against a folder without the
+    others' bytes, so up to that many victims a reader differ from the lockstep replay's.
+    Nothing else makes the run download fewer: a run that stopped two batches short of
+    the plan's end (``2 * (N // 8W)`` instead of ``ceil(2N / 8W)``) downloaded those
+    batches' shards only when its walk reached them before the close, and so served up to
+    4 GETs fewer under load (96 where the plan said 99), past this bound.
     """
     fewer = readers * IN_FLIGHT
     return fewer, fewer + readers * (PREFETCH - 1 + batch_shards)
@@ -73,7 +77,11 @@ def _run(
     urls: str, index_dir: str, folder: Path, nodes: int, per_node: int, **options: Any
 ) -> tuple[list[WebDatasetSource], int, int]:
     """Two epochs of every rank's batches, stepped in turn; the most distinct shards in one
-    batch, and the largest a node's folder was seen between batches."""
+    batch, and the largest a node's folder was seen between batches.
+
+    As many batches as the plan reads: through the end of the second epoch, the last one
+    straddling it (``plan_run`` replays ``ceil(2N / 8W)`` batches a rank).
+    """
     world = nodes * per_node
     sources = [
         WebDatasetSource(
@@ -91,7 +99,7 @@ def _run(
         )
         for rank in range(world)
     ]
-    steps = 2 * (sources[0].num_samples // (8 * world))
+    steps = -(-2 * sources[0].num_samples // (8 * world))
     iterators = [iter(source) for source in sources]
     batch_shards, high = 0, 0
     try:

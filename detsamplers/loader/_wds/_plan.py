@@ -65,7 +65,7 @@ from .order._shard_order import ShardOrder
 from .read._cache_reader import first_batch_whole
 from .read._node_cache import download_step
 from .read._node_fetches import node_fetches
-from .read._pin_walk import DryCache, DryReader, lockstep
+from .read._pin_walk import ChunkedBatches, DryCache, DryReader, lockstep
 from .remote._remote_reads import make_options
 
 __all__ = ["fetch_plan", "plan_run"]
@@ -207,38 +207,21 @@ def _replay(epochs: list[I64], sizes: I64, ranged: dict[int, tuple[int, int]]) -
     return out, held, 0, (0, 0)
 
 
-class _ReaderBatches:
-    """A reader's batches' shards and epochs, located ``_CHUNK`` batches at a time.
-
-    The dry walk reads at most ``BATCHES_AHEAD`` batches past the batch read, so two
-    chunks are kept: the memory is bounded whatever the run's length.
-    """
+class _ReaderBatches(ChunkedBatches):
+    """A rank's (or worker's) ``batches``, each its shards, located a chunk at a time."""
 
     def __init__(self, order: ShardOrder, cluster: Cluster, rank: int, batches: range) -> None:
-        self.order, self.cluster, self.rank, self.batches = order, cluster, rank, batches
-        self.chunks: dict[int, list[list[int]]] = {}
+        super().__init__(batches)
+        self.order, self.cluster, self.rank = order, cluster, rank
 
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> list[int]:
-        key = i // _CHUNK
-        chunk = self.chunks.get(key)
-        if chunk is None:
-            c = self.cluster
-            mine = self.batches[key * _CHUNK : (key + 1) * _CHUNK]
-            positions = np.concatenate(
-                [rank_positions(b, c.batch_size, c.world, self.rank, None, c.origin) for b in mine]
-            )
-            located, _ = self.order.locate(positions)
-            chunk = located.reshape(len(mine), c.batch_size).tolist()
-            self.chunks = {k: v for k, v in self.chunks.items() if k == key - 1}
-            self.chunks[key] = chunk
-        return chunk[i % _CHUNK]
-
-
-#: Batches of a reader the dry replay locates at once.
-_CHUNK = 1024
+    def locate_chunk(self, batches: range) -> list[list[int]]:
+        c = self.cluster
+        positions = np.concatenate(
+            [rank_positions(b, c.batch_size, c.world, self.rank, None, c.origin) for b in batches]
+        )
+        located, _ = self.order.locate(positions)
+        shards: list[list[int]] = located.reshape(len(batches), c.batch_size).tolist()
+        return shards
 
 
 def _replay_pins(

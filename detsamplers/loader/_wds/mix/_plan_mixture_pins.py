@@ -45,13 +45,11 @@ import numpy.typing as npt
 from .._plan_fetches import Spans, ranged_cost
 from .._plan_report import NodePlan
 from ..order._rank_batches import rank_positions
-from ..read._pin_walk import BATCHES_AHEAD, DryCache, DryReader, lockstep
+from ..read._pin_walk import BATCHES_AHEAD, ChunkedBatches, DryCache, DryReader, lockstep
 
 __all__ = ["PinnedCache", "node_costs", "replay_segment", "warm_copies"]
 
 I64 = npt.NDArray[np.int64]
-#: Batches of a reader located at once.
-_CHUNK = 1024
 
 
 class PinnedCache(DryCache):
@@ -91,34 +89,28 @@ def warm_copies(caches: Sequence[PinnedCache], nodes: int, limit: int) -> list[P
     return out + [PinnedCache(limit) for _ in range(nodes - len(out))]
 
 
-class _MixBatches:
-    """One reader's batches in ``[low, high)``, each its shards, located a chunk at a time."""
+class _MixBatches(ChunkedBatches):
+    """One reader's ``batches``, each its shards at positions in ``span``, a chunk at a time."""
 
     def __init__(
-        self, locate: Callable[[I64], I64], batches: range, grid: tuple[int, int, int, int]
+        self,
+        locate: Callable[[I64], I64],
+        batches: range,
+        grid: tuple[int, int, int, int],
+        span: tuple[int, int],
     ) -> None:
-        self.locate, self.batches, self.grid = locate, batches, grid
-        self.span = (0, 0)
-        self.chunks: dict[int, list[list[int]]] = {}
+        super().__init__(batches)
+        self.locate, self.grid, self.span = locate, grid, span
 
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> list[int]:
-        key = i // _CHUNK
-        chunk = self.chunks.get(key)
-        if chunk is None:
-            size, world, rank, origin = self.grid
-            low, high = self.span
-            chunk = []
-            mine = self.batches[key * _CHUNK : (key + 1) * _CHUNK]
-            every = [rank_positions(b, size, world, rank, None, origin) for b in mine]
-            located = self.locate(np.concatenate(every)).reshape(len(mine), size)
-            for positions, shards in zip(every, located, strict=True):
-                chunk.append(shards[(positions >= low) & (positions < high)].tolist())
-            self.chunks = {k: v for k, v in self.chunks.items() if k == key - 1}
-            self.chunks[key] = chunk
-        return chunk[i % _CHUNK]
+    def locate_chunk(self, batches: range) -> list[list[int]]:
+        size, world, rank, origin = self.grid
+        low, high = self.span
+        every = [rank_positions(b, size, world, rank, None, origin) for b in batches]
+        located = self.locate(np.concatenate(every)).reshape(len(batches), size)
+        return [
+            shards[(positions >= low) & (positions < high)].tolist()
+            for positions, shards in zip(every, located, strict=True)
+        ]
 
 
 def _nothing(batch: int, shard: int) -> None:
@@ -195,8 +187,8 @@ def replay_segment(
                 reads = len(mine)
                 if last:  # the walk's reach past the end
                     mine = range(first + worker, stop + (BATCHES_AHEAD + 1) * step, step)
-                batches = _MixBatches(locate, mine, (size, world, rank, origin))
-                batches.span = (low, high if not last else np.iinfo(np.int64).max)
+                reach = high if not last else int(np.iinfo(np.int64).max)
+                batches = _MixBatches(locate, mine, (size, world, rank, origin), (low, reach))
 
                 reader = _TimedReader(batches, prefetch, cache, size_of, _nothing, reads)
 

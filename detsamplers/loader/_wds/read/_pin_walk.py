@@ -27,6 +27,7 @@ set exceeds it) and the largest working set pinned at once.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
@@ -35,7 +36,9 @@ from ._node_cache import evict_until
 
 __all__ = [
     "BATCHES_AHEAD",
+    "CHUNK",
     "Batches",
+    "ChunkedBatches",
     "DryCache",
     "DryReader",
     "lockstep",
@@ -55,6 +58,49 @@ class Batches(Protocol):
 
 #: The prefetch walks at most this many batches past the one being read.
 BATCHES_AHEAD = 256
+#: Batches of a reader a plan's dry replay locates at once (more than ``BATCHES_AHEAD``).
+CHUNK = 1024
+
+
+class ChunkedBatches(ABC):
+    """A reader's ``batches``, each its shards, located ``CHUNK`` batches at a time.
+
+    The template of a plan's :class:`Batches`: a subclass says how a chunk of batches is
+    located (:meth:`locate_chunk`), this class which chunk to locate and which to keep. A
+    dry reader reads batch ``done + 1`` and walks at most ``BATCHES_AHEAD`` batches past
+    it, fewer than a chunk, so only the chunk of the batch asked for and the one before it
+    are kept: the memory is two chunks whatever the run's length.
+
+    Examples:
+        >>> class Tens(ChunkedBatches):
+        ...     def locate_chunk(self, batches: range) -> list[list[int]]:
+        ...         return [[b // 10, b % 10] for b in batches]
+        >>> tens = Tens(range(0, 5000, 2))
+        >>> len(tens), tens[3], tens[1024], tens[2047], sorted(tens.chunks)
+        (2500, [0, 6], [204, 8], [409, 4], [0, 1])
+        >>> tens[2048], sorted(tens.chunks)  # a third chunk: the first is dropped
+        ([409, 6], [1, 2])
+    """
+
+    def __init__(self, batches: range) -> None:
+        self.batches = batches
+        self.chunks: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> list[int]:
+        key = i // CHUNK
+        chunk = self.chunks.get(key)
+        if chunk is None:
+            chunk = self.locate_chunk(self.batches[key * CHUNK : (key + 1) * CHUNK])
+            self.chunks = {k: v for k, v in self.chunks.items() if k == key - 1}
+            self.chunks[key] = chunk
+        return chunk[i % CHUNK]
+
+    @abstractmethod
+    def locate_chunk(self, batches: range) -> list[list[int]]:
+        """The shards of each of ``batches`` (the hook a plan's batches fill in)."""
 
 
 def shards_ahead(held: Iterable[int], first: Mapping[int, int], done: int) -> int:
