@@ -7,12 +7,12 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokens_helpers import count_position_reads
 from tokens_helpers import ends_cache_of as cache_of
 from tokens_helpers import write_lengths as write
 
@@ -39,20 +39,7 @@ def forget() -> None:
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the values the open reads from the ends cache and the sidecar by position."""
-    seen: list[int] = []
-    real_at, real_file_at = _boundaries.read_at, _boundaries.read_file_at
-
-    def read_at(values: Any, at: Any) -> Any:
-        seen.append(len(at))
-        return real_at(values, at)
-
-    def read_file_at(name: str, offset: int, dtype: Any, at: Any) -> Any:
-        seen.append(len(at))
-        return real_file_at(name, offset, dtype, at)
-
-    monkeypatch.setattr(_boundaries, "read_at", read_at)
-    monkeypatch.setattr(_boundaries, "read_file_at", read_file_at)
-    return seen
+    return count_position_reads(monkeypatch)
 
 
 def opened(path: Path, sidecar: Path, reads: list[int]) -> tuple[list[list[int]], int]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokens_helpers import count_position_reads
 from tokens_helpers import ends_cache_of as cache_of
 from tokens_helpers import write_lengths as write
 
@@ -56,20 +57,7 @@ def fresh() -> Iterator[None]:
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the values the open's sampled check reads from the cache and the sidecar."""
-    seen: list[int] = []
-    real_at, real_file_at = _boundaries.read_at, _boundaries.read_file_at
-
-    def read_at(values: Any, at: Any) -> Any:
-        seen.append(len(at))
-        return real_at(values, at)
-
-    def read_file_at(name: str, offset: int, dtype: Any, at: Any) -> Any:
-        seen.append(len(at))
-        return real_file_at(name, offset, dtype, at)
-
-    monkeypatch.setattr(_boundaries, "read_at", read_at)
-    monkeypatch.setattr(_boundaries, "read_file_at", read_file_at)
-    return seen
+    return count_position_reads(monkeypatch)
 
 
 @pytest.fixture

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
-from detsamplers.tokens import TokenCorpus, TokenSequences
+from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
 
 #: The end-of-document id of the corpora written here (other tokens are >= 1).
 EOD = 0
@@ -68,3 +70,25 @@ def write_lengths(folder: Path, lengths: list[int], name: str = "t") -> tuple[Pa
 def ends_cache_of(sidecar: Path) -> Path:
     """The document ends cache a lengths sidecar gets beside it."""
     return sidecar.with_name(sidecar.name + ".ends.npy")
+
+
+def count_position_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the values read by position from the ends cache and the sidecar, from now on.
+
+    Each read appends how many values it asked for (``_boundaries.read_at`` of a mapped
+    array, ``read_file_at`` of a file); the list returned grows as the reads happen.
+    """
+    seen: list[int] = []
+    real_at, real_file_at = _boundaries.read_at, _boundaries.read_file_at
+
+    def read_at(values: Any, at: Any) -> Any:
+        seen.append(len(at))
+        return real_at(values, at)
+
+    def read_file_at(name: str, offset: int, dtype: Any, at: Any) -> Any:
+        seen.append(len(at))
+        return real_file_at(name, offset, dtype, at)
+
+    monkeypatch.setattr(_boundaries, "read_at", read_at)
+    monkeypatch.setattr(_boundaries, "read_file_at", read_file_at)
+    return seen
