@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _peak_memory import growth_since, reset_peak
 
 from detsamplers import kernel_status
 from detsamplers.loader import DataLoader
@@ -40,24 +41,6 @@ def corpus_at(folder: Path, documents: int, seed: int = 0) -> TokenCorpus:
             handle.truncate(int(lengths.sum()) * 2)  # sparse: no disk, pages of zeros
         np.save(sidecar, lengths)
     return TokenCorpus(tokens, dtype="uint16", lengths=[sidecar])
-
-
-def _status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak() -> float:
-    """Reset the process's peak resident set to the current one; return it, in MiB."""
-    Path("/proc/self/clear_refs").write_text("5")
-    return _status_mb("VmRSS")
-
-
-def peak_since_reset() -> float:
-    """The peak resident set since :func:`reset_peak`, in MiB."""
-    return _status_mb("VmHWM")
 
 
 def main() -> None:
@@ -91,7 +74,7 @@ def main() -> None:
             PackOrder(corpus, seq_len, 0, window, cache=False)
         else:
             ConcatOrder(corpus, 0, window)
-        seconds, growth = time.perf_counter() - start, peak_since_reset() - before
+        seconds, growth = time.perf_counter() - start, growth_since(before)
         print(f"{args.mode} index build: {seconds:.3f} s, {growth:.1f} MiB over the "
               f"{before:.1f} MiB before it ({kernel_status()})")  # fmt: skip
         return

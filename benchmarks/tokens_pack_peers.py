@@ -46,28 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-
-# These peak-memory helpers repeat benchmarks/tokens_pack.py's on purpose: the shared
-# benchmarks/_common.py imports torch and detsamplers, and this script runs each peer in a
-# process whose whole-process peak RSS it reports, so importing it would add both to every
-# peer's figure.
-def _status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak() -> float:
-    """Reset the peak resident set to the current one (``/proc/self/clear_refs``); MiB."""
-    Path("/proc/self/clear_refs").write_text("5")
-    return _status_mb("VmRSS")
-
-
-def growth_since(before: float) -> float:
-    """The peak resident set since :func:`reset_peak` less ``before``, in MiB."""
-    return _status_mb("VmHWM") - before
+from _peak_memory import growth_since, reset_peak
 
 
 def lengths_of(dist: str, documents: int) -> Any:
