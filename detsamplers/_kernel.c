@@ -454,6 +454,12 @@ PyObject *pack_bins(PyObject *self, PyObject *args);
 PyObject *pack_counts(PyObject *self, PyObject *args);
 PyObject *pack_rows(PyObject *self, PyObject *args);
 
+/* -- a batch's pack windows end to end, and the bins' orders: in _kernel_pack_windows.c ----- */
+
+extern const char pack_windows_doc[], feistel_orders_doc[];
+PyObject *pack_windows(PyObject *self, PyObject *args);
+PyObject *feistel_orders(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
@@ -462,6 +468,8 @@ static PyMethodDef methods[] = {
     {"pack_bins", pack_bins, METH_VARARGS, pack_bins_doc},
     {"pack_counts", pack_counts, METH_VARARGS, pack_counts_doc},
     {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
+    {"pack_windows", pack_windows, METH_VARARGS, pack_windows_doc},
+    {"feistel_orders", feistel_orders, METH_VARARGS, feistel_orders_doc},
     {NULL, NULL, 0, NULL},
 };
 

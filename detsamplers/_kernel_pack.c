@@ -27,8 +27,8 @@ static inline int64_t lower_bound(const int64_t *keys, int64_t n, int64_t value)
 }
 
 /* Best-fit of sizes[0..n) into bins of capacity, each size's bin into bins (NULL: counts only);
- * keys is scratch of n items. Returns the number of bins. */
-static int64_t best_fit(const int64_t *sizes, int64_t n, int64_t capacity, int64_t *bins, int64_t *keys) {
+ * keys is scratch of n items. Returns the number of bins. Not static: _kernel_pack_windows.c calls it. */
+int64_t best_fit(const int64_t *sizes, int64_t n, int64_t capacity, int64_t *bins, int64_t *keys) {
     const int64_t scale = n + 1;
     int64_t open = 0, opened = 0;
     for (int64_t p = 0; p < n; p++) {

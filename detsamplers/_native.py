@@ -12,9 +12,11 @@ compares the two on random mixtures, positions and strides).
 
 The same extension holds other loops with a Python fallback each: the tar header check
 (``_kernel_headers.c``), the best-fit-decreasing of the ``pack`` token mode
-(``_kernel_pack.c``, NOTE [ packed sequences ]; tests/tokens/test_tokens_pack_kernel.py)
-and a packed batch's rows (``_kernel_pack.c``, NOTE [ packed batch rows ];
-tests/tokens/test_tokens_pack_rows.py).
+(``_kernel_pack.c``, NOTE [ packed sequences ]; tests/tokens/test_tokens_pack_kernel.py),
+a packed batch's rows (``_kernel_pack.c``, NOTE [ packed batch rows ];
+tests/tokens/test_tokens_pack_rows.py) and a batch's pack windows end to end
+(``_kernel_pack_windows.c``, NOTE [ compiled window packing ];
+tests/tokens/test_tokens_pack_windows.py).
 
 The extension is optional: ``pip install`` builds it when a C compiler is present and
 installs the package without it otherwise, and setting ``DETSAMPLERS_NO_KERNEL=1`` before

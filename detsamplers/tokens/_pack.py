@@ -43,7 +43,9 @@ tokens too: the inputs and the shifted labels):
 - **Kernel.** The best-fit loop runs in the compiled kernel when it is there
   (``_kernel_pack.c``, NOTE [ compiled mixture kernel ]): the same sorted keys, search
   and moves as :func:`best_fit_decreasing`, so the same bins; the Python functions here
-  stay as the fallback and the reference (tests/tokens/test_tokens_pack_kernel.py).
+  stay as the fallback and the reference (tests/tokens/test_tokens_pack_kernel.py). A
+  batch's windows are packed end to end in one compiled call, pieces to columns (NOTE
+  [ compiled window packing ]); :func:`pack_numpy` stays as its fallback and reference.
 
 Every piece once per epoch: the document order is a bijection, the windows partition it,
 and best-fit places every piece of a window in exactly one of its bins; no bin holds more
@@ -79,6 +81,7 @@ from ._concat import Pieces
 from ._corpus import TokenCorpus
 from ._files import open_npy
 from ._pack_recall import recall_window, remember_window, windows_key
+from ._pack_windows import Window, pack_compiled
 
 __all__ = [
     "LONG_DOCUMENTS",
@@ -201,6 +204,61 @@ def _pieces_of(lengths: I64, capacity: int, split: bool) -> tuple[I64, I64, I64]
     return owner, offset, np.minimum(capacity, lengths[owner] - offset)
 
 
+def pack_numpy(
+    columns: tuple[I64, I64, I64],
+    span: I64,
+    ws: list[int],
+    capacity: int,
+    split: bool,
+    bin_key: int,
+) -> tuple[I64, list[Window]]:
+    """Windows ``ws`` packed in numpy: the reference of NOTE [ compiled window packing ].
+
+    The same arguments and results as :func:`~._pack_windows.pack_compiled`.
+
+    Examples:
+        >>> docs, starts, stops = (np.array(v) for v in ([4, 1, 0], [9, 2, 0], [12, 7, 2]))
+        >>> counts, windows = pack_numpy((docs, starts, stops), np.array([2, 1]), [3, 5], 5,
+        ...                              True, 7)
+        >>> counts.tolist(), [w[1].tolist() for w in windows], windows[0][0].tolist()
+        ([2, 1], [[4, 1], [0]], [0, 1, 2])
+    """
+    docs, starts, stops = columns
+    lengths = stops - starts
+    owner, offset, size = _pieces_of(lengths, capacity, split)
+    slot = np.repeat(np.arange(len(ws), dtype=np.int64), span)[owner]  # each piece's window
+    # Each window's pieces by decreasing size, stably: one stable sort of one key
+    # (window, then room left), the order ``lexsort((-size, slot))`` gives.
+    by_size = np.argsort(slot * (capacity + 1) + (capacity - size), kind="stable")
+    edges = np.searchsorted(slot, np.arange(len(ws) + 1), side="left")
+    placed = np.empty(len(size), dtype=np.int64)
+    counts = _best_fit_windows(size[by_size], edges, capacity, placed)
+    # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
+    # offset by the sequences of the windows before it in ``ws``.
+    # All the windows' bin orders in one pass (NOTE [ batched permutations ]).
+    ranks = np.empty(int(counts.sum()), dtype=np.int64)
+    base = np.cumsum(counts) - counts
+    read = FeistelPermutation.orders(bin_key, counts, np.array(ws, dtype=np.int64))
+    ranks[read + np.repeat(base, counts)] = np.arange(len(ranks), dtype=np.int64)
+    bin_of = np.empty(len(size), dtype=np.int64)
+    bin_of[by_size] = placed + np.repeat(base, np.diff(edges))
+    sequence = ranks[bin_of]
+    grouped = np.argsort(sequence, kind="stable")
+    sizes = np.bincount(sequence, minlength=len(ranks))
+    closes = offset + size == lengths[owner]
+    docs_of, firsts, sizes_of, closes_of = (docs[owner][grouped], (starts[owner] + offset)[grouped],
+                                            size[grouped], closes[grouped])  # fmt: skip
+    cut = edges.tolist()
+    out: list[Window] = []
+    for i, at in enumerate(base.tolist()):
+        offsets = np.zeros(int(counts[i]) + 1, dtype=np.int64)
+        np.cumsum(sizes[at : at + int(counts[i])], out=offsets[1:])
+        a, b = cut[i], cut[i + 1]
+        out.append((offsets, docs_of[a:b].copy(), firsts[a:b].copy(), sizes_of[a:b].copy(),
+                    closes_of[a:b].copy()))  # fmt: skip
+    return counts, out
+
+
 class PackOrder:
     """The bins of ``corpus``'s documents packed window by window (NOTE [ packed sequences ]).
 
@@ -259,8 +317,7 @@ class PackOrder:
         self.path: Path | None = None
         if cache and all(isinstance(p, Path) for p in corpus.paths) and isinstance(first, Path):
             self.path = first.with_name(f"{first.name}.pack-{digest.hexdigest()}.npy")
-        self._packed: OrderedDict[int, tuple[I64, I64, I64, I64, npt.NDArray[np.bool_]]]
-        self._packed = OrderedDict()
+        self._packed: OrderedDict[int, Window] = OrderedDict()
         self._kept_pieces = 0  # the pieces of the windows in ``_packed``
         header = self._load() if self.path is not None else None
         if header is None:
@@ -404,24 +461,38 @@ class PackOrder:
         return True
 
     def _pack_windows(self, ws: list[int]) -> None:
-        """Pack windows ``ws`` (NOTE [ packed sequences ]) and keep them."""
+        """Pack windows ``ws`` (NOTE [ packed sequences ]) and keep them.
+
+        In the compiled kernel when it is there (NOTE [ compiled window packing ]), else
+        by :func:`pack_numpy`: the same windows either way.
+        """
         if not ws:
             return
-        capacity, size_w = self._capacity, self._window
+        size_w = self._window
         first = np.array(ws, dtype=np.int64) * size_w
         span = np.minimum(first + size_w, self._documents) - first
         local = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
         docs = self._order.at_epoch(np.repeat(first, span) + local, 0)
         starts, stops = self._corpus.spans(docs)
-        lengths = stops - starts
-        owner, offset, size = _pieces_of(lengths, capacity, self._split)
-        slot = np.repeat(np.arange(len(ws), dtype=np.int64), span)[owner]  # each piece's window
-        # Each window's pieces by decreasing size, stably: one stable sort of one key
-        # (window, then room left), the order ``lexsort((-size, slot))`` gives.
-        by_size = np.argsort(slot * (capacity + 1) + (capacity - size), kind="stable")
-        edges = np.searchsorted(slot, np.arange(len(ws) + 1), side="left")
-        placed = np.empty(len(size), dtype=np.int64)
-        counts = _best_fit_windows(size[by_size], edges, capacity, placed)
+        kernel = _native.kernel
+        if kernel is not None:
+            counts, packed = pack_compiled(kernel, (docs, starts, stops), span, ws,
+                                           self._capacity, self._split, self._bin_key)  # fmt: skip
+        else:
+            counts, packed = pack_numpy((docs, starts, stops), span, ws, self._capacity,
+                                        self._split, self._bin_key)  # fmt: skip
+        self._check_counts(ws, counts)
+        for w, window in zip(ws, packed, strict=True):
+            if w in self._packed:  # not reached by prepare or window: they pack new ones
+                self._kept_pieces -= len(self._packed[w][1])
+            self._packed[w] = window
+            self._kept_pieces += len(window[1])
+        while len(self._packed) > CACHED_WINDOWS and self._kept_pieces > CACHED_PIECES:
+            _, evicted = self._packed.popitem(last=False)
+            self._kept_pieces -= len(evicted[1])
+
+    def _check_counts(self, ws: list[int], counts: I64) -> None:
+        """Refuse a window whose bins are not as many as the pack index says."""
         for w, count in zip(ws, counts.tolist(), strict=True):
             expected = int(self._cumulative[w + 1] - self._cumulative[w])
             if count != expected:
@@ -430,35 +501,6 @@ class PackOrder:
                     f"{where} should hold the bins of each window, but window {w} packs into "
                     f"{count} bins where it says {expected}; delete the file to rebuild it"
                 )
-        # Sequence j of window w is its bin read[j]: a bin's rank in the reading order,
-        # offset by the sequences of the windows before it in ``ws``.
-        # All the windows' bin orders in one pass (NOTE [ batched permutations ]).
-        ranks = np.empty(int(counts.sum()), dtype=np.int64)
-        base = np.cumsum(counts) - counts
-        read = FeistelPermutation.orders(self._bin_key, counts, np.array(ws, dtype=np.int64))
-        ranks[read + np.repeat(base, counts)] = np.arange(len(ranks), dtype=np.int64)
-        bin_of = np.empty(len(size), dtype=np.int64)
-        bin_of[by_size] = placed + np.repeat(base, np.diff(edges))
-        sequence = ranks[bin_of]
-        grouped = np.argsort(sequence, kind="stable")
-        sizes = np.bincount(sequence, minlength=len(ranks))
-        closes = offset + size == lengths[owner]
-        columns = (docs[owner][grouped], (starts[owner] + offset)[grouped], size[grouped],
-                   closes[grouped])  # fmt: skip
-        docs_of, firsts, sizes_of, closes_of = columns
-        cut = edges.tolist()
-        for i, (w, at) in enumerate(zip(ws, base.tolist(), strict=True)):
-            offsets = np.zeros(int(counts[i]) + 1, dtype=np.int64)
-            np.cumsum(sizes[at : at + int(counts[i])], out=offsets[1:])
-            a, b = cut[i], cut[i + 1]
-            if w in self._packed:  # not reached by prepare or window: they pack new ones
-                self._kept_pieces -= len(self._packed[w][1])
-            self._packed[w] = (offsets, docs_of[a:b].copy(), firsts[a:b].copy(),
-                               sizes_of[a:b].copy(), closes_of[a:b].copy())  # fmt: skip
-            self._kept_pieces += b - a
-        while len(self._packed) > CACHED_WINDOWS and self._kept_pieces > CACHED_PIECES:
-            _, evicted = self._packed.popitem(last=False)
-            self._kept_pieces -= len(evicted[1])
 
     def batch(self, ks: list[int]) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
         """Sequences ``ks``'s pieces, one row after the other, and each row's piece count.
