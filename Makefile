@@ -115,8 +115,11 @@ check: $(STAMP) $(MOSAIC_LIB_STAMP)
 PYTEST_WORKERS ?= 3
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
+# Compiled modules are kept (git-ignored __pycache__) even where PYTHONDONTWRITEBYTECODE is
+# set: otherwise every process the suite starts (each torchrun rank, script, CLI and pytest
+# run) compiles detsamplers, the examples and the test helpers it imports from source again.
 test: check
-	$(PY) -m pytest $(XDIST)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest $(XDIST)
 	$(MAKE) bench-quick
 
 # The fast tier, before each commit: every test without a slow marker (tests/tiers.py), none

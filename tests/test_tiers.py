@@ -153,7 +153,7 @@ def test_make_test_fast_deselects_every_slow_marker_and_make_test_deselects_none
     assert fast is not None and full is not None
     command = f'HYPOTHESIS_PROFILE=fast $(PY) -m pytest $(XDIST) -q -m "{tiers.FAST}"'
     assert fast.group(1) == "PYTHONDONTWRITEBYTECODE= " + command
-    assert full.group(1) == "$(PY) -m pytest $(XDIST)"
+    assert full.group(1) == "PYTHONDONTWRITEBYTECODE= $(PY) -m pytest $(XDIST)"
     # Both on pytest-xdist workers, a file per worker (tests/parallel.py); no marker in it.
     xdist = re.search(r"^XDIST := (.*)$", makefile, flags=re.MULTILINE)
     assert xdist is not None
