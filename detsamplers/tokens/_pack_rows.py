@@ -39,16 +39,16 @@ kernel is there (NOTE [ compiled mixture kernel ]), ``pack_rows`` in ``_kernel_p
 reads each row's pieces from its window's columns and writes the same arrays into ones
 made here at their final shapes, one pass per row: each piece's tokens converted into the
 row's inputs and, one column left, its labels (loops without a branch, which the compiler
-vectorises), then fills for the positions, document ids and padding, the row's
-``cu_seqlens`` and the batch's flattened offsets from each piece's end in its row. It
-checks every window's columns, every piece against the file and every row against
-``L + 1`` before writing; with a ``vocab_size`` it also says whether every token read lies
-in ``[0, vocab_size)`` (a min/max pass, skipped where the dtype cannot reach it), and one
-that does not takes the numpy path, which names the file. Several files, a remote file or
-another dtype take the numpy path, which stays the reference
-(tests/tokens/test_tokens_pack_rows.py compares the two on random corpora, every token
-dtype, with and without a ``vocab_size``). No array is reused from one batch to the next:
-a batch handed out is never written again.
+vectorises; GCC on x86-64 Linux also builds them for AVX2, picked at load), then fills for
+the positions, document ids and padding, the row's ``cu_seqlens`` and the batch's
+flattened offsets from each piece's end in its row. It checks every window's columns,
+every piece against the file and every row against ``L + 1`` before writing; with a
+``vocab_size`` it also says whether every token read lies in ``[0, vocab_size)`` (a
+min/max pass, skipped where the dtype cannot reach it), and one that does not takes the
+numpy path, which names the file. Several files, a remote file or another dtype take the
+numpy path, which stays the reference (tests/tokens/test_tokens_pack_rows.py compares the
+two on random corpora, every token dtype, with and without a ``vocab_size``). No array is
+reused from one batch to the next: a batch handed out is never written again.
 """
 
 from __future__ import annotations
