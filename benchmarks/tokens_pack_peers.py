@@ -168,9 +168,10 @@ def olmo(lengths: Any, seq_len: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _rate(batches: Any, batch: int, seq_len: int, budget: int, cap: float) -> dict[str, Any]:
-    """Packed tokens/s of an endless iterator of batches, after a warm-up of ``batch``."""
-    for _ in range(batch):
+def _rate(batches: Any, batch: int, seq_len: int, budget: int, cap: float,
+          warmup: int) -> dict[str, Any]:  # fmt: skip
+    """Packed tokens/s of an endless iterator of batches, after ``warmup`` batches."""
+    for _ in range(warmup):
         next(batches)
     start, cpu, count = time.perf_counter(), time.process_time(), 0
     while count < budget and time.perf_counter() - start < cap:
@@ -198,7 +199,8 @@ def rate_ours(lengths: Any, seq_len: int, window: int, folder: Path, long: str,
     loader = DataLoader(sequences, batch_size=args.batch, shuffle=True, seed=0,
                         num_workers=args.rate, collate_fn=collate_tokens)  # fmt: skip
     batches = iter(loader.get_data_loader(repeat=True))
-    return {"outputs": outputs, **_rate(batches, args.batch, seq_len, args.budget, args.cap)}
+    return {"outputs": outputs,
+            **_rate(batches, args.batch, seq_len, args.budget, args.cap, args.warmup)}  # fmt: skip
 
 
 def rate_torchtune(lengths: Any, seq_len: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +236,7 @@ def rate_torchtune(lengths: Any, seq_len: int, args: argparse.Namespace) -> dict
             epoch += 1
 
     return {"collate": args.collate, **_rate(endless(), args.batch, seq_len, args.budget,
-                                             args.cap)}  # fmt: skip
+                                             args.cap, args.warmup)}  # fmt: skip
 
 
 def main() -> None:
@@ -251,6 +253,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="--rate: sequences per batch")
     parser.add_argument("--budget", type=int, default=200, help="--rate: batches timed")
     parser.add_argument("--cap", type=float, default=10.0, help="--rate: seconds at most")
+    parser.add_argument("--warmup", type=int, default=8, help="--rate: batches before timing "
+                        "(ours packs each window the first time a batch reads it; torchtune "
+                        "packs before, untimed)")  # fmt: skip
     parser.add_argument("--outputs", default="input_ids,labels,position_ids,document_ids,"
                         "cu_seqlens", help="--rate, ours: the arrays computed")  # fmt: skip
     parser.add_argument("--collate", default="torchtune", choices=["torchtune", "stack"])
@@ -276,7 +281,8 @@ def main() -> None:
     settings = {"window": args.window, "long_documents": args.long_documents}
     settings = settings if args.peer == "ours" else {}
     settings.update({"bins": args.bins} if args.peer == "grain" else {})
-    settings.update({"workers": args.rate, "batch": args.batch} if args.rate is not None else {})
+    settings.update({"workers": args.rate, "batch": args.batch, "warmup": args.warmup}
+                    if args.rate is not None else {})  # fmt: skip
     line = {
         "peer": args.peer, **settings, "dist": args.dist, "documents": args.documents,
         "seq_len": args.seq_len, "tokens": int(lengths.sum()), **out,

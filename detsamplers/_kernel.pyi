@@ -43,12 +43,11 @@ def pack_bins(sizes: Any, capacity: int, bins_out: Any, /) -> int: ...
 def pack_counts(sizes: Any, bounds: Any, capacity: int, counts_out: Any, /) -> None: ...
 def pack_rows(
     tokens: Any,
-    firsts: Any,
-    counts: Any,
-    closes: Any,
-    docs: Any,
-    pieces: Any,
+    base: int,
+    sources: list[tuple[Any, Any, Any, Any, Any]],
+    js: Any,
     seq_len: int,
+    vocab: int,
     input_ids: Any,
     labels: Any,
     position_ids: Any,
@@ -56,4 +55,4 @@ def pack_rows(
     cu_seqlens: Any,
     flat: Any,
     /,
-) -> tuple[int, int]: ...
+) -> bool: ...

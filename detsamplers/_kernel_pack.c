@@ -176,26 +176,45 @@ PyObject *pack_counts(PyObject *self, PyObject *args) {
 }
 
 /* -- a packed batch's rows (NOTE [ packed batch rows ] in detsamplers/tokens/_pack_rows.py) --
- * The same arrays as _pack_rows.packed_rows's numpy path, written in one pass per row into
- * arrays the caller made: each piece's tokens are read once from the mapped file into the
- * row's inputs and, one column left, its labels; the positions, document ids, the row's
- * cu_seqlens and the batch's flattened offsets follow from each piece's end in its row.
- * tests/tokens/test_tokens_pack_rows.py compares the two paths on random corpora. */
+ * The same arrays as _pack_rows.packed_rows's numpy path, written row by row into arrays the
+ * caller made. Row r holds pieces offsets[j]..offsets[j + 1] (j = js[r]) of the columns
+ * sources[r] = (offsets, docs, firsts, counts, closes): a kept pack window's, so that a batch
+ * is read from its windows without gathering their columns first, or a batch's pieces put one
+ * after the other. Each piece's tokens are converted into the row's inputs and, one column
+ * left, its labels by loops without a branch (the compiler vectorises them), and checked
+ * against vocab by a min/max pass only where the token type can exceed it; positions,
+ * document ids and the padding are fills; the row's cu_seqlens and the batch's flattened
+ * offsets follow from each piece's end in its row. Every source, piece and row is checked
+ * before anything is written. tests/tokens/test_tokens_pack_rows.py compares the two paths
+ * on random corpora. */
 
 #define ROWS_IGNORE (-100)
 
-/* Piece tokens src[0..n) into the row from column col: inputs below L, labels one left. */
-#define ROWS_COPY(T)                                                                         \
-    {                                                                                        \
-        const T *src = (const T *)tokens + first;                                            \
-        for (int64_t t = 0; t < n; t++) {                                                    \
-            const int64_t v = (int64_t)src[t], c = col + t;                                  \
-            if (v < lo) lo = v;                                                              \
-            if (v > hi) hi = v;                                                              \
-            if (c < L) in[c] = v;                                                            \
-            if (lab != NULL && c >= 1) lab[c - 1] = v;                                       \
-        }                                                                                    \
+/* A piece's n tokens src[0..n) at column col of a row (col + n <= L + 1): inputs
+ * in[col..min(col + n, L)), labels lab[col - 1..col + n - 1) (none left of column 0).
+ * Returns whether every token lies in [0, vocab), or 1 if vocab <= 0. */
+#define ROWS_PIECE(NAME, T)                                                                    \
+    static int NAME(const void *tokens, int64_t first, int64_t n, int64_t col, int64_t L,        \
+                    int64_t *restrict in, int64_t *restrict lab, int64_t vocab) {              \
+        const T *restrict src = (const T *)tokens + first;                                     \
+        const int64_t inputs = n < L - col ? n : L - col;                                      \
+        for (int64_t t = 0; t < inputs; t++) in[col + t] = (int64_t)src[t];                    \
+        if (lab != NULL)                                                                       \
+            for (int64_t t = col == 0 ? 1 : 0; t < n; t++) lab[col + t - 1] = (int64_t)src[t]; \
+        if (vocab <= 0 || n == 0) return 1;                                                    \
+        T lo = src[0], hi = src[0];                                                            \
+        for (int64_t t = 1; t < n; t++) {                                                      \
+            lo = src[t] < lo ? src[t] : lo;                                                    \
+            hi = src[t] > hi ? src[t] : hi;                                                    \
+        }                                                                                      \
+        return (int64_t)lo >= 0 && (int64_t)hi < vocab;                                        \
     }
+
+ROWS_PIECE(rows_piece_u8, uint8_t)
+ROWS_PIECE(rows_piece_u16, uint16_t)
+ROWS_PIECE(rows_piece_u32, uint32_t)
+ROWS_PIECE(rows_piece_i32, int32_t)
+ROWS_PIECE(rows_piece_i64, int64_t)
 
 static int rows_kind(const char *format) {
     if (format == NULL) return 'B';
@@ -211,7 +230,10 @@ static int rows_out(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t
     view->obj = NULL;
     view->buf = NULL;
     if (obj == Py_None) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return -1;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        view->obj = NULL;
+        return -1;
+    }
     if (view->itemsize != itemsize || view->len != items * itemsize) {
         PyErr_Format(PyExc_ValueError, "%s should hold %zd items of %zd bytes, not %zd bytes", name, items,
                      itemsize, view->len);
@@ -222,142 +244,240 @@ static int rows_out(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t
     return 0;
 }
 
-const char pack_rows_doc[] =
-    "pack_rows(tokens, firsts, counts, closes, docs, pieces, seq_len, input_ids, labels,\n"
-    "          position_ids, document_ids, cu_seqlens, flat, /) -> (int, int)\n\n"
-    "_pack_rows.packed_rows's arrays, into the given C-contiguous outputs (int64 (B, L); int32\n"
-    "(B, L + 1) and (B L + 1,) for cu_seqlens and flat; None for one not wanted): pieces int64\n"
-    "(firsts, counts, closes as 0/1, docs) of a 1-D token buffer, B rows of pieces[r] pieces.\n"
-    "Returns the least and the greatest token read.";
-
-PyObject *pack_rows(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *objs[12];
-    long long seq_len;
-    if (!PyArg_ParseTuple(args, "OOOOOOLOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
-                          &seq_len, &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11]))
-        return NULL;
-    Py_buffer views[12];
-    for (int i = 0; i < 12; i++) views[i].obj = NULL, views[i].buf = NULL;
-    PyObject *result = NULL;
-    const int64_t L = seq_len;
-    int kind = 0;
-    if (PyObject_GetBuffer(objs[0], &views[0], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
-    kind = rows_kind(views[0].format);
-    if (kind == 0 || views[0].ndim > 1) {
-        PyErr_SetString(PyExc_TypeError, "tokens should be a 1-D buffer of uint8, uint16, uint32, int32 or int64");
-        goto done;
+/* Row r's five columns (views[0..5)) from sources[r], checked; its pieces [*a, *b) checked
+ * against the tokens (size of them, base the first's position) and L + 1. 0, or -1 raised. */
+static int rows_source(PyObject *source, Py_buffer *views, int64_t r, int64_t j, int64_t base, int64_t size,
+                       int64_t L, int64_t *a, int64_t *b) {
+    static const char *names[] = {"offsets", "docs", "firsts", "counts", "closes"};
+    if (!PyTuple_Check(source) || PyTuple_GET_SIZE(source) != 5) {
+        PyErr_Format(PyExc_TypeError, "sources[%lld] should be a tuple (offsets, docs, firsts, counts, closes)",
+                     (long long)r);
+        return -1;
     }
-    static const char *names[] = {"tokens", "firsts", "counts", "closes", "docs", "pieces"};
-    for (int i = 1; i < 6; i++)
-        if (int64_view(objs[i], &views[i], 0, names[i]) < 0) {
+    for (int i = 0; i < 5; i++) {
+        PyObject *column = PyTuple_GET_ITEM(source, i);
+        if (i < 4 ? int64_view(column, &views[i], 0, names[i]) < 0
+                  : PyObject_GetBuffer(column, &views[i], PyBUF_C_CONTIGUOUS) < 0) {
             views[i].obj = NULL;
-            goto done;
-        }
-    const int64_t n = views[1].len / 8, rows = views[5].len / 8, size = views[0].len / views[0].itemsize;
-    if (L < 1 || rows < 1 || views[2].len / 8 != n || views[3].len / 8 != n || views[4].len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "pack_rows needs seq_len >= 1, one row or more and one item a piece "
-                                          "in firsts, counts, closes and docs");
-        goto done;
-    }
-    if (rows_out(objs[6], &views[6], rows * L, 8, "input_ids") < 0 || objs[6] == Py_None ||
-        rows_out(objs[7], &views[7], rows * L, 8, "labels") < 0 ||
-        rows_out(objs[8], &views[8], rows * L, 8, "position_ids") < 0 ||
-        rows_out(objs[9], &views[9], rows * L, 8, "document_ids") < 0 ||
-        rows_out(objs[10], &views[10], rows * (L + 1), 4, "cu_seqlens") < 0 ||
-        rows_out(objs[11], &views[11], rows * L + 1, 4, "flat") < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "input_ids should be an output array");
-        goto done;
-    }
-    const int64_t *firsts = views[1].buf, *counts = views[2].buf, *closes = views[3].buf, *docs = views[4].buf,
-                  *pieces = views[5].buf;
-    /* Check everything before writing: each piece inside the tokens, each row at most L + 1. */
-    int64_t p = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t used = 0;
-        if (pieces[r] < 1 || pieces[r] > n - p) {
-            PyErr_Format(PyExc_ValueError, "pieces should sum to %lld with each row >= 1, but row %lld has %lld",
-                         (long long)n, (long long)r, (long long)pieces[r]);
-            goto done;
-        }
-        for (int64_t q = p + pieces[r]; p < q; p++) {
-            if (counts[p] < 0 || firsts[p] < 0 || firsts[p] > size - counts[p]) {
-                PyErr_Format(PyExc_ValueError, "piece %lld (first %lld, count %lld) should lie in the %lld tokens",
-                             (long long)p, (long long)firsts[p], (long long)counts[p], (long long)size);
-                goto done;
-            }
-            used += counts[p];
-        }
-        if (used > L + 1) {
-            PyErr_Format(PyExc_ValueError, "row %lld should hold at most %lld tokens, not %lld", (long long)r,
-                         (long long)(L + 1), (long long)used);
-            goto done;
+            return -1;
         }
     }
-    if (p != n) {
-        PyErr_Format(PyExc_ValueError, "pieces should sum to %lld, not %lld", (long long)n, (long long)p);
-        goto done;
+    const int64_t n = views[1].len / 8, bins = views[0].len / 8 - 1;
+    if (views[4].itemsize != 1 || views[2].len / 8 != n || views[3].len / 8 != n || views[4].len != n) {
+        PyErr_Format(PyExc_ValueError, "sources[%lld] should hold one item a piece in docs, firsts, counts "
+                     "and closes (closes of one byte each)", (long long)r);
+        return -1;
     }
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    const void *tokens = views[0].buf;
-    int64_t *input = views[6].buf, *labels = views[7].buf, *positions = views[8].buf, *documents = views[9].buf;
-    int32_t *cu = views[10].buf, *flat = views[11].buf;
-    Py_BEGIN_ALLOW_THREADS
+    if (j < 0 || j >= bins) {
+        PyErr_Format(PyExc_ValueError, "js[%lld] should be in [0, %lld), the bins of its source, not %lld",
+                     (long long)r, (long long)bins, (long long)j);
+        return -1;
+    }
+    const int64_t *offsets = views[0].buf, *firsts = views[2].buf, *counts = views[3].buf;
+    *a = offsets[j];
+    *b = offsets[j + 1];
+    if (*a < 0 || *a >= *b || *b > n) {
+        PyErr_Format(PyExc_ValueError, "row %lld should hold pieces [%lld, %lld) of its %lld, at least one",
+                     (long long)r, (long long)*a, (long long)*b, (long long)n);
+        return -1;
+    }
+    int64_t used = 0;
+    for (int64_t p = *a; p < *b; p++) {
+        const int64_t first = firsts[p] - base;
+        if (counts[p] < 0 || first < 0 || first > size - counts[p]) {
+            PyErr_Format(PyExc_ValueError, "piece %lld of row %lld (first %lld, count %lld) should lie in the "
+                         "%lld tokens", (long long)p, (long long)r, (long long)first, (long long)counts[p],
+                         (long long)size);
+            return -1;
+        }
+        used += counts[p];
+    }
+    if (used > L + 1) {
+        PyErr_Format(PyExc_ValueError, "row %lld should hold at most %lld tokens, not %lld", (long long)r,
+                     (long long)(L + 1), (long long)used);
+        return -1;
+    }
+    return 0;
+}
+
+/* The fills of rows_fill, each one loop the compiler vectorises. */
+static inline void rows_count(int64_t *restrict out, int64_t n) { /* 0, 1, ..., n - 1 */
+    for (int64_t t = 0; t < n; t++) out[t] = t;
+}
+
+static inline void rows_fill_value(int64_t *restrict out, int64_t n, int64_t value) {
+    for (int64_t t = 0; t < n; t++) out[t] = value;
+}
+
+static inline void rows_fill_i32(int32_t *restrict out, int64_t n, int32_t value) {
+    for (int64_t t = 0; t < n; t++) out[t] = value;
+}
+
+/* What rows_fill reads and writes: the checked sources (five views a row) and the outputs. */
+typedef struct {
+    const void *tokens;
+    int kind;
+    int64_t base, vocab, L, rows;
+    const Py_buffer *views;
+    const int64_t *ranges;
+    int64_t *input, *labels, *positions, *documents;
+    int32_t *cu, *flat;
+} RowsFill;
+
+/* Where GCC can make a copy of the fill for AVX2 and pick it when the CPU has it (function
+ * multi-versioning, x86-64 Linux), its loops convert and store four int64 values at a time
+ * instead of two; elsewhere the plain build. The same arithmetic either way. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define ROWS_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ROWS_CLONES
+#endif
+
+/* The rows' arrays (the checks were made before); whether every token lies below vocab. */
+ROWS_CLONES static int rows_fill(const RowsFill *f) {
+    const void *buf = f->tokens;
+    const int kind = f->kind;
+    const int64_t base = f->base, vocab = f->vocab, L = f->L, rows = f->rows;
+    const int64_t *ranges = f->ranges;
+    int64_t *input = f->input, *labels = f->labels, *positions = f->positions, *documents = f->documents;
+    int32_t *cu = f->cu, *flat = f->flat;
+    int ok = 1;
     int64_t m = 1;
     if (flat != NULL) flat[0] = 0;
-    p = 0;
     for (int64_t r = 0; r < rows; r++) {
+        const Py_buffer *v = f->views + 5 * r;
+        const int64_t *docs = v[1].buf, *firsts = v[2].buf, *counts = v[3].buf;
+        const uint8_t *closes = v[4].buf;
+        const int64_t a = ranges[2 * r], b = ranges[2 * r + 1];
         int64_t *in = input + r * L, *lab = labels != NULL ? labels + r * L : NULL;
         int64_t *pos = positions != NULL ? positions + r * L : NULL;
         int64_t *doc = documents != NULL ? documents + r * L : NULL;
         int32_t *row_cu = cu != NULL ? cu + r * (L + 1) : NULL;
         int64_t col = 0, prev = 0, k = 1;
-        const int64_t q = p + pieces[r];
         if (row_cu != NULL) row_cu[0] = 0;
-        for (int64_t a = p; a < q; a++) {
-            const int64_t first = firsts[a], n = counts[a];
+        for (int64_t p = a; p < b; p++) {
+            const int64_t first = firsts[p] - base, n = counts[p];
             switch (kind) {
-            case 'B': ROWS_COPY(uint8_t) break;
-            case 'H': ROWS_COPY(uint16_t) break;
-            case 'I': ROWS_COPY(uint32_t) break;
-            case 'i': ROWS_COPY(int32_t) break;
-            default: ROWS_COPY(int64_t) break;
+            case 'B': ok &= rows_piece_u8(buf, first, n, col, L, in, lab, vocab); break;
+            case 'H': ok &= rows_piece_u16(buf, first, n, col, L, in, lab, vocab); break;
+            case 'I': ok &= rows_piece_u32(buf, first, n, col, L, in, lab, vocab); break;
+            case 'i': ok &= rows_piece_i32(buf, first, n, col, L, in, lab, vocab); break;
+            default: ok &= rows_piece_i64(buf, first, n, col, L, in, lab, vocab); break;
             }
             const int64_t end = col + n, clipped = end < L ? end : L;
-            for (int64_t c = col; c < clipped; c++) {
-                if (pos != NULL) pos[c] = c - col;
-                if (doc != NULL) doc[c] = docs[a];
-            }
+            if (pos != NULL) rows_count(pos + col, clipped - col);
+            if (doc != NULL) rows_fill_value(doc + col, clipped - col, docs[p]);
             if (row_cu != NULL && end < L && k <= L) row_cu[k++] = (int32_t)end;
             if (flat != NULL && clipped > prev) flat[m++] = (int32_t)(r * L + clipped);
             if (clipped > prev) prev = clipped;
             col = end;
         }
         /* col is the row's real tokens: padding from there, labels ignored from col - 1. */
-        for (int64_t c = col; c < L; c++) {
-            in[c] = 0;
-            if (pos != NULL) pos[c] = c - col;
-            if (doc != NULL) doc[c] = -1;
+        if (col < L) {
+            memset(in + col, 0, (size_t)(L - col) * sizeof(int64_t));
+            if (pos != NULL) rows_count(pos + col, L - col);
+            if (doc != NULL) rows_fill_value(doc + col, L - col, -1);
         }
         if (lab != NULL) {
-            for (int64_t c = col > 0 ? col - 1 : 0; c < L; c++) lab[c] = ROWS_IGNORE;
+            const int64_t from = col > 0 ? col - 1 : 0;
+            rows_fill_value(lab + from, L - from, ROWS_IGNORE);
             int64_t end = 0;
-            for (int64_t a = p; a < q; a++) {
-                end += counts[a];
-                if (closes[a] && end >= 1 && end <= L) lab[end - 1] = ROWS_IGNORE;
+            for (int64_t p = a; p < b; p++) {
+                end += counts[p];
+                if (closes[p] && end >= 1 && end <= L) lab[end - 1] = ROWS_IGNORE;
             }
         }
-        if (row_cu != NULL)
-            while (k <= L) row_cu[k++] = (int32_t)L;
+        if (row_cu != NULL) rows_fill_i32(row_cu + k, L + 1 - k, (int32_t)L);
         if (flat != NULL && L > prev) flat[m++] = (int32_t)(r * L + L);
-        p = q;
     }
-    if (flat != NULL)
-        while (m <= rows * L) flat[m++] = (int32_t)(rows * L);
+    if (flat != NULL) rows_fill_i32(flat + m, rows * L + 1 - m, (int32_t)(rows * L));
+    return ok;
+}
+
+const char pack_rows_doc[] =
+    "pack_rows(tokens, base, sources, js, seq_len, vocab, input_ids, labels, position_ids,\n"
+    "          document_ids, cu_seqlens, flat, /) -> bool\n\n"
+    "_pack_rows.packed_rows's arrays, into the given C-contiguous outputs (int64 (B, L); int32\n"
+    "(B, L + 1) and (B L + 1,) for cu_seqlens and flat; None for one not wanted). Row r holds\n"
+    "pieces offsets[js[r]]..offsets[js[r] + 1] of sources[r] = (offsets, docs, firsts, counts,\n"
+    "closes): int64 columns, closes one byte an item; a piece's tokens start at firsts - base\n"
+    "in the 1-D token buffer. Returns whether every token read lies in [0, vocab) (True if\n"
+    "vocab <= 0).";
+
+PyObject *pack_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tokens_obj, *sources, *js_obj, *outs[6];
+    long long base, seq_len, vocab_arg;
+    if (!PyArg_ParseTuple(args, "OLOOLLOOOOOO", &tokens_obj, &base, &sources, &js_obj, &seq_len, &vocab_arg,
+                          &outs[0], &outs[1], &outs[2], &outs[3], &outs[4], &outs[5]))
+        return NULL;
+    Py_buffer tokens, js, out[6];
+    tokens.obj = js.obj = NULL;
+    for (int i = 0; i < 6; i++) out[i].obj = NULL;
+    Py_buffer *views = NULL;
+    int64_t *ranges = NULL, rows = 0;
+    PyObject *result = NULL;
+    const int64_t L = seq_len;
+    int64_t vocab = vocab_arg;
+    if (PyObject_GetBuffer(tokens_obj, &tokens, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        tokens.obj = NULL;
+        goto done;
+    }
+    const int kind = rows_kind(tokens.format);
+    if (kind == 0 || tokens.ndim > 1) {
+        PyErr_SetString(PyExc_TypeError, "tokens should be a 1-D buffer of uint8, uint16, uint32, int32 or int64");
+        goto done;
+    }
+    if (int64_view(js_obj, &js, 0, "js") < 0) {
+        js.obj = NULL;
+        goto done;
+    }
+    rows = js.len / 8;
+    if (L < 1 || rows < 1 || !PyList_Check(sources) || PyList_GET_SIZE(sources) != rows) {
+        PyErr_SetString(PyExc_ValueError, "pack_rows needs seq_len >= 1, one row or more and a list of sources "
+                                          "with one item a row (as js)");
+        goto done;
+    }
+    if (rows_out(outs[0], &out[0], rows * L, 8, "input_ids") < 0 || outs[0] == Py_None ||
+        rows_out(outs[1], &out[1], rows * L, 8, "labels") < 0 ||
+        rows_out(outs[2], &out[2], rows * L, 8, "position_ids") < 0 ||
+        rows_out(outs[3], &out[3], rows * L, 8, "document_ids") < 0 ||
+        rows_out(outs[4], &out[4], rows * (L + 1), 4, "cu_seqlens") < 0 ||
+        rows_out(outs[5], &out[5], rows * L + 1, 4, "flat") < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "input_ids should be an output array");
+        goto done;
+    }
+    views = PyMem_Calloc((size_t)rows * 5, sizeof(Py_buffer));
+    ranges = PyMem_Malloc((size_t)rows * 2 * sizeof(int64_t));
+    if (views == NULL || ranges == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t size = tokens.len / tokens.itemsize, *j = js.buf;
+    for (int64_t r = 0; r < rows; r++)
+        if (rows_source(PyList_GET_ITEM(sources, r), views + 5 * r, r, j[r], base, size, L, ranges + 2 * r,
+                        ranges + 2 * r + 1) < 0)
+            goto done;
+    /* A token type whose values all lie below vocab needs no check. */
+    if ((kind == 'B' && vocab > 0xFF) || (kind == 'H' && vocab > 0xFFFF) || (kind == 'I' && vocab > 0xFFFFFFFFLL))
+        vocab = 0;
+    const RowsFill fill = {tokens.buf, kind, base, vocab, L, rows, views, ranges, out[0].buf, out[1].buf,
+                           out[2].buf, out[3].buf, out[4].buf, out[5].buf};
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = rows_fill(&fill);
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+    result = PyBool_FromLong(ok);
 done:
-    for (int i = 0; i < 12; i++)
-        if (views[i].obj != NULL) PyBuffer_Release(&views[i]);
+    if (views != NULL) {
+        for (int64_t i = 0; i < rows * 5; i++)
+            if (views[i].obj != NULL) PyBuffer_Release(&views[i]);
+        PyMem_Free(views);
+    }
+    PyMem_Free(ranges);
+    for (int i = 0; i < 6; i++)
+        if (out[i].obj != NULL) PyBuffer_Release(&out[i]);
+    if (js.obj != NULL) PyBuffer_Release(&js);
+    if (tokens.obj != NULL) PyBuffer_Release(&tokens);
     return result;
 }

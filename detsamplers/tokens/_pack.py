@@ -81,6 +81,7 @@ from ._concat import Pieces
 from ._corpus import TokenCorpus
 from ._files import open_npy
 from ._pack_recall import recall_window, remember_window, windows_key
+from ._pack_rows import gather_rows
 from ._pack_windows import Window, pack_compiled
 
 __all__ = [
@@ -502,31 +503,31 @@ class PackOrder:
                     f"{count} bins where it says {expected}; delete the file to rebuild it"
                 )
 
-    def batch(self, ks: list[int]) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
-        """Sequences ``ks``'s pieces, one row after the other, and each row's piece count.
+    def rows(self, ks: list[int]) -> tuple[list[Window], I64]:
+        """Sequences ``ks``'s windows and bins: sequence ``ks[r]`` is bin ``js[r]`` of window ``r``.
 
-        The same pieces as :meth:`pieces` gives one by one: the windows are packed (or
-        found kept) as :meth:`prepare` does, then each row is one slice of its window's
-        columns, and each column is one concatenation.
+        The windows are packed (or found kept) as :meth:`prepare` does; each is the tuple
+        :meth:`window` gives, so a batch is read from them without copying their columns
+        (NOTE [ packed batch rows ]).
         """
         wanted = np.asarray(ks, dtype=np.int64)
         found = np.searchsorted(self._cumulative, wanted, side="right") - 1
         windows = found.tolist()
         self._prepare_windows(windows)
         packed = self._packed
-        docs_at, firsts_at, counts_at, closes_at = [], [], [], []
-        sizes = []
-        for w, j in zip(windows, (wanted - self._cumulative[found]).tolist(), strict=True):
+        sources = []
+        for w in windows:
             kept = packed.get(w)  # not kept when a batch reads over CACHED_WINDOWS windows
-            offsets, docs, firsts, counts, closes = kept if kept is not None else self.window(w)
-            a, b = offsets[j : j + 2].tolist()
-            docs_at.append(docs[a:b])
-            firsts_at.append(firsts[a:b])
-            counts_at.append(counts[a:b])
-            closes_at.append(closes[a:b])
-            sizes.append(b - a)
-        return (np.concatenate(docs_at), np.concatenate(firsts_at), np.concatenate(counts_at),
-                np.concatenate(closes_at), np.array(sizes, dtype=np.int64))  # fmt: skip
+            sources.append(kept if kept is not None else self.window(w))
+        return sources, wanted - self._cumulative[found]
+
+    def batch(self, ks: list[int]) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
+        """Sequences ``ks``'s pieces, one row after the other, and each row's piece count.
+
+        The same pieces as :meth:`pieces` gives one by one: :meth:`rows`, then each row is
+        one slice of its window's columns, and each column one concatenation.
+        """
+        return gather_rows(*self.rows(ks))
 
     def pieces(self, k: int) -> Pieces:
         """Sequence ``k``'s pieces (documents, first corpus tokens, counts, closes)."""

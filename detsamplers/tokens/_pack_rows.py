@@ -4,7 +4,7 @@ NOTE [ packed batch rows ]
 A packed sequence is its bin's pieces from column 0, then padding up to ``L + 1`` tokens
 (NOTE [ packed sequences ]); the padding is one more piece of token 0 and document ``-1``
 whose positions restart at 0 and whose labels are ``IGNORE_INDEX`` (NOTE [ sequence
-features ]). :func:`packed_rows` builds the ``B`` rows' arrays directly at their final
+features ]). :func:`window_rows` builds the ``B`` rows' arrays directly at their final
 ``(B, L)`` shape, each one contiguous (so ``collate_tokens`` converts them without a
 copy), and only the ``outputs`` asked for:
 
@@ -28,16 +28,26 @@ copy), and only the ``outputs`` asked for:
 The arrays are those of :func:`~detsamplers.tokens._features.features` on each padded
 window (tests/tokens/test_tokens_pack.py pins them against a plain reference).
 
+Read from the windows: a batch's rows are found as ``PackOrder.rows`` gives them, each
+row's kept window (the tuple ``PackOrder.window`` holds: offsets, docs, firsts, counts,
+closes) and its bin in it, so nothing is gathered before the arrays are written;
+:func:`gather_rows` joins the rows' slices of those columns (one concatenation a column)
+where the numpy path needs them.
+
 Compiled: when the batch's pieces lie in one mapped file of a plain integer dtype and the
 kernel is there (NOTE [ compiled mixture kernel ]), ``pack_rows`` in ``_kernel_pack.c``
-writes the same arrays into ones made here at their final shapes, one pass per row: each
-piece's tokens read once into the row's inputs and, one column left, its labels, then the
-positions, document ids, the row's ``cu_seqlens`` and the batch's flattened offsets from
-each piece's end in its row. It checks every piece against the file and every row against
-``L + 1`` before writing, and returns the least and greatest token read, so that a token
-outside ``[0, vocab_size)`` takes the numpy path, which names the file. Several files, a
-remote file or another dtype take the numpy path, which stays the reference
-(tests/tokens/test_tokens_pack_rows.py compares the two on random corpora). No array is
+reads each row's pieces from its window's columns and writes the same arrays into ones
+made here at their final shapes, one pass per row: each piece's tokens converted into the
+row's inputs and, one column left, its labels (loops without a branch, which the compiler
+vectorises; GCC on x86-64 Linux also builds them for AVX2, picked at load), then fills for
+the positions, document ids and padding, the row's ``cu_seqlens`` and the batch's
+flattened offsets from each piece's end in its row. It checks every window's columns,
+every piece against the file and every row against ``L + 1`` before writing; with a
+``vocab_size`` it also says whether every token read lies in ``[0, vocab_size)`` (a
+min/max pass, skipped where the dtype cannot reach it), and one that does not takes the
+numpy path, which names the file. Several files, a remote file or another dtype take the
+numpy path, which stays the reference (tests/tokens/test_tokens_pack_rows.py compares the
+two on random corpora, every token dtype, with and without a ``vocab_size``). No array is
 reused from one batch to the next: a batch handed out is never written again.
 """
 
@@ -52,10 +62,74 @@ import numpy.typing as npt
 from .. import _native
 from ._corpus import TokenCorpus
 from ._features import IGNORE_INDEX, BatchRows
+from ._pack_windows import Window
 
-__all__ = ["packed_rows"]
+__all__ = ["gather_rows", "packed_rows", "window_rows"]
 
 I64 = npt.NDArray[np.int64]
+
+
+def window_rows(
+    corpus: TokenCorpus,
+    sources: list[Window],
+    js: I64,
+    seq_len: int,
+    outputs: tuple[str, ...],
+) -> BatchRows:
+    """The rows of packed sequences, read from their windows (NOTE [ packed batch rows ]).
+
+    Args:
+        corpus: The tokens.
+        sources: Each row's window as ``PackOrder.window`` gives it: ``(offsets, docs,
+            firsts, counts, closes)``, its pieces grouped by bin.
+        js: Each row's bin in its window: row ``r`` is pieces
+            ``offsets[js[r]]:offsets[js[r] + 1]`` of ``sources[r]``.
+        seq_len: ``L``.
+        outputs: The arrays to compute, from ``check_outputs``.
+
+    Examples:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.npy"
+        >>> np.save(path, np.array([5, 6, 0, 7, 8, 0, 9, 0], dtype=np.uint16))
+        >>> window = (np.array([0, 1, 3]), np.array([0, 1, 2]), np.array([0, 3, 6]),
+        ...           np.array([3, 3, 2]), np.array([True, True, True]))
+        >>> rows = window_rows(TokenCorpus(path, eod_id=0), [window, window], np.array([1, 0]),
+        ...                    4, ("input_ids", "labels"))
+        >>> rows[0]["input_ids"].tolist(), rows[1]["labels"].tolist()
+        ([7, 8, 0, 9], [6, 0, -100, -100])
+    """
+    compiled = _compiled_rows(corpus, sources, js, seq_len, outputs)
+    if compiled is not None:
+        return compiled
+    return packed_rows(corpus, *gather_rows(sources, js), seq_len, outputs)
+
+
+def gather_rows(sources: list[Window], js: I64) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
+    """The rows' pieces one row after the other, and each row's piece count.
+
+    Row ``r`` is bin ``js[r]`` of ``sources[r]`` (as :func:`window_rows` reads them): its
+    slice of each column, the slices of each column joined by one concatenation.
+
+    Examples:
+        >>> import numpy as np
+        >>> window = (np.array([0, 1, 3]), np.array([4, 5, 6]), np.array([0, 3, 6]),
+        ...           np.array([3, 3, 2]), np.array([True, False, True]))
+        >>> docs, firsts, counts, closes, pieces = gather_rows([window, window], np.array([1, 0]))
+        >>> docs.tolist(), counts.tolist(), pieces.tolist()
+        ([5, 6, 4], [3, 2, 3], [2, 1])
+    """
+    docs_at, firsts_at, counts_at, closes_at = [], [], [], []
+    sizes = []
+    for (offsets, docs, firsts, counts, closes), j in zip(sources, js.tolist(), strict=True):
+        a, b = offsets[j : j + 2].tolist()
+        docs_at.append(docs[a:b])
+        firsts_at.append(firsts[a:b])
+        counts_at.append(counts[a:b])
+        closes_at.append(closes[a:b])
+        sizes.append(b - a)
+    return (np.concatenate(docs_at), np.concatenate(firsts_at), np.concatenate(counts_at),
+            np.concatenate(closes_at), np.array(sizes, dtype=np.int64))  # fmt: skip
 
 
 def packed_rows(
@@ -68,7 +142,9 @@ def packed_rows(
     seq_len: int,
     outputs: tuple[str, ...],
 ) -> BatchRows:
-    """The rows of ``len(pieces)`` packed sequences (NOTE [ packed batch rows ]).
+    """The rows of ``len(pieces)`` packed sequences, in numpy (NOTE [ packed batch rows ]).
+
+    The reference :func:`window_rows`' compiled path is checked against, and its fallback.
 
     Args:
         corpus: The tokens.
@@ -94,9 +170,6 @@ def packed_rows(
         >>> rows[1]["input_ids"].tolist(), rows[1]["cu_seqlens"].tolist()
         ([7, 8, 0, 9], [0, 3, 4, 4, 4])
     """
-    compiled = _compiled_rows(corpus, docs, firsts, counts, closes, pieces, seq_len, outputs)
-    if compiled is not None:
-        return compiled
     count, length, width = len(pieces), seq_len, seq_len + 1
     n = len(counts)
     last = np.cumsum(pieces) - 1  # each row's last piece
@@ -163,15 +236,12 @@ _COMPILED_DTYPES = frozenset(
 
 def _compiled_rows(
     corpus: TokenCorpus,
-    docs: I64,
-    firsts: I64,
-    counts: I64,
-    closes: npt.NDArray[np.bool_],
-    pieces: I64,
+    sources: list[Window],
+    js: I64,
     seq_len: int,
     outputs: tuple[str, ...],
 ) -> BatchRows | None:
-    """:func:`packed_rows` in the compiled kernel, or ``None`` where the numpy path runs.
+    """:func:`window_rows` in the compiled kernel, or ``None`` where the numpy path runs.
 
     The kernel (``pack_rows``, NOTE [ packed batch rows ]) reads one mapped file's tokens;
     pieces in several files, a remote file, another dtype or a token outside
@@ -179,16 +249,15 @@ def _compiled_rows(
     """
     kernel = _native.kernel
     files = corpus._tokens  # the corpus's plain views of its mapped files, read only
-    if kernel is None or not hasattr(kernel, "pack_rows") or len(files) != 1:
+    if kernel is None or len(files) != 1:
         return None
     tokens = files[0]
     if not isinstance(tokens, np.ndarray) or tokens.dtype not in _COMPILED_DTYPES:
         return None
-    count, length = len(pieces), seq_len
-    wanted = set(outputs)
+    count, length = len(js), seq_len
 
     def made(key: str, shape: tuple[int, ...], dtype: type) -> npt.NDArray[Any] | None:
-        return np.empty(shape, dtype=dtype) if key in wanted else None
+        return np.empty(shape, dtype=dtype) if key in outputs else None
 
     input_ids = np.empty((count, length), dtype=np.int64)
     labels = made("labels", (count, length), np.int64)
@@ -196,15 +265,11 @@ def _compiled_rows(
     documents = made("document_ids", (count, length), np.int64)
     cu = made("cu_seqlens", (count, length + 1), np.int32)
     flat = made("cu_seqlens", (count * length + 1,), np.int32)
-    starts = np.ascontiguousarray(firsts, dtype=np.int64) - int(corpus._token_start[0])
-    lowest, highest = kernel.pack_rows(
-        tokens, starts, np.ascontiguousarray(counts, dtype=np.int64),
-        np.ascontiguousarray(closes, dtype=np.int64), np.ascontiguousarray(docs, dtype=np.int64),
-        np.ascontiguousarray(pieces, dtype=np.int64), length, input_ids, labels, positions,
-        documents, cu, flat,
+    inside = kernel.pack_rows(
+        tokens, int(corpus._token_start[0]), sources, js, length, corpus.vocab_size or 0,
+        input_ids, labels, positions, documents, cu, flat,
     )  # fmt: skip
-    vocab = corpus.vocab_size
-    if vocab is not None and len(firsts) and (lowest < 0 or highest >= vocab):
+    if not inside:
         return None  # the numpy path raises, naming the file
     table = {"input_ids": input_ids, "labels": labels, "position_ids": positions,
              "document_ids": documents, "cu_seqlens": cu}  # fmt: skip

@@ -50,7 +50,7 @@ from ._concat_windows import concat_windows
 from ._corpus import TokenCorpus
 from ._features import KEYS, check_outputs, features, features_rows
 from ._pack import LONG_DOCUMENTS, PackOrder
-from ._pack_rows import packed_rows
+from ._pack_rows import window_rows
 from ._windows import chunk_windows
 
 __all__ = ["MODES", "TokenSequences"]
@@ -216,12 +216,10 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
             [[5, 0, 6], [1, 0, 2], [4, 0, 3]]
         """
         index, epoch = self._checked(index, epoch)
-        docs, firsts, counts, closes = self.pieces(index, epoch)
         if self._pack is not None:
-            one = np.array([len(docs)], dtype=np.int64)
-            rows = packed_rows(self.corpus, docs, firsts, counts, closes, one, self.seq_len,
-                               self.outputs)  # fmt: skip
-            return rows[0]
+            sources, js = self._pack.rows([index])
+            return window_rows(self.corpus, sources, js, self.seq_len, self.outputs)[0]
+        docs, firsts, counts, closes = self.pieces(index, epoch)
         if self._concat is None:
             start = int(firsts[0])
             tokens = self.corpus.read(start, start + self.seq_len + 1)
@@ -275,9 +273,8 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
                 return features_rows(*windows, self.outputs)
             self._concat.prepare([(k * width, (k + 1) * width, e) for k, e in checked])
         if self._pack is not None:  # NOTE [ packed batch rows ]
-            docs, firsts, counts, closes, pieces = self._pack.batch([k for k, _ in checked])
-            return packed_rows(self.corpus, docs, firsts, counts, closes, pieces, self.seq_len,
-                               self.outputs)  # fmt: skip
+            sources, js = self._pack.rows([k for k, _ in checked])
+            return window_rows(self.corpus, sources, js, self.seq_len, self.outputs)
         parts = [self.pieces(index, epoch) for index, epoch in checked]
         columns = zip(*parts, strict=True)
         docs, firsts, counts, closes = (np.concatenate(column) for column in columns)

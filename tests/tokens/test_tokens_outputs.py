@@ -88,13 +88,13 @@ def test_packed_sequences_compute_only_the_arrays_outputs_names(
     import detsamplers.tokens._sequences as sequences_module
 
     asked: list[tuple[str, ...]] = []
-    real = sequences_module.packed_rows  # NOTE [ packed batch rows ]
+    real = sequences_module.window_rows  # NOTE [ packed batch rows ]
 
     def spy(*args: object) -> list[dict[str, np.ndarray]]:
-        asked.append(args[7])  # type: ignore[arg-type]
+        asked.append(args[4])  # type: ignore[arg-type]
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sequences_module, "packed_rows", spy)
+    monkeypatch.setattr(sequences_module, "window_rows", spy)
     corpus = write_eod(tmp_path, [[5, 5, 3]])  # document lengths: one a bin, padded
     packed = TokenSequences(corpus, 6, mode="pack", outputs=("input_ids", "labels"))
     rows = packed.getitems_in_epochs([(0, k) for k in range(len(packed))])

@@ -14,7 +14,8 @@ from tokens_helpers import EOD, write_eod
 from detsamplers import _native
 from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
 from detsamplers.tokens._features import KEYS
-from detsamplers.tokens._pack_rows import _compiled_rows, packed_rows
+from detsamplers.tokens._files import NPY_DTYPES
+from detsamplers.tokens._pack_rows import _compiled_rows, gather_rows, packed_rows, window_rows
 
 packed_corpora = st.lists(
     st.lists(st.integers(1, 24), min_size=1, max_size=14), min_size=1, max_size=3
@@ -172,12 +173,12 @@ def test_a_packed_batch_lookup_gives_each_sequences_pieces_one_after_the_other(
         assert got.tolist() == np.concatenate(column).tolist()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=30),
-       dtype=st.sampled_from(["uint16", "uint32"]), seq_len=st.integers(1, 12),
-       seed=st.integers(0, 99), window=st.integers(1, 6),
-       long_documents=st.sampled_from(["split", "truncate"]),
-       outputs=st.sets(st.sampled_from(KEYS[1:])), data=st.data())  # fmt: skip
+       dtype=st.sampled_from(NPY_DTYPES), seq_len=st.integers(1, 12), seed=st.integers(0, 99),
+       window=st.integers(1, 6), long_documents=st.sampled_from(["split", "truncate"]),
+       outputs=st.sets(st.sampled_from(KEYS[1:])), tight_vocab=st.booleans(),
+       data=st.data())  # fmt: skip
 def test_the_compiled_packed_rows_equal_the_numpy_rows(
     tmp_path_factory: pytest.TempPathFactory,
     lengths: list[int],
@@ -187,26 +188,27 @@ def test_the_compiled_packed_rows_equal_the_numpy_rows(
     window: int,
     long_documents: str,
     outputs: set[str],
+    tight_vocab: bool,
     data: st.DataObject,
 ) -> None:
     if _native.kernel is None:
         pytest.skip(_native.kernel_status())
     rng = np.random.default_rng(seed)
-    path = tmp_path_factory.mktemp("c") / "one.bin"
-    docs = [np.append(rng.integers(1, 70_000 if dtype == "uint32" else 60_000, size=n - 1), EOD)
+    path = tmp_path_factory.mktemp("c") / "one.npy"
+    docs = [np.append(rng.integers(1, 60_000 if dtype == "uint16" else 90_000, size=n - 1), EOD)
             for n in lengths]  # fmt: skip
-    np.concatenate(docs).astype(dtype).tofile(path)
-    corpus = TokenCorpus(path, dtype=dtype, eod_id=EOD, progress=False)
+    tokens = np.concatenate(docs).astype(dtype)
+    np.save(path, tokens)
+    vocab = int(tokens.max()) + 1 if tight_vocab else None  # the kernel's min/max check
+    corpus = TokenCorpus(path, eod_id=EOD, vocab_size=vocab, progress=False)
     keys = ("input_ids", *sorted(outputs))
     sequences = TokenSequences(corpus, seq_len, mode="pack", seed=seed, window=window,
                                long_documents=long_documents, outputs=keys)  # fmt: skip
     ks = data.draw(st.lists(st.integers(0, len(sequences) - 1), min_size=1, max_size=9))
-    batch = sequences._pack.batch(ks)  # type: ignore[union-attr]
-    compiled = packed_rows(corpus, *batch, seq_len, keys)
-    assert _compiled_rows(corpus, *batch, seq_len, keys) is not None  # the kernel's rows
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_native, "kernel", None)
-        plain = packed_rows(corpus, *batch, seq_len, keys)
+    sources, js = sequences._pack.rows(ks)  # type: ignore[union-attr]
+    compiled = window_rows(corpus, sources, js, seq_len, keys)
+    assert _compiled_rows(corpus, sources, js, seq_len, keys) is not None  # the kernel's rows
+    plain = packed_rows(corpus, *gather_rows(sources, js), seq_len, keys)  # numpy
     assert list(compiled.tables() or {}) == list(plain.tables() or {}) == list(keys)
     for key in keys:
         assert compiled[0][key].dtype == plain[0][key].dtype, key
@@ -214,23 +216,63 @@ def test_the_compiled_packed_rows_equal_the_numpy_rows(
     assert {k: v.tolist() for k, v in compiled.collated.items()} == {
         k: v.tolist() for k, v in plain.collated.items()
     }
+    with pytest.MonkeyPatch.context() as patch:  # without the kernel: the numpy rows
+        patch.setattr(_native, "kernel", None)
+        fallback = window_rows(corpus, sources, js, seq_len, keys)
+    for key in keys:
+        assert [row[key].tolist() for row in fallback] == [row[key].tolist() for row in plain]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "int32", "int64"])
+def test_the_compiled_rows_say_whether_every_token_lies_below_vocab(dtype: str) -> None:
+    kernel = _native.kernel
+    if kernel is None:
+        pytest.skip(_native.kernel_status())
+    tokens = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=dtype)
+    window = (np.array([0, 2]), np.array([0, 1]), np.array([2, 5]), np.array([3, 2]),
+              np.array([True, True]))  # fmt: skip
+    one = np.array([0])
+
+    def inside(vocab: int) -> bool:
+        out = np.empty((1, 5), dtype=np.int64)
+        return bool(kernel.pack_rows(tokens, 0, [window], one, 5, vocab, out, None, None,
+                                     None, None, None))  # fmt: skip
+
+    # Tokens 2..6 then 5..6 are read (4, 1, 5 and 9, 2): the greatest is 9.
+    assert inside(10) and inside(0) and not inside(9) and not inside(3)
+    if dtype in ("int32", "int64"):
+        tokens[3] = -1  # read: below 0
+        assert not inside(10)
 
 
 def test_the_compiled_rows_refuse_a_piece_outside_the_tokens_naming_it() -> None:
     kernel = _native.kernel
-    if kernel is None or not hasattr(kernel, "pack_rows"):
+    if kernel is None:
         pytest.skip(_native.kernel_status())
     tokens = np.arange(6, dtype=np.uint16)
     out = np.empty((1, 4), dtype=np.int64)
-    one = np.array([1], dtype=np.int64)
-    outside = r"piece 0 \(first 4, count 3\) should lie in the 6 tokens"
+    one, zero = np.array([1], dtype=np.int64), np.array([0], dtype=np.int64)
+
+    def window(first: int, count: int) -> tuple[np.ndarray, ...]:
+        return (np.array([0, 1]), one, np.array([first]), np.array([count]), np.array([True]))
+
+    outside = r"piece 0 of row 0 \(first 4, count 3\) should lie in the 6 tokens"
     with pytest.raises(ValueError, match=outside):
-        kernel.pack_rows(tokens, np.array([4]), np.array([3]), one, one, one, 4, out,
-                         None, None, None, None, None)  # fmt: skip
+        kernel.pack_rows(tokens, 0, [window(4, 3)], zero, 4, 0, out, None, None, None, None,
+                         None)  # fmt: skip
+    with pytest.raises(ValueError, match=outside.replace("first 4", "first 5")):
+        kernel.pack_rows(tokens, -1, [window(4, 3)], zero, 4, 0, out, None, None, None, None,
+                         None)  # fmt: skip
     with pytest.raises(ValueError, match="row 0 should hold at most 3 tokens, not 4"):
         short = np.empty((1, 2), dtype=np.int64)
-        kernel.pack_rows(tokens, np.array([0]), np.array([4]), one, one, one, 2, short,
-                         None, None, None, None, None)  # fmt: skip
+        kernel.pack_rows(tokens, 0, [window(0, 4)], zero, 2, 0, short, None, None, None, None,
+                         None)  # fmt: skip
+    with pytest.raises(ValueError, match=r"js\[0\] should be in \[0, 1\), the bins of its"):
+        kernel.pack_rows(tokens, 0, [window(0, 3)], one, 4, 0, out, None, None, None, None,
+                         None)  # fmt: skip
+    with pytest.raises(TypeError, match=r"sources\[0\] should be a tuple \(offsets, docs"):
+        kernel.pack_rows(tokens, 0, [window(0, 3)[:4]], zero, 4, 0, out, None, None, None,
+                         None, None)  # fmt: skip
     with pytest.raises(TypeError, match="tokens should be a 1-D buffer of uint8"):
-        kernel.pack_rows(tokens.astype(np.float32), np.array([0]), np.array([3]), one, one, one,
-                         4, out, None, None, None, None, None)  # fmt: skip
+        kernel.pack_rows(tokens.astype(np.float32), 0, [window(0, 3)], zero, 4, 0, out, None,
+                         None, None, None, None)  # fmt: skip
