@@ -40,6 +40,8 @@ setup(
                 "detsamplers/_kernel_headers.c",
                 "detsamplers/_kernel_pack.c",
                 "detsamplers/_kernel_pack_windows.c",
+                "detsamplers/_kernel_cut.c",
+                "detsamplers/_kernel_decode.c",
             ],
             extra_compile_args=["-O3"],
             optional=True,

@@ -460,6 +460,17 @@ extern const char pack_windows_doc[], feistel_orders_doc[];
 PyObject *pack_windows(PyObject *self, PyObject *args);
 PyObject *feistel_orders(PyObject *self, PyObject *args);
 
+/* -- a run of samples cut out of the bytes read: in _kernel_cut.c -------------------------- */
+
+extern const char cut_doc[], gather_doc[];
+PyObject *cut_samples(PyObject *self, PyObject *args);
+PyObject *gather_members(PyObject *self, PyObject *args);
+
+/* -- a run of samples decoded by their plans: in _kernel_decode.c -------------------------- */
+
+extern const char decode_doc[];
+PyObject *decode_run(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
@@ -470,6 +481,9 @@ static PyMethodDef methods[] = {
     {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
     {"pack_windows", pack_windows, METH_VARARGS, pack_windows_doc},
     {"feistel_orders", feistel_orders, METH_VARARGS, feistel_orders_doc},
+    {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
+    {"gather_members", gather_members, METH_VARARGS, gather_doc},
+    {"decode_run", decode_run, METH_VARARGS, decode_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,3 +56,39 @@ def pack_rows(
     flat: Any,
     /,
 ) -> bool: ...
+def cut_samples(
+    data: Any,
+    base: int,
+    starts: Any,
+    offsets: Any,
+    sizes: Any,
+    keys: Any,
+    suffixes: Any,
+    url: Any,
+    local: Any,
+    indexes: Any,
+    slots: Any,
+    out: list[Any],
+    /,
+) -> None: ...
+def gather_members(
+    data: Any,
+    base: int,
+    offsets: Any,
+    sizes: Any,
+    first: int,
+    stop: int,
+    out: Any,
+    at: int,
+    positions: Any,
+    /,
+) -> int: ...
+def decode_run(
+    samples: list[Any],
+    first: int,
+    names: tuple[str, ...],
+    steps: tuple[tuple[str, Any], ...],
+    meta: Any,
+    out: list[Any],
+    /,
+) -> int: ...

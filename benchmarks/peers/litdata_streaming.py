@@ -98,8 +98,10 @@ PEERS = [
         distribution="litdata",
         module="litdata",
         how="optimize(chunk_size=2,000 samples) then StreamingDataLoader(StreamingDataset("
-        "dir, shuffle=True, seed=0), batch_size=B, num_workers=w); resume: load_state_dict "
-        "of the loader's state_dict()",
+        "dir, shuffle=True, seed=0), batch_size=B, num_workers=w): its defaults, chunks "
+        "permuted and each chunk's samples shuffled in aligned blocks of 256 (in random "
+        "order), decoded 256 rows at a time; resume: load_state_dict of the loader's "
+        "state_dict()",
         shards=ShardFormat(write, epoch, resume),
         capability=capability,
     )

@@ -7,6 +7,7 @@ import io
 import json
 import pickle
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from wds_helpers import png_bytes
 from webdataset import autodecode
 
+from detsamplers._native import kernel
+from detsamplers.loader._wds import _decode
 from detsamplers.loader._wds._decode import PlannedDecoder, make_decoder
 
 
@@ -239,3 +242,73 @@ def test_a_batch_decoded_at_once_equals_webdataset_decoding_each_sample(
             break
     assert [g[0] for g in got] == [w[0] for w in want[: len(got)]]
     assert all(same(g[1], w[1]) for g, w in zip(got, want[: len(got)], strict=True) if g[0] == "ok")
+
+
+def outcomes(decoded: Any, count: int) -> list[tuple[str, Any]]:
+    """``("ok", sample)`` for each sample ``decoded`` yields, then its error's name and message."""
+    got: list[tuple[str, Any]] = []
+    while len(got) < count:
+        try:
+            got.append(("ok", next(decoded)))
+        except Exception as exn:
+            got.append((type(exn).__name__, str(exn)))
+            break
+    return got
+
+
+#: Values the kernel's runs meet: valid, invalid for json and npy, and not bytes at all.
+RUN_VALUES = [b"7", b"x", b'{"a": 1}', npy(np.arange(3)), b"\x93NUMPY\x01\x00\xff\xff", "str", 5]
+
+
+@settings(max_examples=150)
+@given(
+    kinds=st.lists(
+        st.lists(st.sampled_from(["cls", "txt", "json", "npy", "bin"]), max_size=3, unique=True),
+        min_size=1,
+        max_size=3,
+    ),
+    data=st.data(),
+)
+def test_runs_decoded_by_the_kernel_equal_the_samples_decoded_one_by_one(
+    kinds: list[list[str]], data: st.DataObject
+) -> None:
+    """A list's runs of samples with the same fields go through ``_kernel.decode_run`` (NOTE
+    [ decode plans ]): the same samples, and the same error at the same sample, as the loop."""
+    count = data.draw(st.integers(0, 12))
+    samples: list[dict[str, Any]] = []
+    for _ in range(count):
+        fields = data.draw(st.sampled_from(kinds))
+        sample = meta({k: data.draw(st.sampled_from(RUN_VALUES)) for k in fields})
+        if data.draw(st.integers(0, 9)) == 0:
+            sample["__url__"] = b"/d/s.tar"  # bytes metadata: webdataset decides
+        samples.append(sample)
+    decoder = make_decoder(())
+    assert isinstance(decoder, PlannedDecoder)
+    runs = outcomes(decoder.each([dict(s) for s in samples]), count)  # a list: the kernel's runs
+    loop = outcomes(decoder.each(dict(s) for s in samples), count)  # a generator: one by one
+    assert [kind for kind, _ in runs] == [kind for kind, _ in loop]
+    for (kind, got), (_, want) in zip(runs, loop, strict=True):
+        assert same(got, want) if kind == "ok" else got == want
+
+
+@pytest.mark.skipif(kernel is None, reason="the compiled kernel is not built")
+def test_a_batch_of_one_shards_samples_is_decoded_in_one_kernel_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+
+    def decode_run(*args: Any) -> int:
+        assert kernel is not None
+        calls.append(args[1])
+        return kernel.decode_run(*args)
+
+    monkeypatch.setattr(_decode, "kernel", SimpleNamespace(decode_run=decode_run))
+    decoder = make_decoder(())
+    assert isinstance(decoder, PlannedDecoder)
+    samples = [meta({"cls": str(i).encode(), "png": b"\x89PNG"}) for i in range(64)]
+    samples[40]["cls"] = b"x"  # int() fails: webdataset's error, from the loop
+    decoded = decoder.each(samples)
+    assert [next(decoded)["cls"] for _ in range(40)] == list(range(40))
+    with pytest.raises(autodecode.DecodingError):
+        next(decoded)
+    assert calls == [0, 40]  # the run up to the bad sample, then that sample tried again

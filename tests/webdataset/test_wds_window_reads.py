@@ -17,10 +17,12 @@ import webdataset as wds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from detsamplers._native import kernel
 from detsamplers.loader import WebDatasetSource
 from detsamplers.loader._wds.index._index_shards import index_shards
 from detsamplers.loader._wds.index._shard_index_file import resolved
-from detsamplers.loader._wds.read._shard_reader import ShardReader
+from detsamplers.loader._wds.read import _sample_span, _shard_reader
+from detsamplers.loader._wds.read._shard_reader import PIECE_BYTES, ShardReader
 from detsamplers.loader._wds.remote._urls import expand_urls
 
 SHARDS, PER_SHARD, WINDOW = 3, 300, 300
@@ -52,6 +54,11 @@ class CountingReader(ShardReader):
         CountingReader.reads += 1
         return super()._span(shard, start, end)
 
+    def _read_into(self, shard: int, start: int, end: int) -> memoryview:
+        CountingReader.bytes_read += end - start
+        CountingReader.reads += 1
+        return super()._read_into(shard, start, end)
+
 
 def epoch_keys(pattern: str, window: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """One epoch's keys, batch by batch, read through :class:`CountingReader`."""
@@ -73,9 +80,16 @@ def test_a_window_shuffled_epoch_reads_each_shard_byte_about_once(
     keys = epoch_keys(pattern, WINDOW, monkeypatch)
     assert sorted(keys) == [f"{i:06d}" for i in range(SHARDS * PER_SHARD)]
     assert keys != sorted(keys)  # shuffled
-    # One read per window (a window is a shard here); before, about 300 / 64 reads of each.
-    assert CountingReader.reads == SHARDS
+    # Each window read once (a window is a shard here), in pieces of at most PIECE_BYTES with
+    # the kernel, in one read without it; before, about 300 / 64 reads of each.
     assert CountingReader.bytes_read <= shard_bytes
+    if kernel is not None:
+        assert SHARDS < CountingReader.reads <= shard_bytes // (PIECE_BYTES // 2) + SHARDS
+        monkeypatch.setattr(_shard_reader, "kernel", None)
+        monkeypatch.setattr(_sample_span, "kernel", None)
+        assert epoch_keys(pattern, WINDOW, monkeypatch) == keys
+        assert CountingReader.bytes_read <= shard_bytes
+    assert CountingReader.reads == SHARDS
 
 
 def test_a_window_shuffled_epoch_reads_as_many_bytes_as_tar_order(

@@ -30,12 +30,14 @@ sample visits only its fields that change, still one sample at a time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+from ..._native import kernel
 from .shard._file_checks import MemberError, npy_loads
 
 __all__ = ["PlannedDecoder", "make_decoder"]
@@ -122,35 +124,59 @@ class PlannedDecoder:
         """
         names: tuple[str, ...] | None = None
         steps: list[tuple[str, Any]] = []
-        for sample in samples:
+        # With the kernel, a list's runs of samples whose plans are all _PURE are decoded in
+        # one C call each (``_kernel.decode_run``): the same results, nothing drawn.
+        runs = samples if kernel is not None and type(samples) is list else None
+        pure: tuple[tuple[str, Any], ...] | None = None
+        source = iter(samples)
+        index = -1  # the sample's position in ``runs``
+        for sample in source:
+            index += 1
             fields = tuple(sample)
-            out = sample.copy()
-            key = ""
-            try:
-                if fields != names:
+            if fields != names:
+                try:
                     steps = self.steps(fields)
-                    names = fields
-                for key, how in steps:
-                    value = out[key]
-                    if how is _META:
-                        if value.__class__ is not str:  # bytes metadata: webdataset decides
-                            out = self.decoder(sample)
-                            break
-                    elif value.__class__ is bytes:
-                        out[key] = how(value)
-                    else:  # a value that is not bytes: webdataset decides
-                        out = self.decoder(sample)
-                        break
-            except MemberError as exn:  # never retried by webdataset, which would allocate it
-                where = sample.get("__local_path__") or sample.get("__url__")
-                raise MemberError(
-                    f"member {key!r} of sample {sample.get('__key__')!r} in shard {where!r} "
-                    f"cannot be decoded: {exn}; the shard is damaged or hostile: rewrite it"
-                ) from None
-            except Exception:
-                # The same failure through webdataset itself: its DecodingError, or its result.
-                out = self.decoder(sample)
-            yield out
+                except Exception:  # as a failure below: webdataset decides
+                    yield self.decoder(sample)
+                    continue
+                names = fields
+                pure = tuple(steps) if runs is not None and _all_pure(steps) else None
+            if pure is not None:
+                assert kernel is not None and runs is not None
+                done: list[dict[str, Any]] = []
+                stop = kernel.decode_run(runs, index, fields, pure, _META, done)
+                if stop > index:  # samples index, ..., stop - 1 decoded
+                    yield from done
+                    if stop - index > 1:
+                        next(itertools.islice(source, stop - index - 2, None), None)
+                    index = stop - 1
+                    continue
+            yield self._decoded(sample, steps)
+
+    def _decoded(self, sample: dict[str, Any], steps: list[tuple[str, Any]]) -> dict[str, Any]:
+        """``sample`` decoded by its fields' ``steps`` (:meth:`steps`), or by webdataset."""
+        out = sample.copy()
+        key = ""
+        try:
+            for key, how in steps:
+                value = out[key]
+                if how is _META:
+                    if value.__class__ is not str:  # bytes metadata: webdataset decides
+                        return self.decoder(sample)  # type: ignore[no-any-return]
+                elif value.__class__ is bytes:
+                    out[key] = how(value)
+                else:  # a value that is not bytes: webdataset decides
+                    return self.decoder(sample)  # type: ignore[no-any-return]
+        except MemberError as exn:  # never retried by webdataset, which would allocate it
+            where = sample.get("__local_path__") or sample.get("__url__")
+            raise MemberError(
+                f"member {key!r} of sample {sample.get('__key__')!r} in shard {where!r} "
+                f"cannot be decoded: {exn}; the shard is damaged or hostile: rewrite it"
+            ) from None
+        except Exception:
+            # The same failure through webdataset itself: its DecodingError, or its result.
+            return self.decoder(sample)  # type: ignore[no-any-return]
+        return out
 
     def __getstate__(self) -> Any:
         return self.decoder
@@ -174,6 +200,14 @@ _BASIC: dict[str, Callable[[bytes], Any]] = {
     "jsn": json.loads,
     "npy": npy_loads,  # read_array, once its header fits (NOTE [ index verification ])
 }
+#: The plans the kernel may run for a whole run of samples before ``map`` sees the first:
+#: functions of the bytes alone, which draw nothing and change nothing.
+_PURE = frozenset(id(how) for how in _BASIC.values())
+
+
+def _all_pure(steps: list[tuple[str, Any]]) -> bool:
+    """Whether every step is a metadata check or one of the :data:`_PURE` plans."""
+    return all(how is _META or id(how) in _PURE for _, how in steps)
 
 
 def make_decoder(decode: Any) -> Callable[[dict[str, Any]], Any] | None:

@@ -7,7 +7,10 @@ stream, a cached copy), holding the sample's members, or a run of samples' (NOTE
 samples ]). Two functions then do the rest for every reader:
 
 - :func:`cut_sample` slices each member out of the span at the offsets of the index: the
-  bytes are the same whichever reader read them;
+  bytes are the same whichever reader read them; :func:`cut_samples` does it for a run of a
+  shard's samples at once, each a new dict as the reader yields it, in one compiled call
+  (``_kernel.cut_samples``) when the kernel is there, else in the Python loop it reproduces
+  (:func:`gather_members` likewise copies a kept window's members together);
 - :func:`verify_span`, when the span starts at the tar header before its first member
   (NOTE [ index verification ]), checks the members' headers against the index, a few
   members of their own (:class:`Members`, in pure Python) or a shard's ``HeaderTable`` at
@@ -22,10 +25,20 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
+from ...._native import kernel
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_check import HeaderTable, header_mismatch
 
-__all__ = ["Members", "cut_sample", "members_of", "refuse", "verify_span"]
+__all__ = [
+    "Columns",
+    "Members",
+    "cut_sample",
+    "cut_samples",
+    "gather_members",
+    "members_of",
+    "refuse",
+    "verify_span",
+]
 
 
 class Members(NamedTuple):
@@ -72,9 +85,129 @@ def cut_sample(
     return sample
 
 
+class Columns(NamedTuple):
+    """A shard's members as :func:`cut_samples` reads them.
+
+    Sample ``i`` holds members ``starts[i]`` to ``starts[i + 1] - 1``; member ``j`` is
+    ``sizes[j]`` bytes at ``offsets[j]`` of the span, named ``suffixes[j]``. Lists (the
+    index's own), or int64 arrays (the header table's, or a kept window's offsets: NOTE
+    [ kept windows ]) for the kernel.
+    """
+
+    starts: Sequence[int]
+    offsets: Sequence[int]
+    sizes: Sequence[int]
+    suffixes: Sequence[str]
+
+
+def cut_samples(
+    data: Any,
+    base: int,
+    columns: Columns,
+    keys: Sequence[str],
+    url: str,
+    local: str,
+    indexes: Sequence[int],
+    slots: Sequence[int],
+    out: list[Any],
+) -> None:
+    """Set ``out[i]`` to the dict of sample ``indexes[i]`` of a local shard, for each of ``slots``.
+
+    The dict is what a reader yields: ``__key__``, ``__url__``, one ``bytes`` per member cut
+    out of ``data`` (the shard's bytes from offset ``base``, or a kept window's members) in
+    the order of the index, then ``__local_path__``. With the compiled kernel and columns
+    of int64 arrays, the run is one C call (``_kernel.cut_samples``); the loop below is its
+    reference, and the path without the kernel (tests/webdataset/test_wds_cut_samples.py
+    compares the two).
+
+    Raises:
+        IndexError: a sample index is outside the shard.
+        ValueError: a member lies outside ``data`` (the compiled path; the loop cuts it
+            short, as slicing does).
+
+    Examples:
+        >>> columns = Columns([0, 2, 3], [102, 105, 108], [2, 3, 1], ["cls", "txt", "cls"])
+        >>> out = [None, None]
+        >>> data, keys = b"..abcdefghi", ("k0", "k1")
+        >>> cut_samples(data, 100, columns, keys, "u", "p", [1, 0], [0, 1], out)
+        >>> out[0]
+        {'__key__': 'k1', '__url__': 'u', 'cls': b'g', '__local_path__': 'p'}
+        >>> out[1]
+        {'__key__': 'k0', '__url__': 'u', 'cls': b'ab', 'txt': b'def', '__local_path__': 'p'}
+    """
+    starts, offsets, sizes, suffixes = columns
+    if (
+        kernel is not None
+        and isinstance(starts, np.ndarray)
+        and isinstance(offsets, np.ndarray)
+        and isinstance(sizes, np.ndarray)
+        and isinstance(keys, (list, tuple))
+        and isinstance(suffixes, (list, tuple))
+    ):
+        kernel.cut_samples(
+            data, base, starts, offsets, sizes, keys, suffixes, url, local, indexes, slots, out
+        )
+        return
+    count = len(keys)
+    for i in slots:
+        index = indexes[i]
+        if not 0 <= index < count:
+            raise IndexError(f"sample {index} of {count}")
+        sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
+        for j in range(starts[index], starts[index + 1]):
+            at = offsets[j] - base
+            sample[suffixes[j]] = data[at : at + sizes[j]]
+        sample["__local_path__"] = local
+        out[i] = sample
+
+
+def gather_members(
+    data: Any,
+    base: int,
+    offsets: Any,
+    sizes: Any,
+    first: int,
+    stop: int,
+    out: bytearray,
+    at: int,
+    positions: Any,
+) -> int:
+    """Copy members ``first, ..., stop - 1`` of ``data`` one after the other into ``out``.
+
+    Member ``j`` is ``sizes[j]`` bytes at ``offsets[j]`` of the shard (``data`` holds its
+    bytes from offset ``base``); it goes to ``out`` at ``at`` and on, ``positions[j]`` is set
+    to where, and the byte after the last is returned (NOTE [ kept windows ]). One C call
+    with the kernel (``_kernel.gather_members``, int64 arrays); this loop is its reference.
+
+    Examples:
+        >>> import numpy as np
+        >>> out, positions = bytearray(5), np.full(3, -1, dtype=np.int64)
+        >>> offsets, sizes = np.array([100, 103, 107]), np.array([2, 1, 2])
+        >>> gather_members(b"ab.c...de", 100, offsets, sizes, 0, 3, out, 0, positions)
+        5
+        >>> bytes(out), positions.tolist()
+        (b'abcde', [0, 2, 3])
+    """
+    if kernel is not None and all(
+        isinstance(a, np.ndarray) and a.dtype == np.int64 for a in (offsets, sizes, positions)
+    ):
+        end: int = kernel.gather_members(
+            data, base, offsets, sizes, first, stop, out, at, positions
+        )
+        return end
+    for j in range(first, stop):
+        begin, size = int(offsets[j]) - base, int(sizes[j])
+        if size < 0 or begin < 0 or begin + size > len(data) or at + size > len(out):
+            raise ValueError(f"member {j} lies outside the bytes read or past the end of out")
+        out[at : at + size] = data[begin : begin + size]
+        positions[j] = at
+        at += size
+    return at
+
+
 def verify_span(
     info: ShardInfo,
-    data: bytes,
+    data: bytes | memoryview,
     base: int,
     members: Members | HeaderTable,
     rows: range | np.ndarray[Any, Any] | None = None,
@@ -99,7 +232,7 @@ def verify_span(
             refuse(info, key, suffix, int(table.offsets[j]), int(table.sizes[j]), why)
         return
     keys, suffixes, offsets, sizes = members
-    got = header_mismatch(data, base, keys, suffixes, offsets, sizes)
+    got = header_mismatch(bytes(data), base, keys, suffixes, offsets, sizes)
     if got is not None:
         row, why = got
         refuse(info, keys[row], suffixes[row], offsets[row], sizes[row], why)

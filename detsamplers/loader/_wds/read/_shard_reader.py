@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
+import io
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
+
+import numpy as np
 
 from ...._native import kernel
 from ..index._shard_index_file import resolved
@@ -16,7 +20,15 @@ from ..shard._shard_info import ShardInfo
 from ..shard._tar_check import HeaderTable
 from ..shard._tar_walk import BLOCK
 from ._first_blocks import AHEAD, fetch_first_blocks
-from ._sample_span import Members, cut_sample, members_of, verify_span
+from ._sample_span import (
+    Columns,
+    Members,
+    cut_sample,
+    cut_samples,
+    gather_members,
+    members_of,
+    verify_span,
+)
 
 __all__ = ["ShardReader"]
 
@@ -32,6 +44,14 @@ RUN_GAP = 64 << 10
 #: A shuffle window of a local shard is read whole and kept when it spans at most this
 #: many bytes (NOTE [ kept windows ]): the memory one reader holds, one window at a time.
 WINDOW_BYTES = 32 << 20
+#: With the kernel, a kept window is read in pieces of at most this many bytes into one
+#: buffer, each checked and its members copied out while in the CPU's cache (NOTE [ kept
+#: windows ]); a member larger than this is a piece of its own.
+PIECE_BYTES = 256 << 10
+_CHANGED = (
+    "shard {path!r} is shorter than when it was indexed; it changed while in use: rebuild "
+    "the source (its index is refreshed automatically)"
+)
 
 
 class ShardReader:
@@ -65,7 +85,9 @@ class ShardReader:
         #: The source's ``shuffle_window`` (0: none), for NOTE [ kept windows ].
         self.window = window if window > 1 else 0
         #: The kept window of the open shard: its number, first byte and bytes.
-        self.kept: tuple[int, int, bytes] | None = None
+        self.kept: tuple[int, Any, int, Columns] | None = None
+        #: The buffer a kept window's pieces are read into (NOTE [ kept windows ]).
+        self.piece = bytearray()
         self.options = options or RemoteOptions()
         self.remote = [is_remote(s.url) for s in shards]
         self.any_remote = any(self.remote)
@@ -227,7 +249,6 @@ class ShardReader:
     ) -> None:
         """Fill ``out[first:stop]`` from runs of one local shard (NOTE [ runs of samples ])."""
         starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
-        suffixes = packed.suffixes
         keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
         count = len(keys)
         wanted = indexes[first:stop]
@@ -238,8 +259,17 @@ class ShardReader:
         neighbours = high - low == stop - first - 1
         if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
             return
+        window = self.window
+        # All of one window (a window of a whole shard: always): no sort (NOTE [ kept windows ]).
+        if window and low // window == high // window:
+            span = self._window_span(shard, packed, low // window)
+            if span is not None:
+                data, base, columns = span
+                slots = range(first, stop)
+                cut_samples(data, base, columns, keys, url, local, indexes, slots, out)
+                return
         order = sorted(range(first, stop), key=indexes.__getitem__)
-        if self.window:
+        if window:
             order = self._from_windows(shard, packed, indexes, order, out)
         position, total = 0, len(order)
         while position < total:
@@ -263,14 +293,9 @@ class ShardReader:
             table = self._table()
             run = [indexes[i] for i in order[position:last]]
             verify_span(self.shards[shard], data, base, table, table.members_of(run))
-            for i in order[position:last]:  # cut_sample, inlined (the hot path)
-                index = indexes[i]
-                sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-                for j in range(starts[index], starts[index + 1]):
-                    at = offsets[j] - base
-                    sample[suffixes[j]] = data[at : at + sizes[j]]
-                sample["__local_path__"] = local
-                out[i] = sample
+            run_slots = order[position:last]
+            columns = self._columns(packed)
+            cut_samples(data, base, columns, keys, url, local, indexes, run_slots, out)
             position = last
 
     def _from_windows(
@@ -294,52 +319,105 @@ class ShardReader:
         checked at once (NOTE [ index verification ]), and kept until a batch asks for
         another window or shard: the shard's bytes are read once per epoch and each
         sample is a slice. The reader holds one window's bytes at most; a larger window
-        is read in runs as before. The order and the samples are unchanged.
+        is read in runs as before. The order and the samples are unchanged. A batch's
+        samples of one window (a window of a whole shard: all of them) are cut in one call,
+        unsorted (:func:`.cut_samples`); samples of several windows are cut a window's run
+        at a time, in the order of their indexes.
         """
-        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
-        suffixes, keys, url, local = (
-            packed.suffixes,
-            self.keys,
-            self.shards[shard].url,
-            self.local[shard],
-        )
-        count, window = len(keys), self.window
-        rest: list[int] = []
-        base, data, number = 0, b"", -1
-        for i in order:
-            index = indexes[i]
-            wanted = index // window
-            if wanted != number:
-                number = wanted
-                kept = self.kept
-                if kept is not None and kept[0] == number:
-                    base, data = kept[1], kept[2]
-                else:
-                    low, high = (
-                        starts[number * window],
-                        starts[min(count, number * window + window)],
-                    )
-                    head = offsets[low] if high > low else 0
-                    tail = offsets[high - 1] + sizes[high - 1] if high > low else 0
-                    if high == low or tail - head > WINDOW_BYTES:
-                        base, data = -1, b""
-                    else:
-                        self.kept = None  # the old window goes before the new one is read
-                        base = max(0, head - BLOCK)  # with the first header
-                        data = self._span(shard, base, tail)
-                        verify_span(self.shards[shard], data, base, self._table(), range(low, high))
-                        self.kept = (number, base, data)
-            if base < 0:
-                rest.append(i)
-                continue
-            # cut_sample, inlined, the shard's lists hoisted: the per-sample hot path.
-            sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-            for j in range(starts[index], starts[index + 1]):
-                at = offsets[j] - base
-                sample[suffixes[j]] = data[at : at + sizes[j]]
-            sample["__local_path__"] = local
-            out[i] = sample
+        window, rest = self.window, []
+        keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
+        position, total = 0, len(order)
+        while position < total:  # ``order`` is sorted by index: a run per window
+            number = indexes[order[position]] // window
+            stop = bisect.bisect_left(
+                order, (number + 1) * window, position, total, key=indexes.__getitem__
+            )
+            span = self._window_span(shard, packed, number)
+            if span is None:
+                rest.extend(order[position:stop])
+            else:
+                data, base, columns = span
+                slots = order[position:stop]
+                cut_samples(data, base, columns, keys, url, local, indexes, slots, out)
+            position = stop
         return rest
+
+    def _window_span(
+        self, shard: int, packed: PackedMembers, number: int
+    ) -> tuple[Any, int, Columns] | None:
+        """Window ``number`` of the open shard, kept: its bytes, their first byte, its columns.
+
+        Read and its headers checked once, unless it is the window kept already; ``None``
+        for a window of no members or of more than ``WINDOW_BYTES``, whose samples are
+        read in runs (NOTE [ kept windows ]).
+        """
+        kept = self.kept
+        if kept is not None and kept[0] == number:
+            return kept[1], kept[2], kept[3]
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        window, count = self.window, len(self.keys)
+        low, high = starts[number * window], starts[min(count, number * window + window)]
+        if high == low:
+            return None
+        head, tail = offsets[low], offsets[high - 1] + sizes[high - 1]
+        if tail - head > WINDOW_BYTES:
+            return None
+        self.kept = None  # the old window goes before the new one is read
+        table = self._table()
+        if kernel is None:  # the whole window in one read, each sample a slice of it
+            base = max(0, head - BLOCK)  # with the first header
+            data: Any = self._span(shard, base, tail)
+            verify_span(self.shards[shard], data, base, table, range(low, high))
+            self.kept = (number, data, base, self._columns(packed))
+        else:
+            data = self._gathered(shard, table, low, high)
+            positions = data[1]
+            self.kept = (
+                number,
+                data[0],
+                0,
+                Columns(table.starts, positions, table.sizes, packed.suffixes),
+            )
+        return self.kept[1], self.kept[2], self.kept[3]
+
+    def _gathered(
+        self, shard: int, table: HeaderTable, low: int, high: int
+    ) -> tuple[bytearray, Any]:
+        """Members ``low`` to ``high - 1`` of a local shard, read in pieces and checked, together.
+
+        Each piece of at most ``PIECE_BYTES`` (from the header before its first member) is
+        read into the same buffer, its headers checked and its members' bytes copied out
+        one after the other; returns those bytes and where each member went (``-1`` for the
+        shard's other members).
+        """
+        info = self.shards[shard]
+        offsets, sizes = table.offsets, table.sizes
+        ends = offsets[low:high] + sizes[low:high]
+        out = bytearray(int(sizes[low:high].sum()))
+        positions = np.full(len(offsets), -1, dtype=np.int64)
+        member, at = low, 0
+        while member < high:
+            base = max(0, int(offsets[member]) - BLOCK)  # with the first header
+            stop = low + int(np.searchsorted(ends, base + PIECE_BYTES, side="right"))
+            stop = max(stop, member + 1)
+            end = int(ends[stop - 1 - low])
+            piece = self._read_into(shard, base, end)
+            verify_span(info, piece, base, table, range(member, stop))
+            at = gather_members(piece, base, offsets, sizes, member, stop, out, at, positions)
+            member = stop
+        if len(self.piece) > 2 * PIECE_BYTES:  # a large member's piece is not kept
+            self.piece = bytearray()
+        return out, positions
+
+    def _columns(self, packed: PackedMembers) -> Columns:
+        """The open shard's columns for :func:`.cut_samples`.
+
+        The header table's arrays with the kernel (one C call a run), else the index's lists.
+        """
+        if kernel is not None:
+            table = self._table()
+            return Columns(table.starts, table.offsets, table.sizes, packed.suffixes)
+        return Columns(packed.starts, packed.offsets, packed.sizes, packed.suffixes)
 
     def _consecutive(
         self,
@@ -366,15 +444,9 @@ class ShardReader:
         data = self._span(shard, base, end)
         info = self.shards[shard]  # checked while the bytes are in the cache
         verify_span(info, data, base, self._table(), range(head, tail))
-        suffixes, keys, url, local = packed.suffixes, self.keys, info.url, self.local[shard]
-        for i in range(first, stop):  # cut_sample, inlined: this loop is the reader's hot path
-            index = indexes[i]
-            sample: dict[str, Any] = {"__key__": keys[index], "__url__": url}
-            for j in range(starts[index], starts[index + 1]):
-                at = offsets[j] - base
-                sample[suffixes[j]] = data[at : at + sizes[j]]
-            sample["__local_path__"] = local
-            out[i] = sample
+        keys, url, local = self.keys, info.url, self.local[shard]
+        columns = self._columns(packed)
+        cut_samples(data, base, columns, keys, url, local, indexes, range(first, stop), out)
         return True
 
     def _open(self, shard: int) -> BinaryIO:
@@ -416,11 +488,24 @@ class ShardReader:
                 break
             data += more
         if len(data) != end - start:
-            raise ValueError(
-                f"shard {self.shards[shard].path!r} is shorter than when it was indexed; it "
-                "changed while in use: rebuild the source (its index is refreshed automatically)"
-            )
+            raise ValueError(_CHANGED.format(path=self.shards[shard].path))
         return data
+
+    def _read_into(self, shard: int, start: int, end: int) -> memoryview:
+        """:meth:`_span` into the reader's piece buffer (grown to fit): a view of its bytes."""
+        handle = cast(io.RawIOBase, self._open(shard))  # unbuffered: a FileIO
+        length = end - start
+        if len(self.piece) < length:
+            self.piece = bytearray(max(length, PIECE_BYTES))
+        view = memoryview(self.piece)[:length]
+        handle.seek(start)
+        got = 0
+        while got < length:  # an unbuffered read may return less
+            more = handle.readinto(view[got:]) or 0
+            if not more:
+                raise ValueError(_CHANGED.format(path=self.shards[shard].path))
+            got += more
+        return view
 
     def _read_local(
         self,

@@ -31,6 +31,8 @@ field name.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -176,6 +178,8 @@ def _split(data: bytes, sample: Mapping[str, Any]) -> dict[str, bytes]:
 
 def unpack_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`unpack_fields` of the samples that have a packed member; the others as they are."""
+    if not any(map(operator.contains, samples, itertools.repeat(PACKED_SUFFIX))):
+        return samples  # the common case, one C loop
     for i, sample in enumerate(samples):
         if PACKED_SUFFIX in sample:
             samples[i] = unpack_fields(sample)

@@ -211,7 +211,7 @@ class HeaderTable:
         return self._size_words
 
     def range_mismatch(
-        self, data: bytes, base: int, first: int, stop: int
+        self, data: bytes | memoryview, base: int, first: int, stop: int
     ) -> tuple[int, str] | None:
         """:meth:`mismatch` of the members ``first, ..., stop - 1``, without an index array."""
         if kernel is not None and self.compiled is not None:
@@ -221,7 +221,12 @@ class HeaderTable:
         return self.mismatch(data, base, np.arange(first, stop, dtype=np.int64))
 
     def _mismatch_compiled(
-        self, data: bytes, base: int, members: np.ndarray[Any, Any] | None, first: int, stop: int
+        self,
+        data: bytes | memoryview,
+        base: int,
+        members: np.ndarray[Any, Any] | None,
+        first: int,
+        stop: int,
     ) -> tuple[int, str] | None:
         """:meth:`mismatch` through the compiled check: one C loop over the headers.
 
@@ -240,7 +245,7 @@ class HeaderTable:
             if at < 0 or at + BLOCK > len(data):
                 return j, "no tar header fits before its data"
             key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
-            why = _row_mismatch(data[at : at + BLOCK], key, suffix, size)
+            why = _row_mismatch(bytes(data[at : at + BLOCK]), key, suffix, size)
             if why is not None:
                 return j, why
             first = found + 1
@@ -254,7 +259,7 @@ class HeaderTable:
         return np.arange(int(counts.sum()), dtype=np.int64) + shift  # type: ignore[no-any-return]
 
     def mismatch(
-        self, data: bytes, base: int, members: np.ndarray[Any, Any]
+        self, data: bytes | memoryview, base: int, members: np.ndarray[Any, Any]
     ) -> tuple[int, str] | None:
         """The first of ``members`` whose header in ``data`` (from ``base``) is wrong, and how."""
         if not len(members):
@@ -285,7 +290,7 @@ class HeaderTable:
             key, suffix, size = self.key_of(j), self.suffixes[j], int(self.sizes[j])
             if at_j < 0 or at_j + BLOCK > len(data):
                 return j, "no tar header fits before its data"
-            why = _row_mismatch(data[at_j : at_j + BLOCK], key, suffix, size)
+            why = _row_mismatch(bytes(data[at_j : at_j + BLOCK]), key, suffix, size)
             if why is not None:
                 return j, why
         return None
