@@ -39,6 +39,7 @@ setup(
                 "detsamplers/_kernel.c",
                 "detsamplers/_kernel_headers.c",
                 "detsamplers/_kernel_pack.c",
+                "detsamplers/_kernel_chunk.c",
             ],
             extra_compile_args=["-O3"],
             optional=True,

@@ -454,6 +454,11 @@ PyObject *pack_bins(PyObject *self, PyObject *args);
 PyObject *pack_counts(PyObject *self, PyObject *args);
 PyObject *pack_rows(PyObject *self, PyObject *args);
 
+/* -- a chunk batch's inputs and labels: in _kernel_chunk.c --------------------------------- */
+
+extern const char chunk_rows_doc[];
+PyObject *chunk_rows(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
@@ -462,6 +467,7 @@ static PyMethodDef methods[] = {
     {"pack_bins", pack_bins, METH_VARARGS, pack_bins_doc},
     {"pack_counts", pack_counts, METH_VARARGS, pack_counts_doc},
     {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
+    {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

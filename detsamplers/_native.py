@@ -14,7 +14,8 @@ The same extension holds other loops with a Python fallback each: the tar header
 (``_kernel_headers.c``), the best-fit-decreasing of the ``pack`` token mode
 (``_kernel_pack.c``, NOTE [ packed sequences ]; tests/tokens/test_tokens_pack_kernel.py)
 and a packed batch's rows (``_kernel_pack.c``, NOTE [ packed batch rows ];
-tests/tokens/test_tokens_pack_rows.py).
+tests/tokens/test_tokens_pack_rows.py), and a ``chunk`` batch's inputs and labels
+(``_kernel_chunk.c``, NOTE [ compiled chunk rows ]; tests/tokens/test_tokens_chunk_rows.py).
 
 The extension is optional: ``pip install`` builds it when a C compiler is present and
 installs the package without it otherwise, and setting ``DETSAMPLERS_NO_KERNEL=1`` before
