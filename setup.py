@@ -42,6 +42,7 @@ setup(
                 "detsamplers/_kernel_pack_windows.c",
                 "detsamplers/_kernel_cut.c",
                 "detsamplers/_kernel_decode.c",
+                "detsamplers/_kernel_chunk.c",
             ],
             extra_compile_args=["-O3"],
             optional=True,

@@ -70,6 +70,7 @@ LABELS = {
     ("megatron", ""): "Megatron-Core",
     ("olmo", ""): "OLMo-core",
     ("litdata", ""): "litdata",
+    ("litdata", "user"): "litdata + user's int64",
 }
 PEER_MODULE = {"megatron": "megatron.core", "olmo": "olmo_core", "litdata": "litdata"}
 
@@ -185,13 +186,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         batches = module.loader(corpus, args.seq_len, args.batch, args.num_workers, **extra)
         for _ in range(args.batch):
             next(batches)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         count = 0
         while count < args.budget and time.perf_counter() - started < args.cap:
             next(batches)
             count += 1
-        seconds = time.perf_counter() - started
-        return {"tokens_per_s": count * args.batch * args.seq_len / seconds, "batches": count}
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return {"tokens_per_s": count * args.batch * args.seq_len / seconds, "batches": count,
+                "cpu_per_batch": cpu / max(count, 1)}  # the main process's CPU  # fmt: skip
     raise ValueError(f"--worker should be build, resume or rate, but got {args.worker!r}")
 
 
@@ -299,10 +301,11 @@ def row_resume(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -
 
 
 def row_rate(args: argparse.Namespace, corpus: Corpus, info: dict[str, str]) -> None:
-    # "chunk-io" is the equal-work column against litdata: inputs and labels only;
-    # "concat-io" the one against Megatron-Core's GPTDataset (a shuffled document order).
+    # "chunk-io" is the equal-work column against litdata + user (its batch turned into
+    # int64 inputs and targets as litgpt does); "concat-io" the one against Megatron-Core's
+    # GPTDataset (a shuffled document order).
     libs = [("ours", "chunk"), ("ours", "concat"), ("ours", "chunk-io"), ("ours", "concat-io"),
-            ("megatron", ""), ("olmo", ""), ("litdata", "")]  # fmt: skip
+            ("megatron", ""), ("olmo", ""), ("litdata", ""), ("litdata", "user")]  # fmt: skip
     shape = f"{args.batch} x {args.seq_len}"
     print(f"Row 3. Tokens/s on one rank, batches of {shape} (higher is better)")
     print(machine_line(info, load_end=None))

@@ -471,6 +471,11 @@ PyObject *gather_members(PyObject *self, PyObject *args);
 extern const char decode_doc[];
 PyObject *decode_run(PyObject *self, PyObject *args);
 
+/* -- a chunk batch's inputs and labels: in _kernel_chunk.c --------------------------------- */
+
+extern const char chunk_rows_doc[];
+PyObject *chunk_rows(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
@@ -484,6 +489,7 @@ static PyMethodDef methods[] = {
     {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
     {"gather_members", gather_members, METH_VARARGS, gather_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},
+    {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,7 +26,8 @@ causal within a row (a document never appears twice in one sequence).
 :data:`KEYS` order whatever order they were given in): the others are not computed at all,
 and ``collate_tokens`` stacks the keys its samples have. ``outputs=("input_ids",
 "labels")`` is the work of a loader that hands out the raw window only, as litdata's
-``TokensLoader`` does, plus the boundary masking of the labels.
+``TokensLoader`` does, plus the boundary masking of the labels; in ``chunk`` a batch of it
+is one compiled pass (NOTE [ compiled chunk rows ]).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ import torch.utils.data as tud
 
 from .._errors import ReproducibilityError, check_int, check_one_of
 from .._state import fingerprint
+from ._chunk_rows import chunk_rows
 from ._concat import ConcatOrder, Pieces
 from ._concat_windows import concat_windows
 from ._corpus import TokenCorpus
@@ -261,6 +262,9 @@ class TokenSequences(tud.Dataset[dict[str, npt.NDArray[Any]]]):
         width = self.seq_len + 1
         if self._concat is None and self._pack is None:
             starts = np.array([k for k, _ in checked], dtype=np.int64) * width
+            compiled = chunk_rows(self.corpus, starts, width, self.outputs)
+            if compiled is not None:  # NOTE [ compiled chunk rows ]
+                return compiled
             windows = chunk_windows(self.corpus, starts, width)  # NOTE [ batched chunk windows ]
             if windows is not None:
                 return features_rows(*windows, self.outputs)

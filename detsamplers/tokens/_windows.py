@@ -46,7 +46,7 @@ from ._ends_check import mapped_file
 if TYPE_CHECKING:
     from ._corpus import TokenCorpus
 
-__all__ = ["chunk_windows"]
+__all__ = ["chunk_windows", "open_mapped"]
 
 I64 = npt.NDArray[np.int64]
 #: The windows' tokens ``(B, w)`` (the file's dtype) and pieces (documents, counts,
@@ -118,14 +118,10 @@ def _read_rows(
     name, offset = found
     item = tokens.itemsize
     size = tokens.shape[1] * item
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
-    except OSError:  # removed or renamed since: the map still reads the file it opened
+    fd = open_mapped(name, identity)
+    if fd is None:
         return False
     try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != identity:
-            return False
         for row, first in zip(tokens, local.tolist(), strict=True):
             got = _read_into(fd, row, offset + first * item)
             if got != size:
@@ -137,6 +133,25 @@ def _read_rows(
     finally:
         os.close(fd)
     return True
+
+
+def open_mapped(name: str, identity: Any) -> int | None:
+    """A descriptor of file ``name`` if it is still the regular file mapped (``identity``).
+
+    ``None`` if it is gone or another file now: the map still reads the file it opened.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    except OSError:  # removed or renamed since
+        return None
+    try:
+        now = os.fstat(fd)
+        if stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == identity:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def _read_into(fd: int, row: npt.NDArray[Any], at: int) -> int:

@@ -10,7 +10,7 @@ import pytest
 import tqdm
 from tokens_helpers import write_lengths as write
 
-from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
+from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries, _chunk_rows
 
 
 @pytest.fixture
@@ -75,6 +75,8 @@ def test_a_chunk_batch_reads_each_window_by_one_read_of_the_mapped_file(
 ) -> None:
     path, sidecar = write(tmp_path, [5, 7, 4, 8])
     corpus = TokenCorpus(path, lengths=[sidecar])
+    # The numpy path's reads (the compiled pass reads in C, NOTE [ compiled chunk rows ]).
+    monkeypatch.setattr(_chunk_rows, "kernel", None)
     reads: list[int] = []
     real_pread, real_preadv = os.pread, getattr(os, "preadv", None)
 

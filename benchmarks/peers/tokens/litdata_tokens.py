@@ -4,7 +4,11 @@ As its README shows for pretraining: ``optimize(fn, inputs, output_dir,
 chunk_size=(L + 1) * 8012, item_loader=TokensLoader())`` with ``fn`` yielding token
 tensors (here uint16, a block of documents each, EOS-terminated, in storage order), then
 ``StreamingDataset(dir, item_loader=TokensLoader(block_size=L + 1), shuffle=True,
-seed=0)`` and ``StreamingDataLoader(batch_size=B, num_workers=w)``. Sequences are cut
+seed=0)`` and ``StreamingDataLoader(batch_size=B, num_workers=w)``: a batch is one
+``(B, L + 1)`` tensor of the chunks' dtype. Mode ``user`` adds what litgpt's
+``pretrain.py`` does to each batch, ``x[:, 0:L].contiguous().long()`` and
+``x[:, 1:L + 1].contiguous().long()`` (no mask at document ends): the work of our
+``chunk-io`` column. Sequences are cut
 inside each chunk (a chunk's tail shorter than ``L + 1`` is dropped); a resume loads the
 loader's ``state_dict()`` (samples yielded, epoch, the chunk list) and re-derives the
 chunk order.
@@ -85,9 +89,16 @@ def resume(corpus: Corpus, seq_len: int, batch: int, samples: int) -> Callable[[
     return first
 
 
-def loader(corpus: Corpus, seq_len: int, batch: int, num_workers: int) -> Iterator[Any]:
-    """Epoch 1 from its start."""
-    return iter(_loader(corpus, seq_len, batch, num_workers))
+def loader(
+    corpus: Corpus, seq_len: int, batch: int, num_workers: int, mode: str = ""
+) -> Iterator[Any]:
+    """Epoch 1 from its start; ``mode="user"``: each batch as litgpt's pretraining loop
+    turns it into inputs and targets (two int64 ``(B, L)`` tensors, ours' equal work)."""
+    batches: Iterator[Any] = iter(_loader(corpus, seq_len, batch, num_workers))
+    if mode != "user":
+        return batches
+    return ((x[:, 0:seq_len].contiguous().long(), x[:, 1 : seq_len + 1].contiguous().long())
+            for x in batches)  # fmt: skip
 
 
 def state(corpus: Corpus, seq_len: int, batch: int, samples: int) -> bytes:
