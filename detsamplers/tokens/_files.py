@@ -19,6 +19,7 @@ the dtypes allowed and the file's size run at every open.
 from __future__ import annotations
 
 import os
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,8 @@ def _parse_header(handle: Any, path: Path | str, what: str) -> tuple[Any, np.dty
             shape, _, kind = np.lib.format.read_array_header_2_0(handle, max_header_size=MAX_HEADER)
         else:
             raise ValueError(f"unknown format version {version}")
-    except (ValueError, OSError, SyntaxError, TypeError) as error:
+    except (ValueError, OSError, SyntaxError, TypeError, tokenize.TokenError) as error:
+        # numpy re-reads a header it cannot parse as a Python 2 one, by tokenize: its error too
         raise ValueError(
             f"{what} {path} should be a .npy array file, but its header cannot be read "
             f"({error}); write it with numpy.save"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,8 @@ def outcome(data: bytes, size: int, allowed: tuple[str, ...] = NPY_DTYPES) -> An
     """What ``npy_layout`` answers for ``data``: the layout, or the error's text."""
     try:
         kind, offset, count = npy_layout(io.BytesIO(data), size, "t.npy", allowed, "token file")
-    except ValueError as error:
-        return str(error)
+    except ValueError as error:  # numpy's text may name an object by its address: not compared
+        return re.sub(r" at 0x[0-9a-f]+", "", str(error))
     return str(kind), offset, count
 
 
@@ -81,3 +82,16 @@ def test_a_reopened_header_is_parsed_once_and_its_size_and_dtype_still_checked(
     for _ in range(2):
         assert "should hold a 1-D array" in outcome(flat, len(flat))
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_header_left_open_is_refused_naming_the_file_not_by_tokenizes_error(version: int) -> None:
+    # numpy parses a header it cannot read again as a Python 2 one, by tokenize, whose
+    # TokenError (not a ValueError) escaped an open (found by the law above, unseeded).
+    text = b"{'descr': '<u2', 'fortran_order': False, 'shape': (3,"
+    width = 2 if version == 1 else 4
+    text += b" " * (64 - 8 - width - len(text) - 1) + b"\n"
+    data = b"\x93NUMPY" + bytes([version, 0]) + len(text).to_bytes(width, "little") + text
+    data += bytes(6)
+    with pytest.raises(ValueError, match=r"^token file t\.npy should be a \.npy array file, but "):
+        npy_layout(io.BytesIO(data), len(data), "t.npy", NPY_DTYPES, "token file")
