@@ -507,3 +507,30 @@ def test_the_compiled_header_check_decides_as_the_numpy_one(
         assert table.mismatch(bytes(data), 0, everything) == ranged
     if not flips:
         assert compiled is None and ranged is None
+
+
+def left_open_npy(version: int) -> bytes:
+    """A ``.npy`` whose header leaves a bracket open: numpy re-reads it as a Python 2 header,
+    by tokenize, whose ``TokenError`` is no ``ValueError``."""
+    text = b"{'descr': '<u1', 'fortran_order': False, 'shape': (3,"
+    width = 2 if version == 1 else 4
+    text += b" " * (64 - 8 - width - len(text) - 1) + b"\n"
+    return b"\x93NUMPY" + bytes([version, 0]) + len(text).to_bytes(width, "little") + text + b"abc"
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_header_numpy_cannot_tokenize_is_refused_by_every_reader_of_npy_bytes(
+    version: int,
+) -> None:
+    from detsamplers.loader._wds.index._set_index_file import decode_set
+    from detsamplers.loader._wds.shard._file_checks import load_arrays
+
+    with pytest.raises(MemberError, match=r"^its \.npy header is unreadable \("):
+        npy_loads(left_open_npy(version))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("header.npy", left_open_npy(version))
+    with pytest.raises(ValueError, match=r"^array 'header' has an unreadable header \("):
+        load_arrays(buffer.getvalue(), ["header"], {"header": "|u1"})
+    with pytest.raises(ValueError, match=r"'s3://b/detsamplers-set\.index\.npz' is not a "):
+        decode_set(buffer.getvalue(), "s3://b/")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import io
 import json
 import time
+import tokenize
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -189,7 +190,9 @@ def decode_set_indexes(data: bytes, folder: str) -> tuple[list[SetEntry], list[b
             for n, s, v, c in zip(names, sizes, versions, counts, strict=True)
         ]
         return entries, indexes
-    except (ValueError, KeyError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exn:
+    # numpy re-reads a header it cannot parse as a Python 2 one: SyntaxError, TokenError too
+    except (ValueError, KeyError, OSError, EOFError, TypeError, SyntaxError, tokenize.TokenError,
+            zipfile.BadZipFile) as exn:  # fmt: skip
         raise ValueError(
             f"the set index {folder + SET_INDEX_NAME!r} is not a detsamplers set index "
             f"({_FORMAT} version 1 or {_VERSION}): {exn}; delete it and rebuild it with "

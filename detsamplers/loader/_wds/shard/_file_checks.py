@@ -49,6 +49,7 @@ import io
 import math
 import os
 import stat
+import tokenize
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
@@ -211,6 +212,17 @@ def index_file_limit(shard_size: int) -> int:
 
 _DTYPES = {"|u1": np.dtype(np.uint8), "<i8": np.dtype("<i8")}
 
+#: What numpy's header readers raise on a header they cannot read: ``ValueError``, and where
+#: it re-reads the header as a Python 2 one, ``SyntaxError`` or tokenize's ``TokenError``.
+UNREADABLE_HEADER = (ValueError, SyntaxError, tokenize.TokenError)
+
+
+def _read_header(stream: Any, version: tuple[int, int]) -> tuple[Any, Any, Any]:
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` header at ``stream`` (1.0, else 2.0)."""
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)
+    return np.lib.format.read_array_header_2_0(stream)
+
 
 def load_arrays(data: bytes, names: Sequence[str], kinds: Mapping[str, str]) -> dict[str, Any]:
     """The named 1-d arrays of an ``.npz`` held in ``data``, each size checked first.
@@ -235,12 +247,12 @@ def load_arrays(data: bytes, names: Sequence[str], kinds: Mapping[str, str]) -> 
                 )
             with archive.open(info) as member:
                 version = np.lib.format.read_magic(member)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                elif version == (2, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                else:
+                if version not in ((1, 0), (2, 0)):
                     raise ValueError(f"array {name!r} has .npy format {version}")
+                try:
+                    shape, _, dtype = _read_header(member, version)
+                except UNREADABLE_HEADER as exn:
+                    raise ValueError(f"array {name!r} has an unreadable header ({exn})") from None
                 left = info.file_size - member.tell()
                 if dtype != _DTYPES[kinds[name]] or len(shape) != 1:
                     raise ValueError(f"array {name!r} is {dtype} of shape {shape}")
@@ -327,13 +339,10 @@ def npy_loads(data: bytes) -> Any:
     """
     stream = io.BytesIO(data)
     version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-    else:  # 2.0, or 3.0: the same layout, its header UTF-8 (read as Latin-1 for its shape)
-        try:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-        except ValueError as exn:
-            raise MemberError(f"its .npy header is unreadable ({exn})") from None
+    try:  # 2.0, or 3.0: the same layout, its header UTF-8 (read as Latin-1 for its shape)
+        shape, _, dtype = _read_header(stream, version)
+    except UNREADABLE_HEADER as exn:
+        raise MemberError(f"its .npy header is unreadable ({exn})") from None
     if not dtype.hasobject:  # object arrays: numpy refuses them without pickle
         need = math.prod(shape) * dtype.itemsize
         left = len(data) - stream.tell()
