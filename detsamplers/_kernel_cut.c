@@ -3,7 +3,7 @@
  * (_kernel.c lists its functions). cut_samples builds the dict of each sample of a run, as
  * _sample_span.cut_samples does in Python (the reference, and the path without the kernel):
  * "__key__", "__url__", one bytes object per member cut out of the span at the offsets of the
- * index, in the index's order, then "__local_path__". tests/test_cut_kernel.py compares the two.
+ * index, in the index's order, then "__local_path__". tests/webdataset/test_wds_cut_samples.py compares the two.
  *
  * gather_members copies the members of a piece of a window into the window's compact copy,
  * where cut_samples then cuts them (NOTE [ kept windows ] in read/_shard_reader.py).

@@ -325,9 +325,10 @@ typedef struct {
 } RowsFill;
 
 /* Where GCC can make a copy of the fill for AVX2 and pick it when the CPU has it (function
- * multi-versioning, x86-64 Linux), its loops convert and store four int64 values at a time
- * instead of two; elsewhere the plain build. The same arithmetic either way. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+ * multi-versioning, x86-64 Linux with glibc, whose ifunc picks the copy), its loops convert and
+ * store four int64 values at a time instead of two; elsewhere the plain build. The same arithmetic
+ * either way. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__)
 #define ROWS_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define ROWS_CLONES
