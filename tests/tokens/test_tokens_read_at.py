@@ -113,9 +113,11 @@ def test_a_concat_build_from_a_large_cached_ends_file_keeps_it_out_of_memory(
     done = subprocess.run(command, check=True, env=env, capture_output=True, timeout=300)
     found = json.loads(done.stdout.decode().strip().splitlines()[-1])
     # Through the map, the sampled checks alone made most of both files resident, and the
-    # block starts a 4 MB window of ends at a time.
+    # block starts a 4 MB window of ends at a time. Read by position, the first build of a
+    # fresh corpus grows by about 2.6 MB alone and grew by 3.76 MB once on a CI of 4 busy
+    # xdist workers; a half of the ends file still tells the map from the reads.
     assert found["ends"] == 16_000_000
-    assert found["growth"] < 3_000_000, found
+    assert found["growth"] < found["ends"] // 2, found
 
 
 @settings(max_examples=80, deadline=None)
