@@ -112,9 +112,9 @@ check: $(STAMP) $(MOSAIC_LIB_STAMP)
 # pytest on PYTEST_WORKERS pytest-xdist workers: most of the slow tiers' time is waiting
 # (torchrun rendezvous, servers, pip), which workers overlap on 2 cores; a file's tests stay on
 # one worker, the longest files start first (tests/parallel.py). PYTEST_WORKERS=0 runs serially.
-# 4 rather than 3: a fresh clone's CI on 2 idle cores ran the suite's pytest in 409.9 s with 4
-# workers, where the tree before took 585 to 595 s with 3.
-PYTEST_WORKERS ?= 4
+# 3 or 4 make no difference here: the same clone on 2 idle cores ran the suite's pytest in
+# 404.5 s with 4 workers and 414.9 s with 3, one after the other.
+PYTEST_WORKERS ?= 3
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Compiled modules are kept (git-ignored __pycache__) even where PYTHONDONTWRITEBYTECODE is
