@@ -6,40 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokens_helpers import EOD, corpora
+from tokens_helpers import corpora
+from tokens_helpers import write_documents as write
 
 from detsamplers.loader import DataLoader
-from detsamplers.tokens import TokenCorpus, TokenSequences, collate_tokens
+from detsamplers.tokens import TokenSequences, collate_tokens
 from detsamplers.tokens._features import KEYS
 
 dtypes = st.sampled_from(["uint16", "uint32", "int32", "int64"])
 subsets = st.lists(st.sampled_from(KEYS[1:]), unique=True).map(lambda rest: ["input_ids", *rest])
-
-
-def write(folder: Path, files: list[list[int]], dtype: str, npy: bool, seed: int) -> TokenCorpus:
-    """Files of random documents of ``dtype`` ending with ``EOD``, as ``.npy`` or ``.bin``
-    (``.bin`` holds uint16 or uint32 only: other dtypes are written as ``.npy``)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    npy = npy or dtype not in ("uint16", "uint32")
-    rng = np.random.default_rng(seed)
-    paths = []
-    for i, lengths in enumerate(files):
-        docs = [np.append(rng.integers(1, 60_000, size=n - 1), EOD) for n in lengths]
-        tokens = np.concatenate(docs).astype(dtype)
-        path = folder / f"part{i}.{'npy' if npy else 'bin'}"
-        if npy:
-            np.save(path, tokens)
-        else:
-            tokens.tofile(path)
-        paths.append(path)
-    if npy:
-        return TokenCorpus(paths, eod_id=EOD, progress=False)
-    return TokenCorpus(paths, dtype=dtype, eod_id=EOD, progress=False)
 
 
 def one_by_one(sequences: TokenSequences, indices: list[int]) -> dict[str, torch.Tensor]:

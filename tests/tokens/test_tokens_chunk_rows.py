@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokens_helpers import EOD, corpora, write_lengths
+from tokens_helpers import corpora, write_lengths
 from tokens_helpers import ends_cache_of as cache_of
+from tokens_helpers import write_documents as write
 
 from detsamplers._native import kernel
 from detsamplers.tokens import TokenCorpus, TokenSequences, _boundaries
@@ -25,26 +26,6 @@ pytestmark = pytest.mark.skipif(
 )
 dtypes = st.sampled_from(["uint16", "uint32", "int32", "int64"])
 outputs = st.sampled_from([("input_ids",), ("input_ids", "labels")])
-
-
-def write(folder: Path, files: list[list[int]], dtype: str, npy: bool, seed: int) -> TokenCorpus:
-    """Files of random documents of ``dtype`` ending with ``EOD`` (``.bin``: uint16, uint32)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    npy = npy or dtype not in ("uint16", "uint32")
-    rng = np.random.default_rng(seed)
-    paths = []
-    for i, lengths in enumerate(files):
-        docs = [np.append(rng.integers(1, 60_000, size=n - 1), EOD) for n in lengths]
-        tokens = np.concatenate(docs).astype(dtype)
-        path = folder / f"part{i}.{'npy' if npy else 'bin'}"
-        if npy:
-            np.save(path, tokens)
-        else:
-            tokens.tofile(path)
-        paths.append(path)
-    if npy:
-        return TokenCorpus(paths, eod_id=EOD, progress=False)
-    return TokenCorpus(paths, dtype=dtype, eod_id=EOD, progress=False)
 
 
 def by_numpy(corpus: TokenCorpus, starts: np.ndarray, width: int, keys: tuple[str, ...]) -> list:

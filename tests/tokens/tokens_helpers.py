@@ -92,3 +92,26 @@ def count_position_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(_boundaries, "read_at", read_at)
     monkeypatch.setattr(_boundaries, "read_file_at", read_file_at)
     return seen
+
+
+def write_documents(
+    folder: Path, files: list[list[int]], dtype: str, npy: bool, seed: int
+) -> TokenCorpus:
+    """Files of random documents of ``dtype`` ending with ``EOD``, as ``.npy`` or ``.bin``
+    (``.bin`` holds uint16 or uint32 only: other dtypes are written as ``.npy``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    npy = npy or dtype not in ("uint16", "uint32")
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, lengths in enumerate(files):
+        docs = [np.append(rng.integers(1, 60_000, size=n - 1), EOD) for n in lengths]
+        tokens = np.concatenate(docs).astype(dtype)
+        path = folder / f"part{i}.{'npy' if npy else 'bin'}"
+        if npy:
+            np.save(path, tokens)
+        else:
+            tokens.tofile(path)
+        paths.append(path)
+    if npy:
+        return TokenCorpus(paths, eod_id=EOD, progress=False)
+    return TokenCorpus(paths, dtype=dtype, eod_id=EOD, progress=False)
