@@ -154,6 +154,8 @@ def run_passes(
     return got, mixes
 
 
+#: The cases whose victims timing decides (``nodes, parts, shuffle``): bounded to a band below.
+BANDED = [(1, 12, True), (1, 12, False), (2, 12, False)]
 CASES = [
     pytest.param(
         nodes, parts, shuffle, 3, id=f"{nodes}node-parts{parts}-{'shuf' if shuffle else 'plain'}"
@@ -161,7 +163,7 @@ CASES = [
     for nodes in (1, 2)
     for parts in (0, 12)
     for shuffle in (True, False)
-    if (nodes, parts) != (1, 12)  # timing decides its victims: a band, below
+    if (nodes, parts, shuffle) not in BANDED  # timing decides their victims: a band, below
 ]
 # a roomier limit: evictions, but the working set fits (no over-limit either side)
 CASES.append(pytest.param(2, 0, True, 8, id="2node-parts0-shuf-roomy"))
@@ -234,34 +236,40 @@ def test_a_limited_mixture_downloads_per_pass_what_the_plan_walks(
 
 
 @pytest.mark.servers
-@pytest.mark.parametrize("shuffle", [True, False], ids=["shuf", "plain"])
-def test_one_rank_reading_many_shards_by_ranges_past_its_limit_downloads_near_the_plan(
-    served: tuple[Nginx, list[str], str, int], tmp_path: Path, shuffle: bool
+@pytest.mark.parametrize(
+    "nodes,shuffle",
+    [(nodes, shuffle) for nodes, _, shuffle in BANDED],
+    ids=[f"{nodes}node-{'shuf' if shuffle else 'plain'}" for nodes, _, shuffle in BANDED],
+)
+def test_ranks_reading_many_shards_by_ranges_past_their_limit_download_near_the_plan(
+    served: tuple[Nginx, list[str], str, int], tmp_path: Path, nodes: int, shuffle: bool
 ) -> None:
-    """One rank, ``parts=12``: about 21 shards pinned at once against a limit of 3.
+    """``parts=12``: each node pins many shards' range files at once against a limit of 3.
 
-    The folder is over its limit from the first batches on, each of the rank's range files
+    The folder is over its limit from the first batches on, each of a node's range files
     is a victim candidate of its own, and which of them a download evicts depends on when
-    the prefetch thread ran against the training step: measured over runs (docs/plan.md),
-    the served passes were 6% below to 25% above the plan. This bounds that band; a plan
-    that kept every shard (nothing downloaded in the second pass) falls outside it.
+    the prefetch thread ran against the training step. Measured over runs (docs/plan.md):
+    one rank's served passes were 6% below to 25% above the plan; two nodes in tar order,
+    though every walk had pinned as far as its rules let it before each read, 45 to 54
+    GETs of a planned 56 on an idle machine and 53 to 59 with three busy processes beside
+    (24 runs). This bounds that band; a plan that kept every shard (nothing downloaded in
+    the second pass) falls outside it.
     """
     nginx, urls, index, largest = served
     limit = 3 * largest
     order = {"parts": 12, "shuffle_shards": shuffle}
     plan = plan_mixture(
-        urls, WEIGHTS, nodes=1, batch_size=BATCH, seed=7, index_dir=index, epochs=2,
+        urls, WEIGHTS, nodes=nodes, batch_size=BATCH, seed=7, index_dir=index, epochs=2,
         cache_limit=limit, prefetch=PREFETCH, **order,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the folder's growth: compared below
-        served_, mixes = run_passes(nginx, urls, index, tmp_path, 1, cache_limit=limit, **order)
+        served_, mixes = run_passes(nginx, urls, index, tmp_path, nodes, cache_limit=limit, **order)
     for pass_, (_, gets) in enumerate(served_):
-        planned = plan.nodes[0].shard_requests[pass_]
-        assert 0.8 * planned <= gets <= 1.4 * planned, (pass_, planned, gets)
-    assert plan.over_limit() and all(
-        m.cache is not None and m.cache.stats.over_limit > 0 for m in mixes
-    )
+        planned = sum(n.shard_requests[pass_] for n in plan.nodes)
+        assert 0.7 * planned <= gets <= 1.4 * planned, (pass_, planned, gets)
+    over = [m.cache.stats.over_limit for m in mixes if m.cache is not None]
+    assert plan.over_limit() and [bool(line) for line in _per_node(plan)] == [n > 0 for n in over]
 
 
 def _per_node(plan: Any) -> list[str]:
