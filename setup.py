@@ -9,12 +9,26 @@ A wheel carries a copy of it as ``detsamplers/_examples/demo_trial.py``, so that
 detsamplers/trial/_demo.py); an editable install reads ``examples/`` itself.
 """
 
+import glob
 import os
+import zlib
 
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 DEMO = os.path.join("examples", "demo_trial.py")
+#: The kernel's C files; their CRC-32 is built into the module as ``SOURCES``, and an
+#: editable checkout whose files differ from it runs the numpy path (detsamplers/_native.py).
+KERNEL = sorted(glob.glob(os.path.join("detsamplers", "_kernel*.c")))
+
+
+def sources_crc(paths: list[str]) -> str:
+    """The CRC-32 of ``paths``' bytes in order, as 8 hex digits (``_native._sources_crc``)."""
+    crc = 0
+    for path in paths:
+        with open(path, "rb") as file:
+            crc = zlib.crc32(file.read(), crc)
+    return f"{crc:08x}"
 
 
 class BuildWithDemo(build_py):
@@ -35,15 +49,8 @@ setup(
     ext_modules=[
         Extension(
             "detsamplers._kernel",
-            sources=[
-                "detsamplers/_kernel.c",
-                "detsamplers/_kernel_headers.c",
-                "detsamplers/_kernel_pack.c",
-                "detsamplers/_kernel_pack_windows.c",
-                "detsamplers/_kernel_cut.c",
-                "detsamplers/_kernel_decode.c",
-                "detsamplers/_kernel_chunk.c",
-            ],
+            sources=KERNEL,
+            define_macros=[("DETSAMPLERS_KERNEL_SOURCES", f'"{sources_crc(KERNEL)}"')],
             extra_compile_args=["-O3"],
             optional=True,
         )

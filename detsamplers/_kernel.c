@@ -499,4 +499,16 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__kernel(void) { return PyModule_Create(&module); }
+#ifndef DETSAMPLERS_KERNEL_SOURCES /* setup.py passes the C files' CRC-32 */
+#define DETSAMPLERS_KERNEL_SOURCES ""
+#endif
+
+PyMODINIT_FUNC PyInit__kernel(void) {
+    /* SOURCES: what _native._load compares with the C files beside it (a stale build) */
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCES", DETSAMPLERS_KERNEL_SOURCES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

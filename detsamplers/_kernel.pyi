@@ -1,5 +1,8 @@
 from typing import Any
 
+#: The CRC-32 of the C files it was built from (setup.py), checked by _native._load.
+SOURCES: str
+
 # tables: (codes uint32, prefix uint16, bases int64, counts int64), from _Segment.kernel_args.
 def locate_stride(
     tables: tuple[Any, ...],

@@ -27,13 +27,21 @@ The extension is optional: ``pip install`` builds it when a C compiler is presen
 installs the package without it otherwise, and setting ``DETSAMPLERS_NO_KERNEL=1`` before
 the import turns it off. Either way the stream is the same; only the speed differs.
 :func:`kernel_status` says which one runs.
+
+A checkout pulled without a rebuild holds a kernel older than its C files: a function
+missing, or one whose arguments changed, would fail mid-run. ``setup.py`` builds the C
+files' CRC-32 into the module (``SOURCES``); where the C files sit beside the module (a
+checkout, an editable install) and their CRC differs, the numpy path runs and
+:func:`kernel_status` says to rebuild. A wheel carries no C files and is trusted.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib
 import importlib.util
 import os
+import zlib
 from types import ModuleType
 
 __all__ = ["kernel", "kernel_status"]
@@ -48,6 +56,24 @@ _FIX = (
     "to build it, install a C compiler (e.g. apt-get install gcc, or xcode-select --install) "
     "and reinstall detsamplers from source (pip install --force-reinstall --no-deps ...)"
 )
+
+
+_REBUILD = (
+    "rebuild it in the checkout (python setup.py build_ext --inplace, or make install, or "
+    "pip install -e . again)"
+)
+
+
+def _sources_crc(folder: str) -> str | None:
+    """The CRC-32 of the kernel's C files in ``folder`` as setup.py computes it, or None."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(folder), "_kernel*.c")))
+    if not paths:  # a wheel: no C files to compare with
+        return None
+    crc = 0
+    for path in paths:
+        with open(path, "rb") as file:
+            crc = zlib.crc32(file.read(), crc)
+    return f"{crc:08x}"
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -67,6 +93,17 @@ def _load() -> tuple[ModuleType | None, str]:
             f"numpy (the compiled kernel {spec.origin} is there but did not load: {error}; "
             f"{_COST}; {_FIX})"
         )
+    built = getattr(module, "SOURCES", None)
+    try:
+        now = _sources_crc(os.path.dirname(os.path.abspath(spec.origin or "")))
+    except OSError:  # an unreadable C file: nothing to compare with
+        now = None
+    if now is not None and built != now:
+        return None, (
+            f"numpy (the compiled kernel {spec.origin} was built from other C files than "
+            f"the ones beside it (built from {built or 'an older tree'}, the files now "
+            f"{now}): it is stale; {_COST}; {_REBUILD})"
+        )
     return module, "compiled"
 
 
@@ -83,8 +120,9 @@ def kernel_status() -> str:
 
     Returns:
         ``"compiled"``, or ``"numpy (...)"`` with the reason: ``DETSAMPLERS_NO_KERNEL``
-        set, an install made without a C compiler, or a kernel file that did not load
-        (with its import error); the last two say what the numpy path costs and how to
+        set, an install made without a C compiler, a kernel file that did not load
+        (with its import error), or a checkout's kernel built from other C files than
+        the ones beside it; the last three say what the numpy path costs and how to
         build the kernel.
 
     Examples:

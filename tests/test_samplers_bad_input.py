@@ -398,3 +398,32 @@ def test_a_finite_skip_is_determineds_and_warns_exactly_when_it_empties_the_pass
     # collector happens to finalize meanwhile (an earlier test's socket, a ResourceWarning).
     ours = [w for w in caught if "every pass yields nothing" in str(w.message)]
     assert len(ours) == (1 if skip and skip >= length else 0)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("sources", ["edited", "none"])
+def test_a_kernel_built_from_other_c_files_than_the_checkouts_runs_numpy_and_says_rebuild(
+    tmp_path: Path, sources: str
+) -> None:
+    """A checkout pulled without a rebuild: its kernel may lack a function or take other
+    arguments, so the numpy path runs and the status says to rebuild; a wheel (no C files
+    beside the module) keeps its kernel."""
+    root = Path(ds.__file__).parent
+    shutil.copytree(root, tmp_path / "detsamplers", ignore=shutil.ignore_patterns("__pycache__"))
+    c_files = sorted((tmp_path / "detsamplers").glob("_kernel*.c"))
+    assert len(c_files) >= 2
+    if sources == "edited":  # one byte more in one C file
+        with open(c_files[-1], "ab") as file:
+            file.write(b"\n")
+        status = kernel_status_of(tmp_path)
+        assert re.match(
+            r"numpy \(the compiled kernel .*_kernel.* was built from other C files than the "
+            r"ones beside it \(built from [0-9a-f]{8}, the files now [0-9a-f]{8}\): it is "
+            r"stale; mixtures .*; rebuild it in the checkout \(python setup.py build_ext "
+            r"--inplace, or make install, or pip install -e . again\)\)$",
+            status,
+        ), status
+    else:
+        for path in c_files:
+            path.unlink()
+        assert kernel_status_of(tmp_path) == "compiled"

@@ -339,7 +339,7 @@ def npy_loads(data: bytes) -> Any:
     """
     stream = io.BytesIO(data)
     version = np.lib.format.read_magic(stream)
-    try:  # 2.0, or 3.0: the same layout, its header UTF-8 (read as Latin-1 for its shape)
+    try:  # 1.0, 2.0 or 3.0 (3.0 read as 2.0: its UTF-8 header as Latin-1, for its shape)
         shape, _, dtype = _read_header(stream, version)
     except UNREADABLE_HEADER as exn:
         raise MemberError(f"its .npy header is unreadable ({exn})") from None
