@@ -50,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _peak_memory import growth_since, reset_peak
 from harness.fmt import fmt_bytes, fmt_rate, fmt_ratio, fmt_time
 from harness.machine import load_average, machine_info, machine_line
 from peers.tokens import EOD, VOCAB, Corpus, document_lengths
@@ -126,30 +127,6 @@ def write_corpus(corpus: Corpus, documents: int, mean: float, full: bool, seq_le
 # ---------------------------------------------------------------------------- workers
 
 
-def rss_now() -> int:
-    """VmRSS of this process in bytes."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def reset_peak() -> None:
-    """Reset VmHWM to the current RSS (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")
-
-
-def peak() -> int:
-    """VmHWM of this process in bytes."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement in this fresh process; returns what the driver tabulates."""
     corpus = Corpus(args.folder)
@@ -162,13 +139,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         import gc
 
         gc.collect()
-        reset_peak()
-        before = rss_now()
+        before = reset_peak()
         started = time.perf_counter()
         built = module.build(corpus, args.seq_len, **extra)
         seconds = time.perf_counter() - started
         del built
-        return {"seconds": seconds, "rss": peak() - before}
+        return {"seconds": seconds, "rss": round(growth_since(before) * 2**20)}
     if args.worker == "resume":
         first = module.resume(corpus, args.seq_len, args.batch, args.samples, **extra)
         times = []
