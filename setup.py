@@ -40,6 +40,7 @@ setup(
                 "detsamplers/_kernel_headers.c",
                 "detsamplers/_kernel_pack.c",
                 "detsamplers/_kernel_pack_windows.c",
+                "detsamplers/_kernel_pack_index.c",
                 "detsamplers/_kernel_cut.c",
                 "detsamplers/_kernel_decode.c",
                 "detsamplers/_kernel_chunk.c",

@@ -460,6 +460,11 @@ extern const char pack_windows_doc[], feistel_orders_doc[];
 PyObject *pack_windows(PyObject *self, PyObject *args);
 PyObject *feistel_orders(PyObject *self, PyObject *args);
 
+/* -- the pack index's bin counts, a block of windows at a time: in _kernel_pack_index.c ---- */
+
+extern const char pack_index_doc[];
+PyObject *pack_index(PyObject *self, PyObject *args);
+
 /* -- a run of samples cut out of the bytes read: in _kernel_cut.c -------------------------- */
 
 extern const char cut_doc[], gather_doc[];
@@ -486,6 +491,7 @@ static PyMethodDef methods[] = {
     {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
     {"pack_windows", pack_windows, METH_VARARGS, pack_windows_doc},
     {"feistel_orders", feistel_orders, METH_VARARGS, feistel_orders_doc},
+    {"pack_index", pack_index, METH_VARARGS, pack_index_doc},
     {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
     {"gather_members", gather_members, METH_VARARGS, gather_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},

@@ -41,6 +41,19 @@ def header_table(
 ) -> bytearray | None: ...
 def pack_bins(sizes: Any, capacity: int, bins_out: Any, /) -> int: ...
 def pack_counts(sizes: Any, bounds: Any, capacity: int, counts_out: Any, /) -> None: ...
+def pack_index(
+    ends: list[Any],
+    doc_start: Any,
+    tokens: Any,
+    seeds: Any,
+    first: int,
+    stop: int,
+    window: int,
+    capacity: int,
+    split: bool,
+    counts: Any,
+    /,
+) -> tuple[int, int, int]: ...
 def pack_rows(
     tokens: Any,
     base: int,

@@ -32,8 +32,19 @@ static uint64_t pw_mix64(uint64_t z) {
 /* One domain's network: _permute._halves and the round keys of _permute._keys_table. */
 typedef struct {
     int64_t n;
+    uint64_t magic; /* ceil(2**64 / divisor): h / divisor as one multiply (pw_divide) */
     uint32_t k, b, divisor, top, rounds, keys[PW_SMALL_ROUNDS];
 } network;
+
+/* h / f->divisor for a 32-bit h: the high word of h * ceil(2**64 / divisor), exact for every
+ * 32-bit h and divisor >= 2 (Lemire, Kaser and Kurz, "Faster remainder by direct computation",
+ * 2019, theorem 1 with N = 32 and F = 64); a division where the compiler has no 128-bit product. */
+static inline uint32_t pw_divide(const network *f, uint32_t h) {
+#ifdef __SIZEOF_INT128__
+    if (f->magic != 0) return (uint32_t)(((unsigned __int128)f->magic * h) >> 64);
+#endif
+    return h / f->divisor;
+}
 
 static void network_of(network *f, int64_t n, uint64_t epoch, const uint64_t *seeds) {
     uint64_t v = (uint64_t)(n - 1), r = 0; /* isqrt(n - 1), then its bit length */
@@ -50,6 +61,7 @@ static void network_of(network *f, int64_t n, uint64_t epoch, const uint64_t *se
     f->k = k;
     f->b = (uint32_t)b;
     f->divisor = (uint32_t)((((uint64_t)1 << 32) + b - 1) / b);
+    f->magic = f->divisor >= 2 ? UINT64_MAX / f->divisor + 1 : 0;
     f->top = 32 - k;
     f->rounds = (b << k) < PW_SMALL_DOMAIN ? PW_SMALL_ROUNDS : PW_ROUNDS;
     const uint64_t mixed = pw_mix64(epoch);
@@ -70,13 +82,23 @@ static int64_t network_at(const network *f, int64_t x) {
             if (i % 2 == 0) {
                 low ^= pw_hash(high, f->keys[i]) >> f->top;
             } else {
-                uint32_t h = high + pw_hash(low, f->keys[i]) / f->divisor, wrapped = h - f->b;
+                uint32_t h = high + pw_divide(f, pw_hash(low, f->keys[i])), wrapped = h - f->b;
                 high = wrapped < h ? wrapped : h;
             }
         }
         x = ((int64_t)high << f->k) | (int64_t)low;
     } while (x >= f->n);
     return x;
+}
+
+/* Positions first .. first + count - 1 of the keyed permutation of [0, n) at epoch (n >= 2):
+ * _permute.FeistelPermutation(n, key).at_epoch for the key's round seeds; the pack index's
+ * document order (_kernel_pack_index.c). */
+void feistel_positions(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
+                       int64_t *out) {
+    network f;
+    network_of(&f, n, epoch, seeds);
+    for (int64_t i = 0; i < count; i++) out[i] = network_at(&f, first + i);
 }
 
 /* A C-contiguous buffer of items of itemsize (items < 0: any count). */
