@@ -1,37 +1,35 @@
-/* The pack index's bin counts, a block of windows in one call (NOTE [ compiled pack index ] in
+/* The pack index's bin counts in two passes (NOTE [ compiled pack index ] in
  * detsamplers/tokens/_pack_index.py): part of the detsamplers._kernel extension (_kernel.c lists
- * its functions). For each window of the block: its documents by the keyed document order
- * (_kernel_pack_windows.c's Feistel network, the numbers _permute.py computes), each read by its
- * two ends and checked by them (NOTE [ pair check ]), its full pieces counted (a bin each) and
- * its last pieces counted by size; then best-fit-decreasing over those counts, which needs
- * neither a sort nor the bins: sizes are taken largest first from their counts, and the open
- * bins are a multiset of rooms (a count per room and a two-level bitmap over them), where the
- * least room that fits a size is one successor search. Best-fit's bin count depends only on the
- * rooms (NOTE [ packed sequences ]: count_bins), so the counts are those of the numpy path.
- * tests/tokens/test_tokens_pack_index.py compares the two.
+ * its functions). pack_scan reads a run of a file's document ends in file order, checks each
+ * document by its two ends (NOTE [ pair check ]), finds its position in the keyed document order
+ * by the inverse of _kernel_pack_windows.c's Feistel network, and keeps its last piece's size at
+ * that position and its full pieces in that position's window. pack_fit then runs
+ * best-fit-decreasing over each window's sizes, which needs neither a sort nor the bins: sizes
+ * are taken largest first from their counts, and the open bins are a multiset of rooms (a count
+ * per room and a two-level bitmap over them), where the least room that fits a size is one
+ * successor search. Best-fit's bin count depends only on the rooms (NOTE [ packed sequences ]:
+ * count_bins), so the counts are those of the numpy path; tests/tokens/test_tokens_pack_index.py
+ * compares the two.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-/* _kernel_pack_windows.c: positions first .. first + count - 1 of the keyed permutation of
- * [0, n) at epoch, for n >= 2 (seeds: 8 round seeds). */
-void feistel_positions(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
-                       int64_t *out);
+/* _kernel_pack_windows.c: where values first .. first + count - 1 stand in the keyed permutation
+ * of [0, n) at epoch, for n >= 2 (seeds: 8 round seeds). */
+void feistel_inverse(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
+                     int64_t *out);
 
 /* The largest capacity counted here: two counts of 4 bytes a size (16 MiB at this bound). */
 #define PI_MAX_CAPACITY ((int64_t)1 << 21)
-/* Documents whose ends are read after their positions are permuted (and prefetched ahead). */
+/* Documents whose positions are found together, before their ends are read. */
 #define PI_CHUNK 512
-#define PI_AHEAD 16
 
 #if defined(__GNUC__) || defined(__clang__)
-#define PI_PREFETCH(p) __builtin_prefetch((p), 0, 0)
 static inline int pi_ctz(uint64_t x) { return __builtin_ctzll(x); }
 static inline int pi_top(uint64_t x) { return 63 - __builtin_clzll(x); }
 #else
-#define PI_PREFETCH(p) ((void)0)
 static inline int pi_ctz(uint64_t x) {
     int i = 0;
     while (!(x & 1)) x >>= 1, i++;
@@ -93,6 +91,13 @@ static int64_t count_best_fit(multiset *sizes, multiset *rooms, int64_t capacity
             const int64_t w = (t << 6) + pi_top(tops);
             for (uint64_t bits = sizes->low[w]; bits; bits &= ~((uint64_t)1 << pi_top(bits))) {
                 const int64_t size = (w << 6) + pi_top(bits);
+                if (2 * size > capacity) { /* each room (C - a larger size) is below size: new bins */
+                    bins += sizes->count[size];
+                    rooms->count[capacity - size] += sizes->count[size] - 1;
+                    ms_add(rooms, capacity - size); /* the last one, and the bits */
+                    sizes->count[size] = 0;
+                    continue;
+                }
                 for (int32_t c = sizes->count[size]; c > 0; c--) {
                     const int64_t room = ms_next(rooms, size);
                     int64_t left = capacity - size;
@@ -121,190 +126,198 @@ static int64_t count_best_fit(multiset *sizes, multiset *rooms, int64_t capacity
     return bins;
 }
 
-/* The per-file ends and what the pair check compares them with. */
-typedef struct {
-    const int64_t **ends;
-    const int64_t *doc_start, *tokens;
-    int64_t files;
-} ends_table;
-
-/* Document d's length by its two ends, or -1 if they fail the pair check. */
-static inline int64_t pi_length(const ends_table *t, int64_t d) {
-    int64_t f = 0;
-    if (t->files > 1) { /* the last file whose first document is <= d */
-        int64_t lo = 0, hi = t->files;
-        while (hi - lo > 1) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            if (t->doc_start[mid] <= d) lo = mid;
-            else hi = mid;
-        }
-        f = lo;
+/* A C-contiguous buffer of items of itemsize (items < 0: any count); 0, or -1 raised. */
+static int pi_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable,
+                   const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        view->obj = NULL;
+        return -1;
     }
-    const int64_t l = d - t->doc_start[f], *ends = t->ends[f];
-    const int64_t before = l > 0 ? ends[l - 1] : 0, own = ends[l];
-    if (own <= before || own > t->tokens[f] || (l > 0 && before < 1)) return -1;
-    return own - before;
+    if (view->itemsize != itemsize || (items >= 0 && view->len != items * itemsize)) {
+        PyErr_Format(PyExc_ValueError, "%s should hold %zd items of %zd bytes, not %zd bytes", name, items,
+                     itemsize, view->len);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
 }
 
-/* Fetch document d's two ends ahead of their read (one file). A macro: GCC takes a function
- * holding only prefetches for one without effects and drops its calls. */
-#define PI_FETCH(t, d)                                                   \
-    do {                                                                 \
-        if ((t)->files == 1) {                                           \
-            PI_PREFETCH((t)->ends[0] + (d));                             \
-            if ((d) > 0) PI_PREFETCH((t)->ends[0] + (d) - 1);            \
-        }                                                                \
-    } while (0)
-
-const char pack_index_doc[] =
-    "pack_index(ends, doc_start, tokens, seeds, first, stop, window, capacity, split, counts, /)\n"
-    "    -> tuple[int, int, int]\n\n"
-    "PackOrder's bin counts of the windows of positions [first, stop) of the document order\n"
-    "(the keyed permutation of [0, doc_start[-1]) by seeds, 8 uint64 round seeds, at epoch 0),\n"
-    "window positions each (first a multiple of it), into counts (int64, one a window). ends:\n"
-    "each file's document ends (int64 buffers); doc_start: each file's first document and the\n"
-    "total (int64); tokens: each file's tokens (int64). Returns (pieces, tokens packed, bad):\n"
-    "bad is -1, or the first document whose two ends fail the pair check (then the counts are\n"
-    "not all written).";
-PyObject *pack_index(PyObject *self, PyObject *args) {
+const char pack_scan_doc[] =
+    "pack_scan(ends, first, local, before, tokens, n, seeds, lo, hi, window, capacity, split,\n"
+    "          rests, full, /) -> tuple[int, int, int]\n\n"
+    "One run of a file's document ends (int64) in the pack index's scan: documents first ..\n"
+    "(global numbers; local: the first one's number in its file, before: the end before it,\n"
+    "0 at the file's start; tokens: the file's tokens), each checked by its two ends. A\n"
+    "document whose position in the keyed order of [0, n) (seeds: 8 uint64 round seeds, epoch\n"
+    "0) lies in [lo, hi) has its last piece's size put at rests[p - lo] (uint16 or uint32, hi -\n"
+    "lo items) and its full pieces added to full[(p - lo) / window] (int64; lo a multiple of\n"
+    "window). Returns (pieces, tokens packed, bad) of those documents: bad is -1, or the first\n"
+    "document whose ends fail the check.";
+PyObject *pack_scan(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ends_obj, *start_obj, *tokens_obj, *seeds_obj, *counts_obj;
-    long long first, stop, window, capacity;
+    PyObject *ends_obj, *seeds_obj, *rests_obj, *full_obj;
+    long long first, local, before, tokens, n, lo, hi, window, capacity;
     int split;
-    if (!PyArg_ParseTuple(args, "OOOOLLLLpO", &ends_obj, &start_obj, &tokens_obj, &seeds_obj, &first, &stop,
-                          &window, &capacity, &split, &counts_obj))
+    if (!PyArg_ParseTuple(args, "OLLLLLOLLLLpOO", &ends_obj, &first, &local, &before, &tokens, &n, &seeds_obj, &lo,
+                          &hi, &window, &capacity, &split, &rests_obj, &full_obj))
         return NULL;
-    if (!PyList_Check(ends_obj) || PyList_GET_SIZE(ends_obj) < 1) {
-        PyErr_SetString(PyExc_TypeError, "ends should be a non-empty list of int64 buffers, one a file");
-        return NULL;
-    }
-    const Py_ssize_t files = PyList_GET_SIZE(ends_obj);
-    Py_buffer start, tokens, seeds, counts, *views = PyMem_Calloc((size_t)files, sizeof(Py_buffer));
-    const int64_t **ends = PyMem_Calloc((size_t)files, sizeof(int64_t *));
-    start.obj = tokens.obj = seeds.obj = counts.obj = NULL;
-    multiset sizes = {0}, rooms = {0};
+    Py_buffer ends, seeds, rests, full;
+    ends.obj = seeds.obj = rests.obj = full.obj = NULL;
     int64_t *scratch = NULL, pieces = 0, packed = 0, bad = -1;
-    PyObject *result = NULL;
-    int ok = views != NULL && ends != NULL;
-    if (!ok) PyErr_NoMemory();
-    for (Py_ssize_t f = 0; ok && f < files; f++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(ends_obj, f), &views[f], PyBUF_C_CONTIGUOUS) < 0) {
-            views[f].obj = NULL;
-            ok = 0;
-        } else if (views[f].itemsize != 8) {
-            PyErr_Format(PyExc_ValueError, "ends[%zd] should hold int64 items, not %zd-byte ones", f,
-                         views[f].itemsize);
-            ok = 0;
-        } else {
-            ends[f] = views[f].buf;
-        }
-    }
-    const char *names[] = {"doc_start", "tokens", "seeds", "counts"};
-    Py_buffer *own[] = {&start, &tokens, &seeds, &counts};
-    PyObject *objs[] = {start_obj, tokens_obj, seeds_obj, counts_obj};
-    const int64_t windows = window > 0 ? (stop - first + window - 1) / window : 0;
-    const Py_ssize_t items[] = {files + 1, files, 8, (Py_ssize_t)windows};
-    for (int i = 0; ok && i < 4; i++) {
-        if (PyObject_GetBuffer(objs[i], own[i], PyBUF_C_CONTIGUOUS | (i == 3 ? PyBUF_WRITABLE : 0)) < 0) {
-            own[i]->obj = NULL;
-            ok = 0;
-        } else if (own[i]->itemsize != 8 || own[i]->len != items[i] * 8) {
-            PyErr_Format(PyExc_ValueError, "%s should hold %zd items of 8 bytes, not %zd bytes", names[i], items[i],
-                         own[i]->len);
-            ok = 0;
-        }
-    }
-    const int64_t *doc_start = ok ? start.buf : NULL, *file_tokens = ok ? tokens.buf : NULL;
-    const int64_t n = ok ? doc_start[files] : 0;
-    if (ok && (window < 1 || first < 0 || first % window != 0 || stop < first || stop > n)) {
-        PyErr_Format(PyExc_ValueError, "pack_index needs window >= 1 and 0 <= first <= stop <= %lld with first a "
-                     "multiple of window, not window=%lld, first=%lld, stop=%lld", (long long)n, window, first, stop);
+    int ok = 1;
+    if (window < 1 || lo < 0 || lo % window != 0 || hi < lo || hi > n || capacity < 1 || capacity > PI_MAX_CAPACITY ||
+        first < 0 || local < 0 || local > first) {
+        PyErr_Format(PyExc_ValueError, "pack_scan needs window >= 1, 0 <= lo <= hi <= n = %lld with lo a multiple "
+                     "of window, capacity in [1, %lld] and 0 <= local <= first, not window=%lld, lo=%lld, hi=%lld, "
+                     "capacity=%lld, first=%lld, local=%lld", n, (long long)PI_MAX_CAPACITY, window, lo, hi, capacity,
+                     first, local);
         ok = 0;
     }
-    if (ok && (capacity < 1 || capacity > PI_MAX_CAPACITY)) {
-        PyErr_Format(PyExc_ValueError, "capacity should be in [1, %lld], not %lld", (long long)PI_MAX_CAPACITY,
-                     capacity);
+    ok = ok && pi_view(ends_obj, &ends, -1, 8, 0, "ends") == 0;
+    const int64_t count = ok ? ends.len / 8 : 0;
+    if (ok && first + count > n) {
+        PyErr_Format(PyExc_ValueError, "ends should hold documents of [0, %lld), not %lld from %lld", n,
+                     (long long)count, first);
         ok = 0;
     }
-    for (Py_ssize_t f = 0; ok && f < files; f++) {
-        const int64_t docs = doc_start[f + 1] - doc_start[f];
-        if (docs < 0 || (Py_ssize_t)docs != views[f].len / 8 || file_tokens[f] < 0) {
-            PyErr_Format(PyExc_ValueError, "doc_start should give the %zd ends of file %zd, and tokens a count "
-                         "of at least 0", views[f].len / 8, f);
-            ok = 0;
-        }
+    ok = ok && pi_view(seeds_obj, &seeds, 8, 8, 0, "seeds") == 0;
+    if (ok && PyObject_GetBuffer(rests_obj, &rests, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        rests.obj = NULL;
+        ok = 0;
     }
-    const int64_t words = (capacity + 63) / 64, tops = (words + 63) / 64;
-    if (ok) {
-        /* sizes' and rooms' counts and bitmaps, then a chunk of documents */
-        const size_t bytes = 2 * ((size_t)capacity * 4 + (size_t)(words + tops) * 8) + PI_CHUNK * 8;
-        scratch = PyMem_Calloc(1, bytes);
-        if (scratch == NULL) {
-            PyErr_NoMemory();
-            ok = 0;
-        }
+    const Py_ssize_t wide = ok ? rests.itemsize : 0;
+    if (ok && ((wide != 2 && wide != 4) || rests.len != (hi - lo) * wide || (wide == 2 && capacity > 65536))) {
+        PyErr_Format(PyExc_ValueError, "rests should hold %lld items of 2 bytes (4 for capacity over 65536), not "
+                     "%zd bytes of %zd-byte items", hi - lo, rests.len, wide);
+        ok = 0;
+    }
+    ok = ok && pi_view(full_obj, &full, (hi - lo + window - 1) / window, 8, 1, "full") == 0;
+    if (ok && (scratch = PyMem_Malloc(PI_CHUNK * sizeof(int64_t))) == NULL) {
+        PyErr_NoMemory();
+        ok = 0;
     }
     if (ok) {
-        multiset *sets[] = {&sizes, &rooms};
-        char *at = (char *)scratch;
-        for (int i = 0; i < 2; i++) {
-            sets[i]->count = (int32_t *)at;
-            at += (size_t)capacity * 4;
-            sets[i]->low = (uint64_t *)at;
-            at += (size_t)words * 8;
-            sets[i]->high = (uint64_t *)at;
-            at += (size_t)tops * 8;
-            sets[i]->words = words;
-            sets[i]->tops = tops;
-        }
-        int64_t *docs = (int64_t *)at, *out = counts.buf;
-        const uint64_t *keys = seeds.buf;
-        const ends_table table = {ends, doc_start, file_tokens, (int64_t)files};
+        const int64_t *e = ends.buf;
+        int64_t *add = full.buf;
+        uint16_t *rest16 = rests.buf;
+        uint32_t *rest32 = rests.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t w = 0; w < windows && bad < 0; w++) {
-            const int64_t lo = first + w * window, hi = lo + window < stop ? lo + window : stop;
-            int64_t full = 0;
-            for (int64_t a = lo; a < hi && bad < 0; a += PI_CHUNK) {
-                const int64_t m = hi - a < PI_CHUNK ? hi - a : PI_CHUNK;
-                if (n > 1) feistel_positions(n, 0, keys, a, m, docs);
-                else docs[0] = 0;
-                for (int64_t i = 0; i < m && i < PI_AHEAD; i++) PI_FETCH(&table, docs[i]);
-                for (int64_t i = 0; i < m; i++) {
-                    if (i + PI_AHEAD < m) PI_FETCH(&table, docs[i + PI_AHEAD]);
-                    const int64_t length = pi_length(&table, docs[i]);
-                    if (length < 0) {
-                        bad = docs[i];
-                        break;
-                    }
-                    int64_t rest = length;
-                    if (split) {
-                        if (length >= capacity) { /* most documents are shorter: no division */
-                            full += length / capacity;
-                            pieces += length / capacity;
-                            rest = length % capacity;
-                        }
-                        pieces += rest > 0;
-                    } else {
-                        full += length >= capacity;
-                        rest = length >= capacity ? 0 : length;
-                        pieces++;
-                        packed += length < capacity ? length : capacity;
-                    }
-                    if (rest > 0) ms_add(&sizes, rest);
+        for (int64_t a = 0; a < count && bad < 0; a += PI_CHUNK) {
+            const int64_t m = count - a < PI_CHUNK ? count - a : PI_CHUNK;
+            if (n > 1) feistel_inverse(n, 0, seeds.buf, first + a, m, scratch);
+            else scratch[0] = 0;
+            for (int64_t i = 0; i < m; i++) {
+                const int64_t at = a + i, own = e[at], prev = at > 0 ? e[at - 1] : before;
+                if (own <= prev || own > tokens || (local + at > 0 && prev < 1)) {
+                    bad = first + at;
+                    break;
                 }
+                const int64_t p = scratch[i] - lo;
+                if (p < 0 || p >= hi - lo) continue;
+                const int64_t length = own - prev;
+                int64_t rest = length, whole = 0;
+                if (split) {
+                    if (length >= capacity) { /* most documents are shorter: no division */
+                        whole = length / capacity;
+                        rest = length % capacity;
+                    }
+                    pieces += whole + (rest > 0);
+                } else {
+                    whole = length >= capacity;
+                    rest = whole ? 0 : length;
+                    pieces++;
+                    packed += whole ? capacity : length;
+                }
+                add[p / window] += whole;
+                if (wide == 2) rest16[p] = (uint16_t)rest;
+                else rest32[p] = (uint32_t)rest;
             }
-            if (bad >= 0) break;
-            out[w] = full + count_best_fit(&sizes, &rooms, capacity);
         }
         Py_END_ALLOW_THREADS
-        result = Py_BuildValue("LLL", (long long)pieces, (long long)packed, (long long)bad);
     }
     PyMem_Free(scratch);
+    Py_buffer *views[] = {&ends, &seeds, &rests, &full};
     for (int i = 0; i < 4; i++)
-        if (own[i]->obj != NULL) PyBuffer_Release(own[i]);
-    for (Py_ssize_t f = 0; views != NULL && f < files; f++)
-        if (views[f].obj != NULL) PyBuffer_Release(&views[f]);
-    PyMem_Free(views);
-    PyMem_Free((void *)ends);
-    return result;
+        if (views[i]->obj != NULL) PyBuffer_Release(views[i]);
+    if (!ok) return NULL;
+    return Py_BuildValue("LLL", (long long)pieces, (long long)packed, (long long)bad);
+}
+
+const char pack_fit_doc[] =
+    "pack_fit(rests, full, window, capacity, counts, /) -> None\n\n"
+    "The pack index's bin counts from pack_scan's arrays: window w (window positions of rests,\n"
+    "uint16 or uint32 last-piece sizes below capacity, 0 for none) holds full[w] full pieces\n"
+    "and best-fit-decreasing's bins of its last pieces; into counts (int64, as full).";
+PyObject *pack_fit(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *rests_obj, *full_obj, *counts_obj;
+    long long window, capacity;
+    if (!PyArg_ParseTuple(args, "OOLLO", &rests_obj, &full_obj, &window, &capacity, &counts_obj)) return NULL;
+    Py_buffer rests, full, counts;
+    rests.obj = full.obj = counts.obj = NULL;
+    char *scratch = NULL;
+    int ok = 1;
+    if (window < 1 || capacity < 1 || capacity > PI_MAX_CAPACITY) {
+        PyErr_Format(PyExc_ValueError, "pack_fit needs window >= 1 and capacity in [1, %lld], not window=%lld and "
+                     "capacity=%lld", (long long)PI_MAX_CAPACITY, window, capacity);
+        ok = 0;
+    }
+    if (ok && PyObject_GetBuffer(rests_obj, &rests, PyBUF_C_CONTIGUOUS) < 0) {
+        rests.obj = NULL;
+        ok = 0;
+    }
+    const Py_ssize_t wide = ok ? rests.itemsize : 0, items = ok ? rests.len / (wide ? wide : 1) : 0;
+    if (ok && wide != 2 && wide != 4) {
+        PyErr_Format(PyExc_ValueError, "rests should hold items of 2 or 4 bytes, not %zd", wide);
+        ok = 0;
+    }
+    const int64_t windows = (items + window - 1) / window;
+    ok = ok && pi_view(full_obj, &full, windows, 8, 0, "full") == 0;
+    ok = ok && pi_view(counts_obj, &counts, windows, 8, 1, "counts") == 0;
+    const int64_t words = (capacity + 63) / 64, tops = (words + 63) / 64;
+    const size_t set_bytes = (size_t)capacity * 4 + (size_t)(words + tops) * 8;
+    if (ok && (scratch = PyMem_Calloc(2, set_bytes)) == NULL) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
+    int64_t refused = -1;
+    if (ok) {
+        multiset sets[2];
+        for (int i = 0; i < 2; i++) {
+            char *at = scratch + i * set_bytes;
+            sets[i].count = (int32_t *)at;
+            sets[i].low = (uint64_t *)(at + (size_t)capacity * 4);
+            sets[i].high = sets[i].low + words;
+            sets[i].words = words;
+            sets[i].tops = tops;
+        }
+        const uint16_t *rest16 = rests.buf;
+        const uint32_t *rest32 = rests.buf;
+        const int64_t *whole = full.buf;
+        int64_t *out = counts.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t w = 0; w < windows && refused < 0; w++) {
+            const int64_t a = w * window, b = a + window < items ? a + window : items;
+            for (int64_t p = a; p < b; p++) {
+                const int64_t size = wide == 2 ? rest16[p] : rest32[p];
+                if (size >= capacity) {
+                    refused = p;
+                    break;
+                }
+                if (size > 0) ms_add(&sets[0], size);
+            }
+            if (refused < 0) out[w] = whole[w] + count_best_fit(&sets[0], &sets[1], capacity);
+        }
+        Py_END_ALLOW_THREADS
+        if (refused >= 0)
+            PyErr_Format(PyExc_ValueError, "rests should be below capacity=%lld, but rest %lld is not", capacity,
+                         (long long)refused);
+    }
+    PyMem_Free(scratch);
+    Py_buffer *views[] = {&rests, &full, &counts};
+    for (int i = 0; i < 3; i++)
+        if (views[i]->obj != NULL) PyBuffer_Release(views[i]);
+    if (!ok || refused >= 0) return NULL;
+    Py_RETURN_NONE;
 }

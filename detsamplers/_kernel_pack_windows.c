@@ -101,6 +101,34 @@ void feistel_positions(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t
     for (int64_t i = 0; i < count; i++) out[i] = network_at(&f, first + i);
 }
 
+/* network_at's inverse: the rounds undone last first, again until the value falls inside [0, n)
+ * (the inverse of a cycle-walked bijection walks the inverse network). */
+static int64_t network_back(const network *f, int64_t x) {
+    do {
+        uint32_t low = (uint32_t)(x & (((int64_t)1 << f->k) - 1)), high = (uint32_t)(x >> f->k);
+        for (uint32_t i = f->rounds; i-- > 0;) {
+            if (i % 2 == 0) {
+                low ^= pw_hash(high, f->keys[i]) >> f->top;
+            } else {
+                const uint32_t q = pw_divide(f, pw_hash(low, f->keys[i])); /* q < b */
+                high = high >= q ? high - q : high + (f->b - q);
+            }
+        }
+        x = ((int64_t)high << f->k) | (int64_t)low;
+    } while (x >= f->n);
+    return x;
+}
+
+/* Where values first .. first + count - 1 stand in the keyed permutation of [0, n) at epoch
+ * (n >= 2): feistel_positions's inverse, out[i] = p where permutation(p) = first + i; the pack
+ * index's scan (_kernel_pack_index.c). */
+void feistel_inverse(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
+                     int64_t *out) {
+    network f;
+    network_of(&f, n, epoch, seeds);
+    for (int64_t i = 0; i < count; i++) out[i] = network_back(&f, first + i);
+}
+
 /* A C-contiguous buffer of items of itemsize (items < 0: any count). */
 static int pw_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable,
                    const char *name) {

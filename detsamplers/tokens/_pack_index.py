@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -38,14 +39,18 @@ import numpy.typing as npt
 
 from .._permute import _round_seeds
 from ._corpus import TokenCorpus
+from ._ends_check import mapped_file
 
 __all__ = ["BAR_DOCUMENTS", "MAX_CAPACITY", "build_bar", "count_compiled"]
 
 I64 = npt.NDArray[np.int64]
 #: The largest ``L + 1`` the kernel counts (``PI_MAX_CAPACITY`` in the C file).
 MAX_CAPACITY = 1 << 21
-#: Documents (whole windows) counted per kernel call: a progress step, about 20 ms.
-COMPILED_BLOCK = 1 << 20
+#: Ends read per scan call (a progress step, and the read buffer's 8 bytes each).
+SCAN_RUN = 1 << 17
+#: Positions (whole windows) a pass of the scan keeps a size for (2 bytes each, 4 for a
+#: capacity over 65,536): a corpus of more documents is scanned once per pass.
+PASS_POSITIONS = 1 << 27
 #: Builds of more documents than this show a progress bar (a second or more in numpy).
 BAR_DOCUMENTS = 1 << 23
 
@@ -60,6 +65,36 @@ def _int64_ends(corpus: TokenCorpus) -> list[I64] | None:
             return None
         out.append(ends)
     return out
+
+
+def _runs(ends: I64, buffer: I64) -> Iterator[tuple[int, I64]]:
+    """``ends`` run by run (``len(buffer)`` at most): read from the file it maps, if any.
+
+    A mapped file is read by ``pread`` into ``buffer``, so the scan's memory is that
+    buffer, not the pages of the whole map (NOTE [ ends read by position ]).
+
+    Raises:
+        ValueError: the file is shorter than its map (it changed while open).
+    """
+    found = mapped_file(ends)
+    if found is None:
+        for a in range(0, len(ends), len(buffer)):
+            yield a, ends[a : a + len(buffer)]
+        return
+    name, offset = found
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    try:
+        for a in range(0, len(ends), len(buffer)):
+            run = buffer[: min(len(buffer), len(ends) - a)]
+            got = os.preadv(fd, [run.data.cast("B")], offset + 8 * a)
+            if got != run.nbytes:
+                raise ValueError(
+                    f"file {name} should hold {run.nbytes} bytes at byte {offset + 8 * a}, but "
+                    f"it ends {got} bytes in; it changed while open, open the corpus again"
+                )
+            yield a, run
+    finally:
+        os.close(fd)
 
 
 def count_compiled(
@@ -80,7 +115,7 @@ def count_compiled(
         window: Documents per window.
         capacity: Tokens a bin holds, ``L + 1``.
         split: Cut long documents into pieces (else keep their first ``capacity`` tokens).
-        progress: Called with the documents counted so far, after each block.
+        progress: Called with the documents counted so far, after each run of ends.
 
     Returns:
         The counts as ``PackOrder``'s numpy path makes them, the pieces, and the tokens
@@ -101,28 +136,39 @@ def count_compiled(
         >>> counts.tolist(), pieces
         ([2, 1], 4)
     """
-    ends = _int64_ends(corpus)
-    if ends is None or capacity > MAX_CAPACITY:
+    files = _int64_ends(corpus)
+    if files is None or capacity > MAX_CAPACITY:
         return None
     documents = corpus.num_documents
-    doc_start = np.ascontiguousarray(corpus._doc_start, dtype=np.int64)
-    tokens = np.ascontiguousarray(np.diff(corpus._token_start), dtype=np.int64)
+    doc_start = corpus._doc_start.tolist()
+    tokens = np.diff(corpus._token_start).tolist()
     seeds = np.ascontiguousarray(_round_seeds(key), dtype=np.uint64)
     counts = np.empty(-(-documents // window), dtype=np.int64)
-    step = max(1, COMPILED_BLOCK // window) * window  # documents per call, whole windows
-    pieces = packed = 0
+    buffer = np.empty(SCAN_RUN, dtype=np.int64)
+    wide = np.uint16 if capacity <= 1 << 16 else np.uint32
+    step = max(1, PASS_POSITIONS // window) * window  # positions a pass, whole windows
+    passes = -(-documents // step)
+    pieces = packed = scanned = 0
     for lo in range(0, documents, step):
         hi = min(lo + step, documents)
-        out = counts[lo // window : -(-hi // window)]
-        got, kept, bad = kernel.pack_index(
-            ends, doc_start, tokens, seeds, lo, hi, window, capacity, split, out
-        )
-        if bad >= 0:
-            _refuse(corpus, bad)
-        pieces += got
-        packed += kept
-        if progress is not None:
-            progress(hi)
+        rests = np.zeros(hi - lo, dtype=wide)
+        full = np.zeros(-(-(hi - lo) // window), dtype=np.int64)
+        for f, ends in enumerate(files):
+            before = 0  # the end before each run: the last of the run before it
+            for a, run in _runs(ends, buffer):
+                got, kept, bad = kernel.pack_scan(
+                    run, doc_start[f] + a, a, before, tokens[f], documents, seeds, lo, hi,
+                    window, capacity, split, rests, full,
+                )  # fmt: skip
+                if bad >= 0:
+                    _refuse(corpus, bad)
+                pieces += got
+                packed += kept
+                scanned += len(run)
+                before = int(run[-1])
+                if progress is not None:
+                    progress(scanned // passes)
+        kernel.pack_fit(rests, full, window, capacity, counts[lo // window : -(-hi // window)])
     return counts, pieces, packed
 
 

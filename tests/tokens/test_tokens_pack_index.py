@@ -49,7 +49,8 @@ files = st.lists(st.lists(lengths, min_size=1, max_size=60), min_size=1, max_siz
 @given(files=files, seq_len=st.one_of(st.integers(1, 12), st.integers(13, 300)),
        window=st.one_of(st.integers(1, 4), st.integers(5, 200)), seed=st.integers(0, 2**64 - 1),
        long=st.sampled_from(["split", "truncate"]),
-       kind=st.sampled_from(["npy lengths", "bin uint16", "npy uint32 eod"]))  # fmt: skip
+       kind=st.sampled_from(["npy lengths", "bin uint16", "npy uint32 eod", "ends in memory"]),
+       run=st.integers(1, 70), positions=st.integers(1, 250))  # fmt: skip
 @needs_kernel
 def test_the_compiled_index_is_the_numpy_index_for_any_corpus_window_and_length(
     tmp_path_factory: pytest.TempPathFactory,
@@ -59,13 +60,21 @@ def test_the_compiled_index_is_the_numpy_index_for_any_corpus_window_and_length(
     seed: int,
     long: str,
     kind: str,
+    run: int,
+    positions: int,
 ) -> None:
     folder = tmp_path_factory.mktemp("c")
     if kind == "npy lengths":
         corpus = write_unique(folder, files)
+    elif kind == "ends in memory":  # no cache beside the files: nothing mapped to read by pread
+        written = write_documents(folder, files, "uint32", True, seed % 7)
+        corpus = TokenCorpus(written.paths, eod_id=0, cache=False, progress=False)
     else:
         corpus = write_documents(folder, files, kind.split()[1], kind.startswith("npy"), seed % 7)
-    compiled, numpy, python = builds(corpus, seq_len, seed, window, long)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_pack_index, "SCAN_RUN", run)  # runs of ends and passes of any size
+        patch.setattr(_pack_index, "PASS_POSITIONS", positions)
+        compiled, numpy, python = builds(corpus, seq_len, seed, window, long)
     assert compiled == numpy == python
 
 
@@ -95,10 +104,14 @@ def test_the_build_reports_progress_block_by_block_up_to_every_document(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     corpus = write_unique(tmp_path, [[3] * 25, [5] * 12])
-    monkeypatch.setattr(_pack_index, "COMPILED_BLOCK", 8)  # blocks of two windows of 4
+    monkeypatch.setattr(_pack_index, "SCAN_RUN", 8)  # runs of 8 ends
     reported: list[int] = []
     order = PackOrder(corpus, 6, 0, 4, cache=False, progress=reported.append)
-    assert reported == [8, 16, 24, 32, 37]
+    assert reported == [8, 16, 24, 25, 33, 37]  # the second file's runs start at its start
+    monkeypatch.setattr(_pack_index, "PASS_POSITIONS", 16)  # three passes over the ends
+    reported.clear()
+    assert index(PackOrder(corpus, 6, 0, 4, cache=False, progress=reported.append)) == index(order)
+    assert reported == sorted(reported) and reported[-1] == 37
     monkeypatch.setattr(_native, "kernel", None)
     assert index(PackOrder(corpus, 6, 0, 4, cache=False)) == index(order)
 
@@ -148,18 +161,41 @@ def test_a_broken_pair_of_ends_stops_the_compiled_build_naming_the_cache(
 
 
 @needs_kernel
-def test_the_kernel_refuses_windows_not_aligned_and_buffers_of_other_sizes() -> None:
-    ends = [np.array([2, 5, 9], dtype=np.int64)]
-    start, tokens = np.array([0, 3], dtype=np.int64), np.array([9], dtype=np.int64)
-    seeds = np.zeros(8, dtype=np.uint64)
+def test_the_kernel_refuses_passes_not_aligned_and_buffers_of_other_sizes() -> None:
+    ends, seeds = np.array([2, 5, 9], dtype=np.int64), np.zeros(8, dtype=np.uint64)
+    rests, full = np.zeros(3, dtype=np.uint16), np.zeros(2, dtype=np.int64)
+    with pytest.raises(
+        ValueError, match=r"with lo a multiple of window, .* not window=2, lo=1, hi=3,"
+    ):
+        kernel.pack_scan(ends, 0, 0, 0, 9, 3, seeds, 1, 3, 2, 5, True, rests[:2], full[:1])
+    with pytest.raises(ValueError, match=r"full should hold 2 items of 8 bytes, not 8 bytes"):
+        kernel.pack_scan(ends, 0, 0, 0, 9, 3, seeds, 0, 3, 2, 5, True, rests, full[:1])
+    with pytest.raises(ValueError, match=r"rests should hold 3 items of 2 bytes .* not 6 bytes of"):
+        kernel.pack_scan(ends, 0, 0, 0, 9, 3, seeds, 0, 3, 2, 70_000, True, rests, full)
+    with pytest.raises(ValueError, match=r"ends should hold documents of \[0, 3\), not 3 from 1"):
+        kernel.pack_scan(ends, 1, 1, 0, 9, 3, seeds, 0, 3, 2, 5, True, rests, full)
+    assert kernel.pack_scan(ends, 0, 0, 0, 9, 3, seeds, 0, 3, 2, 5, True, rests, full) == (3, 0, -1)
+    assert kernel.pack_scan(ends[::-1].copy(), 0, 0, 0, 9, 3, seeds, 0, 3, 2, 5, True, rests,
+                            full)[2] == 1  # fmt: skip
     counts = np.zeros(2, dtype=np.int64)
-    with pytest.raises(ValueError, match=r"first a multiple of window, not window=2, first=1"):
-        kernel.pack_index(ends, start, tokens, seeds, 1, 3, 2, 5, True, counts[:1])
-    with pytest.raises(ValueError, match=r"counts should hold 2 items of 8 bytes, not 8 bytes"):
-        kernel.pack_index(ends, start, tokens, seeds, 0, 3, 2, 5, True, counts[:1])
-    with pytest.raises(ValueError, match=r"doc_start should give the 3 ends of file 0"):
-        kernel.pack_index(ends, np.array([0, 4], dtype=np.int64), tokens, seeds, 0, 3, 2, 5,
-                          True, counts)  # fmt: skip
-    with pytest.raises(ValueError, match=r"capacity should be in \[1, "):
-        kernel.pack_index(ends, start, tokens, seeds, 0, 3, 2, 0, True, counts)
-    assert kernel.pack_index(ends, start, tokens, seeds, 0, 3, 2, 5, True, counts)[2] == -1
+    with pytest.raises(ValueError, match=r"rests should be below capacity=5, but rest 2 is not"):
+        kernel.pack_fit(np.array([1, 4, 5], dtype=np.uint16), full, 2, 5, counts)
+    with pytest.raises(ValueError, match=r"capacity in \[1, \d+\], not window=2 and capacity=0"):
+        kernel.pack_fit(rests, full, 2, 0, counts)
+
+
+@needs_kernel
+def test_an_ends_cache_that_shrank_while_open_is_named_not_read_past(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_boundaries, "CHECK_WHOLE", 4)  # a cache this large stays mapped
+    path, sidecar = write_lengths(tmp_path, [3] * 300)
+    TokenCorpus(path, lengths=[sidecar])  # writes the cache, which the next open maps
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    cache = ends_cache_of(sidecar)
+    assert ends_check.mapped_file(corpus._ends[0]) is not None  # read by pread, not the map
+    with open(cache, "r+b") as handle:
+        handle.truncate(cache.stat().st_size - 800)  # the last 100 ends gone
+    name = re.escape(str(cache))
+    with pytest.raises(ValueError, match=rf"^file {name} should hold \d+ bytes at byte \d+, but"):
+        PackOrder(corpus, 8, 0, 16, cache=False)
