@@ -23,9 +23,11 @@ tokens too: the inputs and the shifted labels):
   NOTE [ batched permutations ]).
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
-  order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
-  then the best-fit loop) block by block of whole windows (``BUILD_BLOCK`` documents: the
-  build holds one block's arrays and the ``D / W`` counts), built once per (corpus, ``L``, ``W``,
+  order. ``N`` costs one best-fit pass over every window: in the compiled kernel a scan of
+  the document ends in file order and a fit per window (NOTE [ compiled pack index ]), else
+  in numpy (a vectorised gather and sort, then the best-fit loop) block by block of whole
+  windows (``BUILD_BLOCK`` documents: the build holds one block's arrays and the ``D / W``
+  counts); the same counts either way. It is built once per (corpus, ``L``, ``W``,
   ``long_documents``, seed) and cached beside the corpus's first file as
   ``<file>.pack-<digest>.npy`` (a header binding it to the files' names, sizes and
   modification times and to the settings, then ``N``). A cache that fails its checks

@@ -3,26 +3,41 @@
 NOTE [ compiled pack index ]
 The pack index (NOTE [ packed sequences ]) needs each window's bin count, not its bins.
 In numpy a block of windows costs some twenty array passes (the document order, both
-ends of each document, the pair check, the pieces, a ``lexsort`` by window and size,
-the count): 180 ms for 1e6 documents at ``L = 2048`` and windows of 1,000. ``pack_index``
-in ``_kernel_pack_index.c`` makes one pass instead, without the GIL: each position's
-document by the same keyed permutation (``_kernel_pack_windows.c``'s network), its two
-ends read from the file's ends (fetched a few documents ahead) and checked as
-``TokenCorpus.spans`` checks them (NOTE [ pair check ]), its full pieces counted and its
-last piece counted by size. Best-fit-decreasing then needs neither a sort nor the bins:
-its count depends only on the rooms left (``count_bins``), so the sizes are taken largest
-first from their counts, and the open bins are a multiset of rooms (a count per room and
-a two-level bitmap), where the least room that fits is one successor search. The counts
-are those of the numpy path, which stays as the fallback and the reference
-(tests/tokens/test_tokens_pack_index.py builds both on random corpora, files, ``L``,
-windows and ``long_documents``).
+ends of each document gathered from all over the ends file, the pair check, the pieces,
+a ``lexsort`` by window and size, the count): 0.27 s of CPU for 1e6 documents at
+``L = 2048`` and windows of 1,000, the ends file's pages resident throughout. The
+compiled build turns the gather around, in two kernel calls without the GIL:
 
-It runs where every file's ends are an int64 array in memory or mapped (local files,
+- **Scan.** ``pack_scan`` reads each file's ends in file order, a run of ``SCAN_RUN``
+  at a time (by ``pread`` from the file the ends map, so the scan holds one buffer, not
+  the map's pages), checks every document by its two ends as ``TokenCorpus.spans`` does
+  (NOTE [ pair check ]), finds its position in the shuffled document order by the
+  inverse of the keyed permutation (``_kernel_pack_windows.c``'s Feistel network, its
+  rounds undone last first, cycle-walked), and keeps its last piece's size at that
+  position (2 bytes, 4 above a capacity of 65,536) and its full pieces in that
+  position's window. A corpus of more than ``PASS_POSITIONS`` documents is scanned once
+  per that many positions, so the sizes kept stay bounded.
+- **Fit.** ``pack_fit`` reads each window's sizes in position order and runs
+  best-fit-decreasing on them without a sort or the bins: its count depends only on the
+  rooms left (``count_bins``), so the sizes are counted per value and taken largest
+  first, and the open bins are a multiset of rooms (a count per room and a two-level
+  bitmap), where the least room that fits is one successor search. A size over half a
+  bin fits no room left by the larger ones before it: it opens a bin without a search.
+
+The counts are those of the numpy path, which stays as the fallback and the reference
+(tests/tokens/test_tokens_pack_index.py builds both on random corpora, files, ``L``,
+windows, ``long_documents``, runs and passes). Where the time goes (``perf`` at 1e7
+documents): about 45% the fit, 30% the scan's reads, checks and scattered stores, 25%
+the inverse permutation. Megatron-Core's ``GPTDataset`` index concatenates and packs
+nothing, so a tenth of its time leaves under 10 ns a document for one permutation and one
+best-fit step (docs/benchmarks-tokens-quiet.md has the figures).
+
+It runs where every file's ends are an int64 array, mapped or in memory (local files,
 ``.bin`` and ``.npy`` with ``eod_id`` or sidecars, Megatron pairs) and ``L + 1`` is at
-most ``MAX_CAPACITY`` (two counts of 4 bytes a size); else the numpy path runs. A
-document whose ends fail the check stops the build with the check's error, which names
-the ends cache. A build of more than ``BAR_DOCUMENTS`` documents shows a progress bar
-(tqdm's, on a terminal only), advanced block by block.
+most ``MAX_CAPACITY``; else the numpy path runs. A document whose ends fail the check
+stops the build with the check's error, which names the ends cache; a cache that shrank
+while open is named too. A build of more than ``BAR_DOCUMENTS`` documents shows a
+progress bar (tqdm's, on a terminal only), advanced run by run.
 """
 
 from __future__ import annotations
@@ -47,7 +62,7 @@ I64 = npt.NDArray[np.int64]
 #: The largest ``L + 1`` the kernel counts (``PI_MAX_CAPACITY`` in the C file).
 MAX_CAPACITY = 1 << 21
 #: Ends read per scan call (a progress step, and the read buffer's 8 bytes each).
-SCAN_RUN = 1 << 17
+SCAN_RUN = 1 << 15
 #: Positions (whole windows) a pass of the scan keeps a size for (2 bytes each, 4 for a
 #: capacity over 65,536): a corpus of more documents is scanned once per pass.
 PASS_POSITIONS = 1 << 27
