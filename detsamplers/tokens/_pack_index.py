@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import stat
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -92,13 +93,18 @@ def _runs(ends: I64, buffer: I64) -> Iterator[tuple[int, I64]]:
         ValueError: the file is shorter than its map (it changed while open).
     """
     found = mapped_file(ends)
-    if found is None:
+    if found is None or not hasattr(os, "preadv"):  # in memory, or no preadv: the array
         for a in range(0, len(ends), len(buffer)):
             yield a, ends[a : a + len(buffer)]
         return
     name, offset = found
     fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(
+                f"file {name} should be the regular file that was opened, but it is now a "
+                "FIFO, device or directory; open the corpus again"
+            )
         for a in range(0, len(ends), len(buffer)):
             run = buffer[: min(len(buffer), len(ends) - a)]
             got = os.preadv(fd, [run.data.cast("B")], offset + 8 * a)

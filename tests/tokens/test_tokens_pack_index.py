@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -198,4 +199,20 @@ def test_an_ends_cache_that_shrank_while_open_is_named_not_read_past(
         handle.truncate(cache.stat().st_size - 800)  # the last 100 ends gone
     name = re.escape(str(cache))
     with pytest.raises(ValueError, match=rf"^file {name} should hold \d+ bytes at byte \d+, but"):
+        PackOrder(corpus, 8, 0, 16, cache=False)
+
+
+@needs_kernel
+def test_an_ends_cache_swapped_for_a_fifo_is_named_never_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_boundaries, "CHECK_WHOLE", 4)  # a cache this large stays mapped
+    path, sidecar = write_lengths(tmp_path, [3] * 300)
+    TokenCorpus(path, lengths=[sidecar])
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    cache = ends_cache_of(sidecar)
+    cache.unlink()  # the map stays; the name is now a FIFO
+    os.mkfifo(cache)
+    name = re.escape(str(cache))
+    with pytest.raises(ValueError, match=rf"^file {name} should be the regular file that was"):
         PackOrder(corpus, 8, 0, 16, cache=False)
