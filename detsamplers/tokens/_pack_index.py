@@ -13,7 +13,8 @@ compiled build turns the gather around, in two kernel calls without the GIL:
   the map's pages), checks every document by its two ends as ``TokenCorpus.spans`` does
   (NOTE [ pair check ]), finds its position in the shuffled document order by the
   inverse of the keyed permutation (``_kernel_pack_windows.c``'s Feistel network, its
-  rounds undone last first, cycle-walked), and keeps its last piece's size at that
+  rounds undone last first, a round over 512 documents at a time so that the compiler
+  vectorises it, cycle-walked), and keeps its last piece's size at that
   position (2 bytes, 4 above a capacity of 65,536) and its full pieces in that
   position's window. A corpus of more than ``PASS_POSITIONS`` documents is scanned once
   per that many positions, so the sizes kept stay bounded.

@@ -216,3 +216,14 @@ def test_an_ends_cache_swapped_for_a_fifo_is_named_never_waited_on(
     name = re.escape(str(cache))
     with pytest.raises(ValueError, match=rf"^file {name} should be the regular file that was"):
         PackOrder(corpus, 8, 0, 16, cache=False)
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+@needs_kernel
+def test_a_corpus_of_over_65536_documents_counts_as_numpy_does(tmp_path: Path, seed: int) -> None:
+    # Past 2**16 documents the document order's network runs four rounds, not eight.
+    rng = np.random.default_rng(seed)
+    path, sidecar = write_lengths(tmp_path, rng.integers(1, 40, size=70_001).tolist())
+    corpus = TokenCorpus(path, lengths=[sidecar])
+    compiled, numpy, _ = builds(corpus, 31, seed, 1000, "split")
+    assert compiled[0] == numpy[0]
