@@ -28,8 +28,8 @@ compiled build turns the gather around, in two kernel calls without the GIL:
 The counts are those of the numpy path, which stays as the fallback and the reference
 (tests/tokens/test_tokens_pack_index.py builds both on random corpora, files, ``L``,
 windows, ``long_documents``, runs and passes). Where the time goes (``perf`` at 1e7
-documents): about 45% the fit, 30% the scan's reads, checks and scattered stores, 25%
-the inverse permutation. Megatron-Core's ``GPTDataset`` index concatenates and packs
+documents): about 55% the fit, 28% the scan's checks and scattered stores, 9% the
+inverse permutation, 5% reading the ends. Megatron-Core's ``GPTDataset`` index concatenates and packs
 nothing, so a tenth of its time leaves under 10 ns a document for one permutation and one
 best-fit step (docs/benchmarks-tokens-quiet.md has the figures).
 
