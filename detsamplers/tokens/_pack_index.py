@@ -29,9 +29,10 @@ The counts are those of the numpy path, which stays as the fallback and the refe
 (tests/tokens/test_tokens_pack_index.py builds both on random corpora, files, ``L``,
 windows, ``long_documents``, runs and passes). Where the time goes (``perf`` at 1e7
 documents): about 55% the fit, 28% the scan's checks and scattered stores, 9% the
-inverse permutation, 5% reading the ends. Megatron-Core's ``GPTDataset`` index concatenates and packs
-nothing, so a tenth of its time leaves under 10 ns a document for one permutation and one
-best-fit step (docs/benchmarks-tokens-quiet.md has the figures).
+inverse permutation, 5% reading the ends. Megatron-Core's ``GPTDataset`` index
+concatenates and packs nothing: a tenth of its time leaves about 6 ns a document for one
+permutation and one best-fit step, less than the fit alone takes
+(docs/benchmarks-tokens-quiet.md has the figures).
 
 It runs where every file's ends are an int64 array, mapped or in memory (local files,
 ``.bin`` and ``.npy`` with ``eod_id`` or sidecars, Megatron pairs) and ``L + 1`` is at
