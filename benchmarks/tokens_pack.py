@@ -5,10 +5,11 @@ written as a sparse ``.bin`` of zeros with a lengths sidecar (packing reads only
 lengths, so no real tokens are needed), then one of:
 
 - ``padding``: ``TokenSequences.stats()``'s padding fraction for each ``L`` and window;
-- ``build``: the seconds to build ``mode``'s index (``pack``: the bin counts, no cache;
-  ``concat``: its block totals) for one ``L`` and window, and the build's own memory: the
-  peak resident set during the build less the one before it (the peak is reset first
-  through ``/proc/self/clear_refs``, so importing torch and the library does not count);
+- ``build``: the seconds (wall and CPU) to build ``mode``'s index (``pack``: the bin
+  counts, no cache; ``concat``: its block totals) for one ``L`` and window, and the build's
+  own memory: the peak resident set during the build less the one before it (the peak is
+  reset first through ``/proc/self/clear_refs``, so importing torch and the library does
+  not count);
 - ``resume``: the seconds from opening the (cached) corpus and index to the first batch
   of a loader resumed at ``--position`` sequences, through ``DataLoader``.
 
@@ -69,14 +70,15 @@ def main() -> None:
         from detsamplers.tokens._pack import PackOrder
 
         before = reset_peak()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if args.mode == "pack":
             PackOrder(corpus, seq_len, 0, window, cache=False)
         else:
             ConcatOrder(corpus, 0, window)
         seconds, growth = time.perf_counter() - start, growth_since(before)
-        print(f"{args.mode} index build: {seconds:.3f} s, {growth:.1f} MiB over the "
-              f"{before:.1f} MiB before it ({kernel_status()})")  # fmt: skip
+        cpu = time.process_time() - cpu
+        print(f"{args.mode} index build: {seconds:.3f} s ({cpu:.3f} s of CPU), {growth:.1f} MiB "
+              f"over the {before:.1f} MiB before it ({kernel_status()})")  # fmt: skip
         return
     TokenSequences(corpus, seq_len, mode=args.mode, window=window)  # the cached index exists
     started = time.perf_counter()

@@ -460,6 +460,12 @@ extern const char pack_windows_doc[], feistel_orders_doc[];
 PyObject *pack_windows(PyObject *self, PyObject *args);
 PyObject *feistel_orders(PyObject *self, PyObject *args);
 
+/* -- the pack index's bin counts, a scan of the ends then a fit: in _kernel_pack_index.c --- */
+
+extern const char pack_scan_doc[], pack_fit_doc[];
+PyObject *pack_scan(PyObject *self, PyObject *args);
+PyObject *pack_fit(PyObject *self, PyObject *args);
+
 /* -- a run of samples cut out of the bytes read: in _kernel_cut.c -------------------------- */
 
 extern const char cut_doc[], gather_doc[];
@@ -486,6 +492,8 @@ static PyMethodDef methods[] = {
     {"pack_rows", pack_rows, METH_VARARGS, pack_rows_doc},
     {"pack_windows", pack_windows, METH_VARARGS, pack_windows_doc},
     {"feistel_orders", feistel_orders, METH_VARARGS, feistel_orders_doc},
+    {"pack_scan", pack_scan, METH_VARARGS, pack_scan_doc},
+    {"pack_fit", pack_fit, METH_VARARGS, pack_fit_doc},
     {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
     {"gather_members", gather_members, METH_VARARGS, gather_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},

@@ -44,6 +44,24 @@ def header_table(
 ) -> bytearray | None: ...
 def pack_bins(sizes: Any, capacity: int, bins_out: Any, /) -> int: ...
 def pack_counts(sizes: Any, bounds: Any, capacity: int, counts_out: Any, /) -> None: ...
+def pack_scan(
+    ends: Any,
+    first: int,
+    local: int,
+    before: int,
+    tokens: int,
+    n: int,
+    seeds: Any,
+    lo: int,
+    hi: int,
+    window: int,
+    capacity: int,
+    split: bool,
+    rests: Any,
+    full: Any,
+    /,
+) -> tuple[int, int, int]: ...
+def pack_fit(rests: Any, full: Any, window: int, capacity: int, counts: Any, /) -> None: ...
 def pack_rows(
     tokens: Any,
     base: int,

@@ -32,8 +32,19 @@ static uint64_t pw_mix64(uint64_t z) {
 /* One domain's network: _permute._halves and the round keys of _permute._keys_table. */
 typedef struct {
     int64_t n;
+    uint64_t magic; /* ceil(2**64 / divisor): h / divisor as one multiply (pw_divide) */
     uint32_t k, b, divisor, top, rounds, keys[PW_SMALL_ROUNDS];
 } network;
+
+/* h / f->divisor for a 32-bit h: the high word of h * ceil(2**64 / divisor), exact for every
+ * 32-bit h and divisor >= 2 (Lemire, Kaser and Kurz, "Faster remainder by direct computation",
+ * 2019, theorem 1 with N = 32 and F = 64); a division where the compiler has no 128-bit product. */
+static inline uint32_t pw_divide(const network *f, uint32_t h) {
+#ifdef __SIZEOF_INT128__
+    if (f->magic != 0) return (uint32_t)(((unsigned __int128)f->magic * h) >> 64);
+#endif
+    return h / f->divisor;
+}
 
 static void network_of(network *f, int64_t n, uint64_t epoch, const uint64_t *seeds) {
     uint64_t v = (uint64_t)(n - 1), r = 0; /* isqrt(n - 1), then its bit length */
@@ -50,6 +61,7 @@ static void network_of(network *f, int64_t n, uint64_t epoch, const uint64_t *se
     f->k = k;
     f->b = (uint32_t)b;
     f->divisor = (uint32_t)((((uint64_t)1 << 32) + b - 1) / b);
+    f->magic = f->divisor >= 2 ? UINT64_MAX / f->divisor + 1 : 0;
     f->top = 32 - k;
     f->rounds = (b << k) < PW_SMALL_DOMAIN ? PW_SMALL_ROUNDS : PW_ROUNDS;
     const uint64_t mixed = pw_mix64(epoch);
@@ -70,13 +82,96 @@ static int64_t network_at(const network *f, int64_t x) {
             if (i % 2 == 0) {
                 low ^= pw_hash(high, f->keys[i]) >> f->top;
             } else {
-                uint32_t h = high + pw_hash(low, f->keys[i]) / f->divisor, wrapped = h - f->b;
+                uint32_t h = high + pw_divide(f, pw_hash(low, f->keys[i])), wrapped = h - f->b;
                 high = wrapped < h ? wrapped : h;
             }
         }
         x = ((int64_t)high << f->k) | (int64_t)low;
     } while (x >= f->n);
     return x;
+}
+
+/* Positions first .. first + count - 1 of the keyed permutation of [0, n) at epoch (n >= 2):
+ * _permute.FeistelPermutation(n, key).at_epoch for the key's round seeds; the pack index's
+ * document order (_kernel_pack_index.c). */
+void feistel_positions(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
+                       int64_t *out) {
+    network f;
+    network_of(&f, n, epoch, seeds);
+    for (int64_t i = 0; i < count; i++) out[i] = network_at(&f, first + i);
+}
+
+/* network_at's inverse: the rounds undone last first, again until the value falls inside [0, n)
+ * (the inverse of a cycle-walked bijection walks the inverse network). */
+static int64_t network_back(const network *f, int64_t x) {
+    do {
+        uint32_t low = (uint32_t)(x & (((int64_t)1 << f->k) - 1)), high = (uint32_t)(x >> f->k);
+        for (uint32_t i = f->rounds; i-- > 0;) {
+            if (i % 2 == 0) {
+                low ^= pw_hash(high, f->keys[i]) >> f->top;
+            } else {
+                const uint32_t q = pw_divide(f, pw_hash(low, f->keys[i])); /* q < b */
+                high = high >= q ? high - q : high + (f->b - q);
+            }
+        }
+        x = ((int64_t)high << f->k) | (int64_t)low;
+    } while (x >= f->n);
+    return x;
+}
+
+/* Where GCC can make an AVX2 copy of a loop and pick it when the CPU has it (as _kernel_pack.c's
+ * ROWS_CLONES), eight lanes a step instead of four; elsewhere the plain build. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__)
+#define PW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PW_CLONES
+#endif
+
+/* Values a step of feistel_inverse takes round by round. */
+#define PW_STEP 512
+
+/* Where values first .. first + count - 1 stand in the keyed permutation of [0, n) at epoch
+ * (n >= 2): feistel_positions's inverse, out[i] = p where permutation(p) = first + i; the pack
+ * index's scan (_kernel_pack_index.c). network_back's arithmetic, a round over PW_STEP values at
+ * a time (loops the compiler vectorises): the division by the 32-bit halves of magic, exact as
+ * pw_divide's 128-bit product (floor((h Mh 2**32 + h Ml) / 2**64) = floor((h Mh + floor(h Ml /
+ * 2**32)) / 2**32), no overflow: h Mh + 2**32 < 2**64). A value the network sends outside [0, n)
+ * walks on in network_back. */
+PW_CLONES void feistel_inverse(int64_t n, uint64_t epoch, const uint64_t *seeds, int64_t first, int64_t count,
+                               int64_t *out) {
+    network f;
+    network_of(&f, n, epoch, seeds);
+    if (f.magic == 0) { /* divisor 1: not met for n <= 2**62, kept exact anyway */
+        for (int64_t i = 0; i < count; i++) out[i] = network_back(&f, first + i);
+        return;
+    }
+    uint32_t low[PW_STEP], high[PW_STEP];
+    const uint32_t k = f.k, top = f.top, b = f.b, mask = (uint32_t)(((uint64_t)1 << k) - 1);
+    const uint64_t mh = f.magic >> 32, ml = f.magic & 0xFFFFFFFFULL;
+    for (int64_t at = 0; at < count; at += PW_STEP) {
+        const int64_t m = count - at < PW_STEP ? count - at : PW_STEP;
+        for (int64_t i = 0; i < m; i++) {
+            const uint64_t x = (uint64_t)(first + at + i);
+            low[i] = (uint32_t)(x & mask);
+            high[i] = (uint32_t)(x >> k);
+        }
+        for (uint32_t r = f.rounds; r-- > 0;) {
+            const uint32_t key = f.keys[r];
+            if (r % 2 == 0) {
+                for (int64_t i = 0; i < m; i++) low[i] ^= pw_hash(high[i], key) >> top;
+            } else {
+                for (int64_t i = 0; i < m; i++) {
+                    const uint64_t h = pw_hash(low[i], key);
+                    const uint32_t q = (uint32_t)((mh * h + ((ml * h) >> 32)) >> 32), d = high[i] - q;
+                    high[i] = high[i] >= q ? d : d + b;
+                }
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t x = ((int64_t)high[i] << k) | (int64_t)low[i];
+            out[at + i] = x < n ? x : network_back(&f, x);
+        }
+    }
 }
 
 /* A C-contiguous buffer of items of itemsize (items < 0: any count). */

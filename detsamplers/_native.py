@@ -16,7 +16,9 @@ The same extension holds other loops with a Python fallback each: the tar header
 a packed batch's rows (``_kernel_pack.c``, NOTE [ packed batch rows ];
 tests/tokens/test_tokens_pack_rows.py), a batch's pack windows end to end
 (``_kernel_pack_windows.c``, NOTE [ compiled window packing ];
-tests/tokens/test_tokens_pack_windows.py), a ``chunk`` batch's inputs and labels
+tests/tokens/test_tokens_pack_windows.py), the pack index's bin counts
+(``_kernel_pack_index.c``, NOTE [ compiled pack index ];
+tests/tokens/test_tokens_pack_index.py), a ``chunk`` batch's inputs and labels
 (``_kernel_chunk.c``, NOTE [ compiled chunk rows ]; tests/tokens/test_tokens_chunk_rows.py), a
 local shard's samples cut out of the bytes read and a kept window's members gathered
 (``_kernel_cut.c``, NOTE [ one way to read a sample ], NOTE [ kept windows ];

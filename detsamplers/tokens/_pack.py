@@ -23,9 +23,11 @@ tokens too: the inputs and the shifted labels):
   NOTE [ batched permutations ]).
 - **Index.** Sequence ``k`` lies in window ``w = max{w : N[w] <= k}`` where ``N`` holds the
   ``ceil(D / W) + 1`` cumulative bin counts, and is its bin number ``k - N[w]`` in that
-  order. ``N`` costs one best-fit pass over every window (a vectorised gather and sort,
-  then the best-fit loop) block by block of whole windows (``BUILD_BLOCK`` documents: the
-  build holds one block's arrays and the ``D / W`` counts), built once per (corpus, ``L``, ``W``,
+  order. ``N`` costs one best-fit pass over every window: in the compiled kernel a scan of
+  the document ends in file order and a fit per window (NOTE [ compiled pack index ]), else
+  in numpy (a vectorised gather and sort, then the best-fit loop) block by block of whole
+  windows (``BUILD_BLOCK`` documents: the build holds one block's arrays and the ``D / W``
+  counts); the same counts either way. It is built once per (corpus, ``L``, ``W``,
   ``long_documents``, seed) and cached beside the corpus's first file as
   ``<file>.pack-<digest>.npy`` (a header binding it to the files' names, sizes and
   modification times and to the settings, then ``N``). A cache that fails its checks
@@ -80,6 +82,7 @@ from ._boundaries import store_ends
 from ._concat import Pieces
 from ._corpus import TokenCorpus
 from ._files import open_npy
+from ._pack_index import build_bar, count_compiled
 from ._pack_recall import recall_window, remember_window, windows_key
 from ._pack_rows import gather_rows
 from ._pack_windows import Window, pack_compiled
@@ -302,7 +305,8 @@ class PackOrder:
         documents = corpus.num_documents
         self._documents = documents
         self._windows = -(-documents // window)
-        self._order = FeistelPermutation(documents, derive(seed, "tokens-pack-documents"))
+        self._order_key = derive(seed, "tokens-pack-documents")
+        self._order = FeistelPermutation(documents, self._order_key)
         self._bin_key = derive(seed, "tokens-pack-bins")
         binding = {
             **corpus.config(),
@@ -353,9 +357,27 @@ class PackOrder:
     def _build(self) -> I64:
         """The header and the cumulative bin counts, by one best-fit pass per window.
 
-        Block by block of whole windows (``BUILD_BLOCK`` documents at most, one window at
+        In the compiled kernel where it runs (NOTE [ compiled pack index ]), else in numpy
+        block by block of whole windows (``BUILD_BLOCK`` documents at most, one window at
         least), so the build's memory is that of one block, whatever the corpus's size.
         """
+        kernel = _native.kernel
+        with build_bar(self._documents, self._progress) as progress:
+            found = None
+            if kernel is not None:
+                found = count_compiled(kernel, self._corpus, self._order_key, self._window,
+                                       self._capacity, self._split, progress)  # fmt: skip
+            bins, pieces, packed = found if found is not None else self._count(progress)
+        if self._split:
+            packed = self._corpus.num_tokens
+        out = np.empty(PACK_HEADER + self._windows + 1, dtype=np.int64)
+        out[:PACK_HEADER] = self._binding(int(bins.sum()), pieces, packed)
+        out[PACK_HEADER] = 0
+        np.cumsum(bins, out=out[PACK_HEADER + 1 :])
+        return out
+
+    def _count(self, progress: Callable[[int], None] | None) -> tuple[I64, int, int]:
+        """Each window's bins, the pieces and the tokens packed (truncate only), in numpy."""
         capacity, size_w = self._capacity, self._window
         bins = np.empty(self._windows, dtype=np.int64)
         pieces = packed = 0
@@ -386,15 +408,9 @@ class PackOrder:
             bins[a:b] += _count_windows(
                 np.ascontiguousarray(sizes[order]), edges.astype(np.int64), capacity
             )
-            if self._progress is not None:
-                self._progress(hi)
-        if self._split:
-            packed = self._corpus.num_tokens
-        out = np.empty(PACK_HEADER + self._windows + 1, dtype=np.int64)
-        out[:PACK_HEADER] = self._binding(int(bins.sum()), pieces, packed)
-        out[PACK_HEADER] = 0
-        np.cumsum(bins, out=out[PACK_HEADER + 1 :])
-        return out
+            if progress is not None:
+                progress(hi)
+        return bins, pieces, packed
 
     def _binding(self, bins: int, pieces: int, packed: int) -> list[int]:
         return [_PACK_MAGIC, 1, self._digest, self._windows, bins, self._documents, pieces, packed]

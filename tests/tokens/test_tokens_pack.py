@@ -444,13 +444,15 @@ def test_the_index_built_block_by_block_is_the_index_built_in_one_block(
     tmp_path_factory: pytest.TempPathFactory,
     files: list[list[int]], seq_len: int, window: int, block: int, long: str,
 ) -> None:  # fmt: skip
-    from detsamplers.tokens import _pack
+    from detsamplers.tokens import _pack, _pack_index
 
     corpus = write_eod(tmp_path_factory.mktemp("c"), files, 0)
     whole = _pack.PackOrder(corpus, seq_len, 3, window, long, cache=False)
     reported: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_pack, "BUILD_BLOCK", block)  # blocks of one window and more
+        patch.setattr(_pack_index, "PASS_POSITIONS", block)  # the compiled build's passes
+        patch.setattr(_pack_index, "SCAN_RUN", block)  # and its runs of ends
         blocks = _pack.PackOrder(corpus, seq_len, 3, window, long, cache=False,
                                  progress=reported.append)  # fmt: skip
     assert blocks._cumulative.tolist() == whole._cumulative.tolist()
