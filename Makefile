@@ -24,10 +24,13 @@ MOSAIC_LIB_STAMP := $(MOSAIC_LIB)/.installed
 
 .PHONY: install check test bench bench-quick docs clean demo mosaic bench-mosaic nginx
 
+# The kernel's C files, as setup.py globs them (a new one needs no edit here).
+KERNEL_C := $(wildcard detsamplers/_kernel*.c)
+
 # setup.py builds the mixture's compiled kernel (detsamplers/_kernel.c) with the C compiler;
 # the check after the install fails loudly if it did not build, since the tests compare it
 # with the numpy path (a user's install without a compiler falls back to numpy instead).
-$(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c detsamplers/_kernel_headers.c detsamplers/_kernel_pack.c detsamplers/_kernel_pack_windows.c detsamplers/_kernel_pack_index.c detsamplers/_kernel_cut.c detsamplers/_kernel_decode.c detsamplers/_kernel_chunk.c
+$(STAMP): pyproject.toml constraints.txt setup.py $(KERNEL_C)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,compare,integrations]'
 	# litdata pulls in torchvision, whose only wheel here is built for CUDA torch and fails
@@ -41,7 +44,7 @@ $(STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c detsampl
 # `make demo` needs the package alone (torch, numpy, tqdm): the first install of
 # docs/getting-started.md, into the same .venv. The full install above includes it (and
 # touches this stamp too), so `make demo` after `make install` installs nothing.
-$(DEMO_STAMP): pyproject.toml constraints.txt setup.py detsamplers/_kernel.c detsamplers/_kernel_headers.c detsamplers/_kernel_pack.c detsamplers/_kernel_pack_windows.c detsamplers/_kernel_pack_index.c detsamplers/_kernel_cut.c detsamplers/_kernel_decode.c detsamplers/_kernel_chunk.c
+$(DEMO_STAMP): pyproject.toml constraints.txt setup.py $(KERNEL_C)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e .
 	touch $(DEMO_STAMP)
