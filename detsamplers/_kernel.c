@@ -462,9 +462,10 @@ PyObject *feistel_orders(PyObject *self, PyObject *args);
 
 /* -- a run of samples cut out of the bytes read: in _kernel_cut.c -------------------------- */
 
-extern const char cut_doc[], gather_doc[];
+extern const char cut_doc[], gather_doc[], read_doc[];
 PyObject *cut_samples(PyObject *self, PyObject *args);
 PyObject *gather_members(PyObject *self, PyObject *args);
+PyObject *read_samples(PyObject *self, PyObject *args);
 
 /* -- a run of samples decoded by their plans: in _kernel_decode.c -------------------------- */
 
@@ -488,6 +489,7 @@ static PyMethodDef methods[] = {
     {"feistel_orders", feistel_orders, METH_VARARGS, feistel_orders_doc},
     {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
     {"gather_members", gather_members, METH_VARARGS, gather_doc},
+    {"read_samples", read_samples, METH_VARARGS, read_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},
     {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
     {NULL, NULL, 0, NULL},

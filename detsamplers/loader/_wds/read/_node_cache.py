@@ -403,9 +403,8 @@ class ShardCache:
                     continue
                 end = min([stop] + [c[0] for c in copies if c[0] > at])
                 for begin, finish in download_ranges(end, self.options.read_ahead, at):
-                    data = stream.fetch(begin, finish)
-                    out.write(data)
-                    self.stats.bytes += len(data)
+                    stream.fetch_to(begin, finish, out)  # written as it arrives
+                    self.stats.bytes += finish - begin
                 at = end
         got = os.path.getsize(temporary)
         if got != stop - start:
