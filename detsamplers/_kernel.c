@@ -468,9 +468,10 @@ PyObject *pack_fit(PyObject *self, PyObject *args);
 
 /* -- a run of samples cut out of the bytes read: in _kernel_cut.c -------------------------- */
 
-extern const char cut_doc[], gather_doc[];
+extern const char cut_doc[], gather_doc[], read_doc[];
 PyObject *cut_samples(PyObject *self, PyObject *args);
 PyObject *gather_members(PyObject *self, PyObject *args);
+PyObject *read_samples(PyObject *self, PyObject *args);
 
 /* -- a run of samples decoded by their plans: in _kernel_decode.c -------------------------- */
 
@@ -496,6 +497,7 @@ static PyMethodDef methods[] = {
     {"pack_fit", pack_fit, METH_VARARGS, pack_fit_doc},
     {"cut_samples", cut_samples, METH_VARARGS, cut_doc},
     {"gather_members", gather_members, METH_VARARGS, gather_doc},
+    {"read_samples", read_samples, METH_VARARGS, read_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},
     {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
     {NULL, NULL, 0, NULL},

@@ -8,6 +8,10 @@
  * gather_members copies the members of a piece of a window into the window's compact copy,
  * where cut_samples then cuts them (NOTE [ kept windows ] in read/_shard_reader.py).
  *
+ * read_samples reads a batch's samples of one cached shard (NOTE [ cached reads ] in
+ * read/_cache_reader.py) with the pread it is handed (os.pread, looked up by the caller) and
+ * cuts each with one_sample, as _sample_span.read_samples does in Python (its reference).
+ *
  * Every offset and length is checked against the span and every index against the columns
  * before anything is read; a member outside the span is a ValueError (the Python reference
  * would cut it short), an index outside the shard an IndexError.
@@ -17,9 +21,10 @@
 #include <stdint.h>
 #include <string.h>
 
-extern const char cut_doc[], gather_doc[];
+extern const char cut_doc[], gather_doc[], read_doc[];
 PyObject *cut_samples(PyObject *self, PyObject *args);
 PyObject *gather_members(PyObject *self, PyObject *args);
+PyObject *read_samples(PyObject *self, PyObject *args);
 
 const char cut_doc[] =
     "cut_samples(data, base, starts, offsets, sizes, keys, suffixes, url, local, indexes, slots,\n"
@@ -59,7 +64,7 @@ static int int64_buffer(PyObject *o, Py_buffer *b, const char *name, int writabl
     return 1;
 }
 
-/* The dict of sample index, or NULL with an error set. */
+/* The dict of sample index, or NULL with an error set; no "__local_path__" when local is NULL. */
 static PyObject *one_sample(const uint8_t *bytes, Py_ssize_t length, int64_t base, const int64_t *starts,
                             int64_t samples, const int64_t *offsets, const int64_t *sizes, int64_t members,
                             PyObject *const *keys, PyObject *const *suffixes, PyObject *url, PyObject *local,
@@ -91,7 +96,7 @@ static PyObject *one_sample(const uint8_t *bytes, Py_ssize_t length, int64_t bas
         Py_DECREF(value);
         if (failed < 0) goto fail;
     }
-    if (PyDict_SetItem(sample, path_name, local) < 0) goto fail;
+    if (local != NULL && PyDict_SetItem(sample, path_name, local) < 0) goto fail;
     return sample;
 fail:
     Py_DECREF(sample);
@@ -226,5 +231,155 @@ done:
     if (held >= 3) PyBuffer_Release(&sizes);
     if (held >= 2) PyBuffer_Release(&offsets);
     PyBuffer_Release(&data);
+    return result;
+}
+
+const char read_doc[] =
+    "read_samples(pread, fd, base, starts, offsets, sizes, keys, suffixes, url, indexes, slots, out,\n"
+    "             run_bytes, /) -> int\n\n"
+    "For each i in slots, out[i] = the dict of sample indexes[i] of a shard whose members lie in tar\n"
+    "order: {'__key__': keys[index], '__url__': url, suffixes[j]: its bytes, for its members j}, read\n"
+    "by pread(fd, length, offset - base): one call a sample, or one for a run of slots i, i + 1, ...\n"
+    "whose indexes follow one another, when the run's members span at most run_bytes (a longer run:\n"
+    "one call a sample). Returns -1, or the slot whose read came back short (the slots before it\n"
+    "filled). starts, offsets and sizes hold int64 items; keys and suffixes are lists or tuples.";
+
+/* The int at position k of a fast sequence, or -1 with an error set. */
+static Py_ssize_t item_at(PyObject *seq, Py_ssize_t k, Py_ssize_t below, const char *what) {
+    Py_ssize_t value = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, k));
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0 || value >= below) {
+        PyErr_Format(PyExc_IndexError, "%s %zd lies outside the %zd indexes or outputs", what, value, below);
+        return -1;
+    }
+    return value;
+}
+
+PyObject *read_samples(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *pread, *fd, *starts_o, *offsets_o, *sizes_o, *keys_o, *suffixes_o, *url, *indexes_o, *slots_o, *out;
+    long long base, run_bytes;
+    if (!PyArg_ParseTuple(args, "OOLOOOOOOOOOL", &pread, &fd, &base, &starts_o, &offsets_o, &sizes_o, &keys_o,
+                          &suffixes_o, &url, &indexes_o, &slots_o, &out, &run_bytes))
+        return NULL;
+    if (!names_ready()) return NULL;
+    if (!PyCallable_Check(pread) || !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "pread should be callable and out a list");
+        return NULL;
+    }
+    if (!(PyList_Check(keys_o) || PyTuple_Check(keys_o)) || !(PyList_Check(suffixes_o) || PyTuple_Check(suffixes_o))) {
+        PyErr_SetString(PyExc_TypeError, "keys and suffixes should be lists or tuples");
+        return NULL;
+    }
+    Py_buffer starts_b, offsets_b, sizes_b;
+    PyObject *indexes = NULL, *slots = NULL, *result = NULL, *data = NULL;
+    Py_buffer view;
+    int held = 0, viewing = 0;
+    if (!int64_buffer(starts_o, &starts_b, "starts", 0)) return NULL;
+    held = 1;
+    if (!int64_buffer(offsets_o, &offsets_b, "offsets", 0)) goto done;
+    held = 2;
+    if (!int64_buffer(sizes_o, &sizes_b, "sizes", 0)) goto done;
+    held = 3;
+    const int64_t *starts = starts_b.buf, *offsets = offsets_b.buf, *sizes = sizes_b.buf;
+    int64_t samples = starts_b.len / 8 - 1, members = offsets_b.len / 8;
+    if (samples < 0 || sizes_b.len / 8 != members || PySequence_Fast_GET_SIZE(keys_o) != samples ||
+        PySequence_Fast_GET_SIZE(suffixes_o) != members) {
+        PyErr_SetString(PyExc_ValueError,
+                        "keys should hold one item per sample (starts one more), suffixes and sizes one per offset");
+        goto done;
+    }
+    indexes = PySequence_Fast(indexes_o, "indexes should be a sequence");
+    if (indexes == NULL) goto done;
+    slots = PySequence_Fast(slots_o, "slots should be a sequence");
+    if (slots == NULL) goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(slots), wanted = PySequence_Fast_GET_SIZE(indexes);
+    Py_ssize_t room = PyList_GET_SIZE(out) < wanted ? PyList_GET_SIZE(out) : wanted;
+    PyObject *const *keys = PySequence_Fast_ITEMS(keys_o), *const *suffixes = PySequence_Fast_ITEMS(suffixes_o);
+    Py_ssize_t k = 0, singles = 0;
+    while (k < count) {
+        Py_ssize_t i = item_at(slots, k, room, "slot");
+        if (i < 0) goto done;
+        long long index = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(indexes, i));
+        if (index == -1 && PyErr_Occurred()) goto done;
+        if (index < 0 || index >= samples) {
+            PyErr_Format(PyExc_IndexError, "sample %lld of %lld in shard %R", index, (long long)samples, url);
+            goto done;
+        }
+        /* The run: the next slots, one after the other, whose indexes follow one another. */
+        Py_ssize_t stop = k + 1, previous = i;
+        long long last = index;
+        while (k >= singles && stop < count) {
+            Py_ssize_t next = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, stop));
+            if (next == -1 && PyErr_Occurred()) goto done;
+            if (next != previous + 1 || next >= room) break;
+            long long following = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(indexes, next));
+            if (following == -1 && PyErr_Occurred()) goto done;
+            if (following != last + 1 || following >= samples) break;
+            previous = next, last = following, stop++;
+        }
+        int64_t low = starts[index], high = starts[last + 1];
+        if (low < 0 || high < low || high > members) {
+            PyErr_Format(PyExc_ValueError, "samples %lld to %lld's members [%lld, %lld) lie outside the %lld members",
+                         index, last, (long long)low, (long long)high, (long long)members);
+            goto done;
+        }
+        if (high > low && stop - k > 1 && offsets[high - 1] + sizes[high - 1] - offsets[low] > run_bytes) {
+            singles = stop; /* a run too long: each of its samples read alone */
+            stop = k + 1, last = index, high = starts[index + 1];
+            if (high < low || high > members) {
+                PyErr_Format(PyExc_ValueError, "sample %lld's members lie outside the %lld members", index,
+                             (long long)members);
+                goto done;
+            }
+        }
+        const uint8_t *bytes = NULL;
+        Py_ssize_t length = 0;
+        int64_t start = 0;
+        if (high > low) {
+            start = offsets[low];
+            int64_t end = offsets[high - 1] + sizes[high - 1];
+            if (end < start || start - base < 0) {
+                PyErr_Format(PyExc_ValueError, "samples %lld to %lld's members do not lie in tar order after byte %lld",
+                             index, last, base);
+                goto done;
+            }
+            PyObject *argv[3] = {fd, PyLong_FromLongLong(end - start), PyLong_FromLongLong(start - base)};
+            if (argv[1] != NULL && argv[2] != NULL) data = PyObject_Vectorcall(pread, argv, 3, NULL);
+            Py_XDECREF(argv[1]);
+            Py_XDECREF(argv[2]);
+            if (data == NULL) goto done;
+            if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) goto done;
+            viewing = 1;
+            if (view.len != end - start) {
+                result = PyLong_FromSsize_t(i);
+                goto done;
+            }
+            bytes = view.buf, length = view.len;
+        }
+        for (Py_ssize_t m = k; m < stop; m++) {
+            Py_ssize_t slot = m == k ? i : PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, m));
+            long long at = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(indexes, slot));
+            PyObject *sample = one_sample(bytes, length, start, starts, samples, offsets, sizes, members, keys,
+                                          suffixes, url, NULL, (int64_t)at);
+            if (sample == NULL) goto done;
+            PyObject *old = PyList_GET_ITEM(out, slot);
+            PyList_SET_ITEM(out, slot, sample);
+            Py_XDECREF(old);
+        }
+        if (viewing) PyBuffer_Release(&view);
+        viewing = 0;
+        Py_CLEAR(data);
+        k = stop;
+    }
+    result = PyLong_FromLong(-1);
+done:
+    if (viewing) PyBuffer_Release(&view);
+    Py_XDECREF(data);
+    Py_XDECREF(indexes);
+    Py_XDECREF(slots);
+    if (held >= 3) PyBuffer_Release(&sizes_b);
+    if (held >= 2) PyBuffer_Release(&offsets_b);
+    PyBuffer_Release(&starts_b);
     return result;
 }

@@ -20,8 +20,9 @@ tests/tokens/test_tokens_pack_windows.py), the pack index's bin counts
 (``_kernel_pack_index.c``, NOTE [ compiled pack index ];
 tests/tokens/test_tokens_pack_index.py), a ``chunk`` batch's inputs and labels
 (``_kernel_chunk.c``, NOTE [ compiled chunk rows ]; tests/tokens/test_tokens_chunk_rows.py), a
-local shard's samples cut out of the bytes read and a kept window's members gathered
-(``_kernel_cut.c``, NOTE [ one way to read a sample ], NOTE [ kept windows ];
+local shard's samples cut out of the bytes read, a kept window's members gathered and a
+cached shard's samples read and cut (``_kernel_cut.c``, NOTE [ one way to read a sample ],
+NOTE [ kept windows ], NOTE [ cached reads ];
 tests/webdataset/test_wds_cut_samples.py) and runs of samples decoded by their plans
 (``_kernel_decode.c``, NOTE [ decode plans ]; tests/webdataset/test_wds_decode.py).
 

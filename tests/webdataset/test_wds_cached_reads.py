@@ -262,3 +262,27 @@ def test_a_warm_cache_reads_a_batchs_run_of_next_samples_in_one_pread_with_the_s
     # reads per shard a batch touches, never one read per sample.
     runs = sum(len({s["__url__"] for s in batch}) for batch in plain)
     assert runs <= len(calls) <= 2 * runs < bucket.total / 2
+
+
+def test_a_download_into_the_cache_cut_short_resumes_at_its_first_missing_byte(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    # Written chunk by chunk as it arrives (NOTE [ shard cache ]): a retry continues the file
+    # where the dropped answer stopped, and the copy is the shard byte for byte.
+    source = bucket.make(tmp_path, shuffle_shards=False)
+    assert source.cache is not None
+    info, key = source.shards[0], "s/d-00.tar"
+    bucket.s3.reset()
+    bucket.s3.drop[key] = 1  # the answer sends half of its body, then closes
+    fd = source.cache.pin(info)
+    try:
+        copy = os.pread(fd, info.size + 1, 0)
+    finally:
+        source.cache.unpin(fd)
+    stored = bucket.s3.client().get_object(Bucket="cached-reads", Key=key)["Body"].read()
+    assert copy == stored and len(copy) == info.size
+    first, resumed = bucket.s3.served.ranges[key]
+    start, stop = (int(x) for x in first.removeprefix("bytes=").split("-"))
+    again, stop_again = (int(x) for x in resumed.removeprefix("bytes=").split("-"))
+    assert start == 0 and 0 < again <= (stop + 1) // 2 and stop_again == stop == info.size - 1
+    assert source.cache.stats.bytes == info.size  # the bytes written, each once

@@ -3,11 +3,13 @@
 ``_kernel.cut_samples`` builds each sample's dict in C; the Python loop of ``cut_samples`` is
 its reference and the path without the kernel (NOTE [ one way to read a sample ]). Both are
 run on random layouts and runs, and must give equal dicts with equal key orders; the kernel
-refuses what the loop would cut short.
+refuses what the loop would cut short. ``read_samples`` (a cached shard's samples read by
+``pread``, NOTE [ cached reads ]) likewise: the same dicts from the same ``pread`` calls.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,12 @@ from hypothesis import strategies as st
 from detsamplers._native import kernel
 from detsamplers.loader import WebDatasetSource
 from detsamplers.loader._wds.read import _sample_span, _shard_reader
-from detsamplers.loader._wds.read._sample_span import Columns, cut_samples, gather_members
+from detsamplers.loader._wds.read._sample_span import (
+    Columns,
+    cut_samples,
+    gather_members,
+    read_samples,
+)
 from detsamplers.loader._wds.shard._packed_members import PackedMembers
 from detsamplers.loader._wds.shard._tar_check import HeaderTable
 
@@ -177,3 +184,127 @@ def test_an_epoch_of_kept_windows_is_the_same_with_and_without_the_kernel(
     monkeypatch.setattr(_shard_reader, "kernel", None)
     assert epoch() == compiled
     assert sorted(int(s["cls"]) for s in compiled) == list(range(120))
+
+
+@st.composite
+def tar_layouts(draw: st.DrawFn) -> tuple[bytes, int, tuple[str, ...], PackedMembers]:
+    """A file's bytes and a shard's columns whose members lie in it in order, as in a tar."""
+    base = draw(st.integers(0, 40))
+    counts = draw(st.lists(st.integers(0, 3), min_size=1, max_size=12))
+    suffixes, offsets, sizes, starts, at = [], [], [], [0], base
+    for count in counts:
+        for _ in range(count):
+            at += draw(st.integers(0, 9))  # a header's worth of bytes between members, or none
+            suffixes.append(draw(SUFFIXES))
+            offsets.append(at)
+            sizes.append(draw(st.integers(0, 20)))
+            at += sizes[-1]
+        starts.append(len(suffixes))
+    length = at + draw(st.integers(0, 5))
+    data = bytes(draw(st.lists(st.integers(0, 255), min_size=length, max_size=length)))
+    keys = tuple(f"k{i:03d}" for i in range(len(counts)))
+    return data, base, keys, PackedMembers(suffixes, offsets, sizes, starts)
+
+
+def read_both(
+    tmp_path: Path,
+    layout: tuple[bytes, int, tuple[str, ...], PackedMembers],
+    indexes: list[int],
+    slots: list[int],
+    run_bytes: int,
+) -> list[tuple[int, list[Any], list[tuple[int, int]]]]:
+    """``read_samples`` with the kernel and with its loop: what each returned, filled and read."""
+    data, base, keys, packed = layout
+    path = tmp_path / "shard.bin"
+    path.write_bytes(data[base:])  # the file holds the shard from byte ``base``
+    got = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for columns in (arrays(keys, packed), lists(packed)):
+            calls: list[tuple[int, int]] = []
+
+            def pread(handle: int, size: int, offset: int, calls: list[Any] = calls) -> bytes:
+                calls.append((size, offset))
+                return os.pread(handle, size, offset)
+
+            out: list[Any] = [None] * len(indexes)
+            short = read_samples(
+                pread, fd, base, columns, keys, "u", indexes, slots, out, run_bytes
+            )
+            got.append((short, out, calls))
+    finally:
+        os.close(fd)
+    return got
+
+
+@needs_kernel
+@settings(max_examples=200, deadline=None)
+@given(layout=tar_layouts(), data=st.data())
+def test_the_compiled_cached_read_makes_the_python_loops_reads_and_gives_its_samples(
+    tmp_path_factory: pytest.TempPathFactory,
+    layout: tuple[bytes, int, tuple[str, ...], PackedMembers],
+    data: st.DataObject,
+) -> None:
+    count = len(layout[2])
+    first = data.draw(st.integers(0, count - 1))  # runs of neighbours, and jumps
+    steps = data.draw(st.lists(st.sampled_from([1, 1, 1, -2, 3, 0]), max_size=20))
+    indexes = [first]
+    for step in steps:
+        indexes.append(min(count - 1, max(0, indexes[-1] + step)))
+    slots = data.draw(
+        st.lists(st.integers(0, len(indexes) - 1), max_size=len(indexes), unique=True).map(
+            lambda drawn: sorted(drawn) if len(drawn) % 2 else drawn
+        )
+    )
+    run_bytes = data.draw(st.sampled_from([0, 15, 40, 1 << 20]))
+    compiled, reference = read_both(tmp_path_factory.mktemp("r"), layout, indexes, slots, run_bytes)
+    assert compiled[0] == reference[0] == -1
+    assert compiled[2] == reference[2]  # the same preads, in the same order
+    assert compiled[1] == reference[1]
+    assert [list(s) for s in compiled[1] if s] == [list(s) for s in reference[1] if s]
+    span, _, keys, packed = layout
+    for i in slots:  # each sample as cut alone from the file
+        alone: list[Any] = [None] * len(indexes)
+        cut_samples(span, 0, lists(packed), keys, "u", "", indexes, [i], alone)
+        want = {k: v for k, v in alone[i].items() if k != "__local_path__"}
+        assert compiled[1][i] == want
+        assert all(type(v) is bytes for k, v in compiled[1][i].items() if k[:2] != "__")
+    assert len(compiled[2]) <= len(slots)  # a sample, or a run of them, is one read
+
+
+@needs_kernel
+@settings(max_examples=100, deadline=None)
+@given(layout=tar_layouts(), data=st.data())
+def test_a_short_file_stops_both_cached_reads_at_the_same_slot(
+    tmp_path_factory: pytest.TempPathFactory,
+    layout: tuple[bytes, int, tuple[str, ...], PackedMembers],
+    data: st.DataObject,
+) -> None:
+    span, base, keys, packed = layout
+    cut = data.draw(st.integers(base, len(span)))
+    layout = (span[:cut], base, keys, packed)  # truncated
+    count = len(keys)
+    indexes = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=10))
+    slots = list(range(len(indexes)))
+    compiled, reference = read_both(tmp_path_factory.mktemp("r"), layout, indexes, slots, 1 << 20)
+    assert compiled == reference
+    if compiled[0] >= 0:  # the first read that came back short, named by its slot
+        assert compiled[1][compiled[0]] is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("index", [-1, 2])
+def test_both_cached_reads_refuse_a_sample_outside_the_shard_naming_it(
+    tmp_path: Path, index: int
+) -> None:
+    packed, keys = PackedMembers(["cls", "cls"], [0, 1], [1, 1], [0, 1, 2]), ("k0", "k1")
+    (tmp_path / "shard.bin").write_bytes(b"ab")
+    fd = os.open(tmp_path / "shard.bin", os.O_RDONLY)
+    try:
+        for columns in (arrays(keys, packed), lists(packed)):
+            out: list[Any] = [None, None]
+            with pytest.raises(IndexError, match=rf"sample {index} of 2 in shard 'u'"):
+                read_samples(os.pread, fd, 0, columns, keys, "u", [0, index], [0, 1], out, 64)
+            assert out[0] == {"__key__": "k0", "__url__": "u", "cls": b"a"}
+    finally:
+        os.close(fd)

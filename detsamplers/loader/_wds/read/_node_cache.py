@@ -10,7 +10,8 @@ same folder:
 - **Download once.** A process that needs a shard the folder lacks takes an exclusive
   ``fcntl.flock`` on ``<key>.lock``; if the shard is still absent once it holds the lock
   it downloads it (range requests of ``read_ahead`` bytes, retried as in NOTE [ remote
-  reads ], the ETag sent as ``If-Match`` over HTTP) into a temporary file of the folder,
+  reads ], the ETag sent as ``If-Match`` over HTTP; through obstore each chunk is written
+  as it arrives, never a whole body in memory) into a temporary file of the folder,
   checks its size, and renames it into place (atomic), then releases the lock. Every
   other process asking meanwhile waits on the lock and then finds the file: a shard's
   bytes cross the network once per node, and a shard is never read half written.
@@ -403,9 +404,8 @@ class ShardCache:
                     continue
                 end = min([stop] + [c[0] for c in copies if c[0] > at])
                 for begin, finish in download_ranges(end, self.options.read_ahead, at):
-                    data = stream.fetch(begin, finish)
-                    out.write(data)
-                    self.stats.bytes += len(data)
+                    stream.fetch_to(begin, finish, out)  # written as it arrives
+                    self.stats.bytes += finish - begin
                 at = end
         got = os.path.getsize(temporary)
         if got != stop - start:

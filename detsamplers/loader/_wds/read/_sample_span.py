@@ -11,6 +11,9 @@ samples ]). Two functions then do the rest for every reader:
   shard's samples at once, each a new dict as the reader yields it, in one compiled call
   (``_kernel.cut_samples``) when the kernel is there, else in the Python loop it reproduces
   (:func:`gather_members` likewise copies a kept window's members together);
+  :func:`read_samples` reads a batch's samples of one cached shard with the ``pread`` it is
+  handed, a run of neighbouring ones in one call, and cuts them the same way (one compiled
+  call a shard, ``_kernel.read_samples``, else its Python reference);
 - :func:`verify_span`, when the span starts at the tar header before its first member
   (NOTE [ index verification ]), checks the members' headers against the index, a few
   members of their own (:class:`Members`, in pure Python) or a shard's ``HeaderTable`` at
@@ -20,7 +23,7 @@ samples ]). Two functions then do the rest for every reader:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -36,6 +39,7 @@ __all__ = [
     "cut_samples",
     "gather_members",
     "members_of",
+    "read_samples",
     "refuse",
     "verify_span",
 ]
@@ -159,6 +163,95 @@ def cut_samples(
             sample[suffixes[j]] = data[at : at + sizes[j]]
         sample["__local_path__"] = local
         out[i] = sample
+
+
+def read_samples(
+    pread: Callable[[int, int, int], bytes],
+    fd: int,
+    base: int,
+    columns: Columns,
+    keys: Sequence[str],
+    url: str,
+    indexes: Sequence[int],
+    slots: Sequence[int],
+    out: list[Any],
+    run_bytes: int,
+) -> int:
+    """Set ``out[i]`` to the dict of sample ``indexes[i]`` for each of ``slots``, read by ``pread``.
+
+    The samples are one shard's, whose members lie in tar order (``columns``, NOTE [ cached
+    reads ]): ``__key__``, ``__url__``, one ``bytes`` per member. Each is read with
+    ``pread(fd, length, offset - base)`` from its first member to the end of its last; a
+    run of slots ``i, i + 1, ...`` whose indexes follow one another is one call, when its
+    members span at most ``run_bytes`` (else one call a sample). One compiled call with the
+    kernel (``_kernel.read_samples``, int64 columns, lists or tuples of keys and suffixes);
+    the loop below is its reference (tests/webdataset/test_wds_cut_samples.py).
+
+    Returns:
+        ``-1``, or the slot whose read came back short (the slots before it are filled).
+
+    Raises:
+        IndexError: a sample index is outside the shard.
+
+    Examples:
+        >>> import os, tempfile
+        >>> fd, path = tempfile.mkstemp()
+        >>> _ = os.write(fd, b"..abcdefghi")
+        >>> columns = Columns([0, 2, 3], [102, 105, 108], [2, 3, 1], ["cls", "txt", "cls"])
+        >>> out = [None, None]
+        >>> read_samples(os.pread, fd, 100, columns, ("k0", "k1"), "u", [0, 1], [0, 1], out, 64)
+        -1
+        >>> out[0]
+        {'__key__': 'k0', '__url__': 'u', 'cls': b'ab', 'txt': b'def'}
+        >>> out[1]
+        {'__key__': 'k1', '__url__': 'u', 'cls': b'g'}
+        >>> os.close(fd); os.unlink(path)
+    """
+    starts, offsets, sizes, suffixes = columns
+    if (
+        kernel is not None
+        and isinstance(starts, np.ndarray)
+        and isinstance(offsets, np.ndarray)
+        and isinstance(sizes, np.ndarray)
+        and isinstance(keys, (list, tuple))
+        and isinstance(suffixes, (list, tuple))
+    ):
+        got: int = kernel.read_samples(
+            pread, fd, base, starts, offsets, sizes, keys, suffixes, url, indexes, slots, out,
+            run_bytes,
+        )  # fmt: skip
+        return got
+    count, total, k, singles = len(keys), len(slots), 0, 0
+    while k < total:
+        i = slots[k]
+        index = indexes[i]
+        if not 0 <= index < count:
+            raise IndexError(f"sample {index} of {count} in shard {url!r}")
+        stop, last = k + 1, index  # a run: the next slots, whose indexes follow one another
+        while k >= singles and stop < total and slots[stop] == slots[stop - 1] + 1:
+            if not indexes[slots[stop]] == last + 1 < count:
+                break
+            stop, last = stop + 1, last + 1
+        low, high = starts[index], starts[last + 1]
+        span = offsets[high - 1] + sizes[high - 1] - offsets[low] if high > low else 0
+        if stop - k > 1 and span > run_bytes:
+            singles, stop, high = stop, k + 1, starts[index + 1]  # too long: one read a sample
+        data, start = b"", 0
+        if high > low:
+            start = offsets[low]
+            end = offsets[high - 1] + sizes[high - 1]
+            data = pread(fd, end - start, start - base)
+            if len(data) != end - start:
+                return i
+        for m in range(k, stop):
+            slot = slots[m]
+            at = indexes[slot]
+            sample: dict[str, Any] = {"__key__": keys[at], "__url__": url}
+            out[slot] = cut_sample(
+                sample, data, start, suffixes, offsets, sizes, range(starts[at], starts[at + 1])
+            )
+        k = stop
+    return -1
 
 
 def gather_members(

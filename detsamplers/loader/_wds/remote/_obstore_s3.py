@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 
 from ._object_store import changed_error, protocol, split_version
 
-__all__ = ["S3StoreError", "cat_file", "read_range", "store_for"]
+__all__ = ["FileSink", "S3StoreError", "cat_file", "read_range", "store_for"]
 
 #: ``(bucket, options) -> store``: one client per bucket and options.
 _STORES: dict[tuple[str, str], Any] = {}
@@ -79,6 +79,37 @@ class S3StoreError(OSError):
     def __init__(self, message: str, status: int | None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class FileSink:
+    """A file that :func:`read_range` writes a body to instead of a ``bytearray``.
+
+    :meth:`write` writes a chunk at the file's position and ``len`` counts the bytes written, so
+    a retry continues from the first byte missing (NOTE [ remote reads ]); a download into
+    the cache (NOTE [ shard cache ]) writes each chunk as it arrives, with no copy of the
+    whole body in memory.
+
+    Examples:
+        >>> import io
+        >>> file = io.BytesIO()
+        >>> sink = FileSink(file)
+        >>> sink.write(b"ab")
+        >>> sink.write(memoryview(b"cde")[:2])
+        >>> len(sink), file.getvalue()
+        (4, b'abcd')
+    """
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def write(self, chunk: bytes | memoryview) -> None:
+        """Write ``chunk`` after the bytes written so far."""
+        self.file.write(chunk)
+        self.length += len(chunk)
 
 
 def _settings(options: dict[str, Any]) -> dict[str, Any] | None:
@@ -211,13 +242,14 @@ def read_range(
     end: int,
     version: str | None,
     size: int,
-    received: bytearray,
+    received: bytearray | FileSink,
     count: Callable[[int], None],
 ) -> None:
     """One ranged ``GetObject`` of ``[start + len(received), end)`` at ``version``.
 
-    Appends the body to ``received`` and hands ``count`` the body bytes that came over the
-    wire, those of an answer cut short included (``RemoteShard.received``).
+    Appends the body to ``received`` (or writes it to a :class:`FileSink`) and hands
+    ``count`` the body bytes that came over the wire, those of an answer cut short included
+    (``RemoteShard.received``).
     """
     import obstore
 
@@ -239,7 +271,11 @@ def read_range(
     try:
         for chunk in result.stream(min_chunk_size=0):
             got += len(chunk)
-            received += memoryview(chunk)[: end - start - len(received)]
+            piece = memoryview(chunk)[: end - start - len(received)]
+            if isinstance(received, FileSink):
+                received.write(piece)
+            else:
+                received += piece
     except Exception as exn:
         _raise(exn, url, etag, value)
     finally:

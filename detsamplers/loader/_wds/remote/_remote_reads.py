@@ -62,7 +62,7 @@ from ._object_store import (
     whole_file_kwargs,
     wire_bytes,
 )
-from ._obstore_s3 import cat_file, read_range, store_for
+from ._obstore_s3 import FileSink, cat_file, read_range, store_for
 
 __all__ = [
     "RemoteOptions",
@@ -521,6 +521,29 @@ class RemoteShard:
                 self.url, f"bytes {start}..{end} gave {len(data)} bytes; it is shorter now"
             )
         return data
+
+    def fetch_to(self, start: int, end: int, file: Any) -> None:
+        """:meth:`fetch` of ``[start, end)``, written to the binary ``file`` at its position.
+
+        Through obstore each chunk is written as it arrives (a :class:`FileSink`, no copy of
+        the body in memory: a download into the cache, NOTE [ shard cache ]); otherwise the
+        block :meth:`fetch` returns is written. The same request, retries and checks.
+        """
+        found = None if self.http else store_for(self.fs, self.url)
+        if not found:
+            file.write(self.fetch(start, end))
+            return
+        sink = FileSink(file)
+
+        def attempt() -> int:
+            read_range(found, self.url, start, end, self.version, self.size, sink, self._count)
+            return len(sink)
+
+        got = retrying(self.url, "reading", self.options, attempt)
+        if got != end - start:
+            raise changed_error(
+                self.url, f"bytes {start}..{end} gave {got} bytes; it is shorter now"
+            )
 
     def _count(self, wire: int) -> None:
         self.received += wire
