@@ -126,22 +126,9 @@ static int64_t count_best_fit(multiset *sizes, multiset *rooms, int64_t capacity
     return bins;
 }
 
-/* A C-contiguous buffer of items of itemsize (items < 0: any count); 0, or -1 raised. */
-static int pi_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable,
-                   const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
-        view->obj = NULL;
-        return -1;
-    }
-    if (view->itemsize != itemsize || (items >= 0 && view->len != items * itemsize)) {
-        PyErr_Format(PyExc_ValueError, "%s should hold %zd items of %zd bytes, not %zd bytes", name, items,
-                     itemsize, view->len);
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        return -1;
-    }
-    return 0;
-}
+/* _kernel_pack_windows.c: a C-contiguous buffer of items of itemsize (items < 0: any count); 0,
+ * or -1 raised. */
+int pw_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable, const char *name);
 
 const char pack_scan_doc[] =
     "pack_scan(ends, first, local, before, tokens, n, seeds, lo, hi, window, capacity, split,\n"
@@ -174,14 +161,14 @@ PyObject *pack_scan(PyObject *self, PyObject *args) {
                      first, local);
         ok = 0;
     }
-    ok = ok && pi_view(ends_obj, &ends, -1, 8, 0, "ends") == 0;
+    ok = ok && pw_view(ends_obj, &ends, -1, 8, 0, "ends") == 0;
     const int64_t count = ok ? ends.len / 8 : 0;
     if (ok && first + count > n) {
         PyErr_Format(PyExc_ValueError, "ends should hold documents of [0, %lld), not %lld from %lld", n,
                      (long long)count, first);
         ok = 0;
     }
-    ok = ok && pi_view(seeds_obj, &seeds, 8, 8, 0, "seeds") == 0;
+    ok = ok && pw_view(seeds_obj, &seeds, 8, 8, 0, "seeds") == 0;
     if (ok && PyObject_GetBuffer(rests_obj, &rests, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
         rests.obj = NULL;
         ok = 0;
@@ -192,7 +179,7 @@ PyObject *pack_scan(PyObject *self, PyObject *args) {
                      "%zd bytes of %zd-byte items", hi - lo, rests.len, wide);
         ok = 0;
     }
-    ok = ok && pi_view(full_obj, &full, (hi - lo + window - 1) / window, 8, 1, "full") == 0;
+    ok = ok && pw_view(full_obj, &full, (hi - lo + window - 1) / window, 8, 1, "full") == 0;
     if (ok && (scratch = PyMem_Malloc(PI_CHUNK * sizeof(int64_t))) == NULL) {
         PyErr_NoMemory();
         ok = 0;
@@ -273,8 +260,8 @@ PyObject *pack_fit(PyObject *self, PyObject *args) {
         ok = 0;
     }
     const int64_t windows = (items + window - 1) / window;
-    ok = ok && pi_view(full_obj, &full, windows, 8, 0, "full") == 0;
-    ok = ok && pi_view(counts_obj, &counts, windows, 8, 1, "counts") == 0;
+    ok = ok && pw_view(full_obj, &full, windows, 8, 0, "full") == 0;
+    ok = ok && pw_view(counts_obj, &counts, windows, 8, 1, "counts") == 0;
     const int64_t words = (capacity + 63) / 64, tops = (words + 63) / 64;
     const size_t set_bytes = (size_t)capacity * 4 + (size_t)(words + tops) * 8;
     if (ok && (scratch = PyMem_Calloc(2, set_bytes)) == NULL) {

@@ -174,8 +174,9 @@ PW_CLONES void feistel_inverse(int64_t n, uint64_t epoch, const uint64_t *seeds,
     }
 }
 
-/* A C-contiguous buffer of items of itemsize (items < 0: any count). */
-static int pw_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable,
+/* A C-contiguous buffer of items of itemsize (items < 0: any count); 0, or -1 raised. Shared with
+ * _kernel_pack_index.c. */
+int pw_view(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, int writable,
                    const char *name) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
         view->obj = NULL;

@@ -104,6 +104,19 @@ class Columns(NamedTuple):
     suffixes: Sequence[str]
 
 
+def _numpy_columns(columns: Sequence[Any], keys: Sequence[str]) -> bool:
+    """Whether the kernel can cut these columns (else the Python loop, the reference).
+
+    It can where the columns are numpy arrays and keys and suffixes lists or tuples.
+    """
+    starts, offsets, sizes, suffixes = columns
+    return (
+        all(isinstance(x, np.ndarray) for x in (starts, offsets, sizes))
+        and isinstance(keys, (list, tuple))
+        and isinstance(suffixes, (list, tuple))
+    )
+
+
 def cut_samples(
     data: Any,
     base: int,
@@ -140,14 +153,7 @@ def cut_samples(
         {'__key__': 'k0', '__url__': 'u', 'cls': b'ab', 'txt': b'def', '__local_path__': 'p'}
     """
     starts, offsets, sizes, suffixes = columns
-    if (
-        kernel is not None
-        and isinstance(starts, np.ndarray)
-        and isinstance(offsets, np.ndarray)
-        and isinstance(sizes, np.ndarray)
-        and isinstance(keys, (list, tuple))
-        and isinstance(suffixes, (list, tuple))
-    ):
+    if kernel is not None and _numpy_columns(columns, keys):
         kernel.cut_samples(
             data, base, starts, offsets, sizes, keys, suffixes, url, local, indexes, slots, out
         )
@@ -208,14 +214,7 @@ def read_samples(
         >>> os.close(fd); os.unlink(path)
     """
     starts, offsets, sizes, suffixes = columns
-    if (
-        kernel is not None
-        and isinstance(starts, np.ndarray)
-        and isinstance(offsets, np.ndarray)
-        and isinstance(sizes, np.ndarray)
-        and isinstance(keys, (list, tuple))
-        and isinstance(suffixes, (list, tuple))
-    ):
+    if kernel is not None and _numpy_columns(columns, keys):
         got: int = kernel.read_samples(
             pread, fd, base, starts, offsets, sizes, keys, suffixes, url, indexes, slots, out,
             run_bytes,
