@@ -62,6 +62,7 @@ __all__ = [
     "distinct",
     "mapped_file",
     "mapped_from",
+    "open_regular",
     "read_at",
     "read_file_at",
 ]
@@ -77,6 +78,24 @@ CHECK_WHOLE = 1 << 16
 READ_GAP = 1 << 12
 #: Bytes read by one ``pread`` at most (what a read holds in memory).
 READ_SPAN = 1 << 18
+
+
+def open_regular(name: str) -> int:
+    """A read-only descriptor of the mapped file ``name``, checked still a regular file.
+
+    Opened non-blocking, so a FIFO swapped in never blocks the open.
+
+    Raises:
+        ValueError: it is now a FIFO, device or directory (the message names it).
+    """
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(
+            f"file {name} should be the regular file that was opened, but it is now a "
+            "FIFO, device or directory; open the corpus again"
+        )
+    return fd
 
 
 def distinct(values: I64) -> tuple[I64, I64]:
@@ -182,13 +201,8 @@ def read_file_at(name: str, offset: int, dtype: np.dtype[Any], at: I64) -> I64:
     groups = np.flatnonzero(np.diff(starts // READ_SPAN)) + 1
     bounds = np.concatenate(([0], groups, [len(sizes)])).tolist()
     parts: list[I64] = []
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    fd = open_regular(name)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(
-                f"file {name} should be the regular file that was opened, but it is now a "
-                "FIFO, device or directory; open the corpus again"
-            )
         for g0, g1 in itertools.pairwise(bounds):
             spans = zip(sizes[g0:g1].tolist(), (lows[g0:g1] + offset).tolist(), strict=True)
             data = [os.pread(fd, size, at) for size, at in spans]

@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import stat
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -57,7 +56,7 @@ import numpy.typing as npt
 
 from .._permute import _round_seeds
 from ._corpus import TokenCorpus
-from ._ends_check import mapped_file
+from ._ends_check import mapped_file, open_regular
 
 __all__ = ["BAR_DOCUMENTS", "MAX_CAPACITY", "build_bar", "count_compiled"]
 
@@ -100,13 +99,8 @@ def _runs(ends: I64, buffer: I64) -> Iterator[tuple[int, I64]]:
             yield a, ends[a : a + len(buffer)]
         return
     name, offset = found
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+    fd = open_regular(name)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(
-                f"file {name} should be the regular file that was opened, but it is now a "
-                "FIFO, device or directory; open the corpus again"
-            )
         for a in range(0, len(ends), len(buffer)):
             run = buffer[: min(len(buffer), len(ends) - a)]
             got = os.preadv(fd, [run.data.cast("B")], offset + 8 * a)
