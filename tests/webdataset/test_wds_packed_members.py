@@ -12,6 +12,7 @@ import itertools
 import pickle
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -130,3 +131,22 @@ def test_a_tar_laid_out_shard_is_ordered_and_one_overlap_or_step_back_is_not() -
     assert not packed(backwards).ordered
     touching = [[("cls", 0, 512)], [("cls", 512, 0)], [("txt", 512, 3)]]
     assert packed(touching).ordered
+
+
+@given(samples=samples_st)
+def test_ordered_read_from_the_index_files_arrays_is_the_lists_answer(
+    samples: list[list[Member]],
+) -> None:
+    """A decoded index keeps its file's arrays; ``ordered`` reads them instead of the lists."""
+    lists = packed(samples)
+    arrays = {
+        name: np.asarray(getattr(lists, name), dtype=np.int64)
+        for name in ("offsets", "sizes", "starts")
+    }
+    with_arrays = PackedMembers(lists.suffixes, lists.offsets, lists.sizes, lists.starts, arrays)
+    assert with_arrays.ordered is lists.ordered
+    # The arrays are what is read: arrays that say otherwise give their own answer.
+    if lists.offsets:
+        arrays["sizes"] = np.full(len(lists.sizes), -1, dtype=np.int64)
+        lying = PackedMembers(lists.suffixes, lists.offsets, lists.sizes, lists.starts, arrays)
+        assert lying.ordered is False

@@ -166,13 +166,16 @@ class ShardReader:
         """:meth:`read_many` after :meth:`open_batch`: the batch's samples, in order."""
         out: list[dict[str, Any]] = [{}] * len(indexes)
         ahead, self.opened = self.opened, {}
-        first = 0
+        first, count = 0, len(shards)
         try:
-            while first < len(shards):  # each stretch of one shard
+            while first < count:  # each stretch of one shard
                 shard = shards[first]
-                stop = first + 1
-                while stop < len(shards) and shards[stop] == shard:
-                    stop += 1
+                if first == 0 and shards[-1] == shard and shards.count(shard) == count:
+                    stop = count  # a batch of one shard: found in one C loop
+                else:
+                    stop = first + 1
+                    while stop < count and shards[stop] == shard:
+                        stop += 1
                 self._select(shard)
                 if first in ahead:
                     self.stream = ahead.pop(first)

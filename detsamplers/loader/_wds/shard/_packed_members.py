@@ -55,14 +55,21 @@ class PackedMembers(Sequence[list[Any]]):
         of samples ]). Checked once, in a few numpy calls.
         """
         if self._ordered is None:
-            offsets = np.asarray(self.offsets, dtype=np.int64)
-            sizes = np.asarray(self.sizes, dtype=np.int64)
+            offsets = self._array("offsets", self.offsets)
+            sizes = self._array("sizes", self.sizes)
             self._ordered = bool(
                 np.all(sizes >= 0)
                 and np.all(offsets[:1] >= 0)
                 and np.all(offsets[1:] >= offsets[:-1] + sizes[:-1])
             )
         return self._ordered
+
+    def _array(self, name: str, values: list[int]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The index file's array ``name`` if kept (no list converted), else ``values``'."""
+        kept = (self.arrays or {}).get(name)
+        if isinstance(kept, np.ndarray) and kept.dtype == np.int64 and len(kept) == len(values):
+            return kept
+        return np.asarray(values, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.starts) - 1
