@@ -112,7 +112,8 @@ PEERS = [
         name="litdata",
         distribution="litdata",
         module="litdata",
-        how="optimize(chunk_size=2,000 samples) then StreamingDataLoader(StreamingDataset("
+        how="optimize(chunk_size=2,000 samples), in a process of its own (its start in the "
+        "write time), then StreamingDataLoader(StreamingDataset("
         "dir, shuffle=True, seed=0), batch_size=B, num_workers=w): its defaults, chunks "
         "permuted and each chunk's samples shuffled in aligned blocks of 256 (in random "
         "order), decoded 256 rows at a time; resume: load_state_dict of the loader's "

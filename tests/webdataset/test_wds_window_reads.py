@@ -73,23 +73,77 @@ def epoch_keys(pattern: str, window: int, monkeypatch: pytest.MonkeyPatch) -> li
     return [sample["__key__"] for batch in source for sample in batch]
 
 
+def first_batch_reads(
+    pattern: str, position: int, monkeypatch: pytest.MonkeyPatch, window: int = WINDOW
+) -> int:
+    """The bytes a fresh source's first batch at ``position`` reads (its reads counted too)."""
+    from detsamplers.loader._wds import _webdataset_source
+
+    monkeypatch.setattr(_webdataset_source, "ShardReader", CountingReader)
+    source = WebDatasetSource(
+        pattern, seed=3, batch_size=64, decode=(), collate_fn=list, shuffle_window=window
+    )
+    source.load_state_dict({**source.state_dict(), "position": position})
+    CountingReader.bytes_read = CountingReader.reads = 0
+    next(iter(source))
+    return CountingReader.bytes_read
+
+
 def test_a_window_shuffled_epoch_reads_each_shard_byte_about_once(
     pattern: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shard_bytes = sum(Path(p).stat().st_size for p in expand_urls(pattern))
+    first = first_batch_reads(pattern, 0, monkeypatch)  # its samples only, in runs
+    first_reads = CountingReader.reads
     keys = epoch_keys(pattern, WINDOW, monkeypatch)
     assert sorted(keys) == [f"{i:06d}" for i in range(SHARDS * PER_SHARD)]
     assert keys != sorted(keys)  # shuffled
     # Each window read once (a window is a shard here), in pieces of at most PIECE_BYTES with
-    # the kernel, in one read without it; before, about 300 / 64 reads of each.
-    assert CountingReader.bytes_read <= shard_bytes
+    # the kernel, in one read without it; before, about 300 / 64 reads of each. The first
+    # batch reads its own samples first (NOTE [ kept windows ]).
+    assert CountingReader.bytes_read <= shard_bytes + first
     if kernel is not None:
-        assert SHARDS < CountingReader.reads <= shard_bytes // (PIECE_BYTES // 2) + SHARDS
+        pieces = shard_bytes // (PIECE_BYTES // 2) + SHARDS
+        assert SHARDS < CountingReader.reads <= pieces + first_reads
         monkeypatch.setattr(_shard_reader, "kernel", None)
         monkeypatch.setattr(_sample_span, "kernel", None)
         assert epoch_keys(pattern, WINDOW, monkeypatch) == keys
-        assert CountingReader.bytes_read <= shard_bytes
-    assert CountingReader.reads == SHARDS
+        assert CountingReader.bytes_read <= shard_bytes + first
+    assert CountingReader.reads == SHARDS + first_reads
+
+
+@pytest.mark.parametrize("position", [0, 150, PER_SHARD - 32])
+def test_a_first_batch_reads_its_samples_not_their_windows_and_the_next_keeps_the_window(
+    pattern: str, position: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume's first batch (at ``PER_SHARD - 32``: across two shards) reads its samples.
+
+    Runs join samples less than ``RUN_GAP`` apart (NOTE [ runs of samples ]); these shards
+    are small enough for one run to cover a batch, so runs here are one sample each.
+    """
+    shard_bytes = min(Path(p).stat().st_size for p in expand_urls(pattern))
+    monkeypatch.setattr(_shard_reader, "RUN_GAP", 0)
+    first = first_batch_reads(pattern, position, monkeypatch)
+    # 64 samples of 2 members (at most 800 bytes), each after a pax record and a header.
+    assert 0 < first <= 64 * 4096 < shard_bytes
+    # The same samples as a reader that keeps windows from the start gives.
+    source = WebDatasetSource(
+        pattern, seed=3, batch_size=64, decode=(), collate_fn=list, shuffle_window=WINDOW
+    )
+    source.load_state_dict({**source.state_dict(), "position": position})
+    batches = iter(source)
+    got = next(batches)
+    keys = [sample["__key__"] for sample in got]
+    shards, samples = zip(*source.locate(range(position, position + 64)), strict=True)
+    windowed = ShardReader(source.shards, window=WINDOW)
+    windowed.first_batch = False  # keeps windows for its first batch too
+    kept = windowed.read_many(list(shards), list(samples))  # raw: the source decodes cls
+    assert [(s["__key__"], s["bin"]) for s in kept] == [(s["__key__"], s["bin"]) for s in got]
+    windowed.close()
+    assert len(set(keys)) == 64
+    CountingReader.bytes_read = 0
+    next(batches)  # the second batch keeps its window: about a shard's bytes, once
+    assert CountingReader.bytes_read >= shard_bytes // 2
 
 
 def test_a_window_shuffled_epoch_reads_as_many_bytes_as_tar_order(
@@ -97,8 +151,9 @@ def test_a_window_shuffled_epoch_reads_as_many_bytes_as_tar_order(
 ) -> None:
     epoch_keys(pattern, 0, monkeypatch)
     in_order = CountingReader.bytes_read
+    first = first_batch_reads(pattern, 0, monkeypatch, 50)  # before windows are kept
     epoch_keys(pattern, 50, monkeypatch)
-    assert CountingReader.bytes_read <= in_order + SHARDS * (PER_SHARD // 50) * 512
+    assert CountingReader.bytes_read <= in_order + first + SHARDS * (PER_SHARD // 50) * 512
 
 
 def samples_of(reader: ShardReader, reads: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -145,6 +200,7 @@ def test_a_corrupt_header_inside_a_kept_window_is_refused_naming_the_shard(
         handle.write(b"XXXXX")
     os.utime(first, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # past the stamp check
     reader = ShardReader(shards, window=WINDOW)
+    reader.read_many([0], [3])  # a first batch reads its samples only (NOTE [ kept windows ])
     with pytest.raises(ValueError, match=r"w-000000\.tar' does not hold sample '000150'"):
         reader.read_many([0, 0], [3, 290])
     reader.close()

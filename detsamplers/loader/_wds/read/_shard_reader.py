@@ -88,6 +88,8 @@ class ShardReader:
         self.kept: tuple[int, Any, int, Columns] | None = None
         #: The buffer a kept window's pieces are read into (NOTE [ kept windows ]).
         self.piece = bytearray()
+        #: No batch read yet: windows are not kept for it (NOTE [ kept windows ]).
+        self.first_batch = True
         self.options = options or RemoteOptions()
         self.remote = [is_remote(s.url) for s in shards]
         self.any_remote = any(self.remote)
@@ -189,6 +191,7 @@ class ShardReader:
         finally:
             for stream in ahead.values():
                 stream.close()
+        self.first_batch = False
         return out
 
     def open_batch(
@@ -322,10 +325,13 @@ class ShardReader:
         checked at once (NOTE [ index verification ]), and kept until a batch asks for
         another window or shard: the shard's bytes are read once per epoch and each
         sample is a slice. The reader holds one window's bytes at most; a larger window
-        is read in runs as before. The order and the samples are unchanged. A batch's
-        samples of one window (a window of a whole shard: all of them) are cut in one call,
-        unsorted (:func:`.cut_samples`); samples of several windows are cut a window's run
-        at a time, in the order of their indexes.
+        is read in runs as before. So is a reader's first batch (the first of a pass or
+        after a resume, or a lone ``batch_at``): it may be the only one read, and a batch's
+        samples are far fewer bytes than a window (two windows when it spans two shards);
+        windows are kept from its second batch on. The order and the samples are
+        unchanged. A batch's samples of one window (a window of a whole shard: all of
+        them) are cut in one call, unsorted (:func:`.cut_samples`); samples of several
+        windows are cut a window's run at a time, in the order of their indexes.
         """
         window, rest = self.window, []
         keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
@@ -357,6 +363,8 @@ class ShardReader:
         kept = self.kept
         if kept is not None and kept[0] == number:
             return kept[1], kept[2], kept[3]
+        if self.first_batch:  # read in runs (NOTE [ kept windows ])
+            return None
         starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
         window, count = self.window, len(self.keys)
         low, high = starts[number * window], starts[min(count, number * window + window)]
