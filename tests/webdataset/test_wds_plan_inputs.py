@@ -18,6 +18,7 @@ from detsamplers.loader._wds._plan_sets import Cluster, epoch_sets, located_sets
 from detsamplers.loader._wds.index._set_index_file import SET_INDEX_NAME, encode_set
 from detsamplers.loader._wds.index._shard_index_file import decode_index
 from detsamplers.loader._wds.order._shard_order import ShardOrder
+from detsamplers.loader._wds.read import _node_fetches
 
 SMALL = SyntheticShards(32, 1 << 20, 100)
 
@@ -247,13 +248,27 @@ def test_a_synthetic_epochs_byte_ranges_over_all_nodes_add_up_to_the_dataset(
     # (else tail samples move between nodes) and no first batch reads samples by ranges.
     synthetic = SyntheticShards(shards * nodes, 1 << 16, samples, seed=seed)
     parts = nodes * parts_per_node
-    plan = plan_run(
-        synthetic=synthetic, nodes=nodes, batch_size=2, parts=parts, seed=seed, prefetch=10**6
-    )
-    if plan.samples < parts:  # no part of a sample: every shard whole
+
+    def plan(gap: int) -> Any:
+        with pytest.MonkeyPatch.context() as patched:  # ranges closer than ``gap`` merged
+            patched.setattr(_node_fetches, "RANGE_GAP", gap)
+            return plan_run(
+                synthetic=synthetic, nodes=nodes, batch_size=2, parts=parts, seed=seed,
+                prefetch=10**6,
+            )  # fmt: skip
+
+    exact, merged = plan(0), plan(_node_fetches.RANGE_GAP)
+    if exact.samples < parts:  # no part of a sample: every shard whole
         return
-    assert sum(n.shard_bytes[0] for n in plan.nodes) == plan.dataset_bytes
-    assert sum(sum(n.shards) for n in plan.nodes) >= synthetic.shards
+    assert sum(n.shard_bytes[0] for n in exact.nodes) == exact.dataset_bytes
+    assert sum(sum(n.shards) for n in exact.nodes) >= synthetic.shards
+    # Merging ranges less than RANGE_GAP apart saves a request a merge, for under
+    # RANGE_GAP bytes more each (NOTE [ node fetches ]).
+    for alone, joined in zip(exact.nodes, merged.nodes, strict=True):
+        saved = alone.shard_requests[0] - joined.shard_requests[0]
+        extra = joined.shard_bytes[0] - alone.shard_bytes[0]
+        assert saved >= 0 and 0 <= extra <= saved * _node_fetches.RANGE_GAP
+        assert extra < saved * _node_fetches.RANGE_GAP or saved == 0
 
 
 def test_a_synthetic_shard_read_in_part_costs_its_samples_share_of_its_bytes() -> None:

@@ -23,10 +23,16 @@ before (NOTE [ shard cache ]). :meth:`NodeFetches.byte_ranges` turns a shard's s
 ranges into byte ranges: each from the tar header of the first member of its first sample
 to the end of the last member of its last. A node's ranges in a shard are one run of its
 parts (a shard at a run's end), plus, in the shard(s) holding the tail, its tail samples:
-one range each, ``ceil((N mod C) / g)`` at most in all (samples of other ranks lie between
-them, so merging them would fetch those). All of a shard's ranges are fetched when the
-reader first needs the shard (by the prefetch, NOTE [ shard prefetch ]), the largest
-first; a read outside them (a state of another world size) fetches its own bytes. Each
+one range each, ``ceil((N mod C) / g)`` at most in all. Ranges of a shard less than
+``RANGE_GAP`` (1 MiB) apart are then fetched as one, the bytes between included: a request
+costs about as long as 1 MiB takes to arrive (S3: some 10 ms to the first byte, 100 MB/s
+after), and the tail's samples lie a few samples apart (the other ranks' between). One range
+a tail sample was 272 requests for 8,192 samples over 720 parts on 4 ranks of one node,
+each a wait on moto's S3: epoch 1 read 3,294 and 3,469 samples/s there, 19,914 and 24,740
+with the ranges merged (41 requests, 1.00x of the data in bytes). All of a shard's ranges
+are fetched when the reader first needs the shard (by the prefetch, NOTE [ shard
+prefetch ]), the largest first; a read outside them (a state of another world size)
+fetches its own bytes. Each
 range is fetched once a node, into a ranged file of the cache (requests: one a range, in
 ``read_ahead`` steps), and the ranges are the same every epoch, so epoch 2 downloads
 nothing. A window shuffle costs more: 16-sample windows against 34-sample parts, 4
@@ -56,9 +62,12 @@ from ..shard._packed_members import PackedMembers
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_walk import BLOCK
 
-__all__ = ["NodeFetches", "node_fetches", "sample_bytes"]
+__all__ = ["RANGE_GAP", "NodeFetches", "node_fetches", "sample_bytes"]
 
 Ranges = tuple[tuple[int, int], ...]
+
+#: A node's byte ranges of a shard closer than this are fetched as one (NOTE [ node fetches ]).
+RANGE_GAP = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,14 @@ class NodeFetches:
         spans = [sample_bytes(info, start, stop) for start, stop in ranges]
         if any(span is None for span in spans):  # the whole shard after all
             return None
-        return tuple(span for span in spans if span is not None)
+        out: list[tuple[int, int]] = []
+        for span in spans:  # in order: the sample ranges are sorted and disjoint
+            assert span is not None
+            if out and span[0] - out[-1][1] < RANGE_GAP:  # one request for both
+                out[-1] = (out[-1][0], max(out[-1][1], span[1]))
+            else:
+                out.append(span)
+        return tuple(out)
 
 
 def sample_bytes(info: ShardInfo, start: int, stop: int) -> tuple[int, int] | None:
