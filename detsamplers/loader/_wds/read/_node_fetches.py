@@ -44,8 +44,9 @@ order without parts, a world size not dividing ``C``, parts larger than the epoc
 0``), or the earlier law (``part_shards="epoch"``).
 
 The reader calls it once per reader (``ranks`` its own rank: the ranks of a node share the
-cache folder, where each rank's ranged files of a shard are disjoint but for a tar header,
-so the node's bytes are the union over its ranks). A read outside the planned range (a
+cache folder, where a rank's ranged file copies the bytes another's already holds and
+fetches only the rest, so the node's bytes are the union over its ranks; merged ranges of
+different ranks overlap). A read outside the planned range (a
 state resumed on another world size reading a cached range file of the earlier one) is
 fetched then, only its missing bytes (NOTE [ shard cache ]).
 """
