@@ -98,16 +98,10 @@ class NodeFetches:
         if ranges is None:
             return None
         spans = [sample_bytes(info, start, stop) for start, stop in ranges]
-        if any(span is None for span in spans):  # the whole shard after all
+        known = [span for span in spans if span is not None]
+        if len(known) < len(spans):  # the whole shard after all
             return None
-        out: list[tuple[int, int]] = []
-        for span in spans:  # in order: the sample ranges are sorted and disjoint
-            assert span is not None
-            if out and span[0] - out[-1][1] < RANGE_GAP:  # one request for both
-                out[-1] = (out[-1][0], max(out[-1][1], span[1]))
-            else:
-                out.append(span)
-        return tuple(out)
+        return _merge(known, RANGE_GAP)  # ranges closer than RANGE_GAP: one request
 
 
 def sample_bytes(info: ShardInfo, start: int, stop: int) -> tuple[int, int] | None:
@@ -141,10 +135,16 @@ def sample_bytes(info: ShardInfo, start: int, stop: int) -> tuple[int, int] | No
     return low, high
 
 
-def _merge(ranges: list[tuple[int, int]]) -> Ranges:
+def _merge(ranges: list[tuple[int, int]], gap: int = 1) -> Ranges:
+    """``ranges`` sorted, those less than ``gap`` apart joined (1: overlapping or touching).
+
+    Examples:
+        >>> _merge([(9, 12), (0, 4), (4, 6)]), _merge([(9, 12), (0, 4)], gap=6)
+        (((0, 6), (9, 12)), ((0, 12),))
+    """
     out: list[tuple[int, int]] = []
     for low, high in sorted(ranges):
-        if out and low <= out[-1][1]:  # overlapping or touching
+        if out and low - out[-1][1] < gap:
             out[-1] = (out[-1][0], max(out[-1][1], high))
         else:
             out.append((low, high))
