@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._files_open import read_bounded
+
 if TYPE_CHECKING:  # imported where used: `--help` answers without numpy or torch
     import numpy as np
 
@@ -260,7 +262,7 @@ def file_documents(path: str, kind: str, per: str, limit: int) -> Iterator[tuple
     """``(where, payload)`` of each document of one input, ``where`` naming file and line."""
     with _open_input(path) as handle:
         if kind == "text" and per == "file":
-            data = handle.read(limit + 1)
+            data = read_bounded(handle, limit)
             if len(data) > limit:
                 raise BuildError(
                     f"input {path} should be a document of at most --max-document-bytes "

@@ -9,14 +9,23 @@ Anything but a regular file (a FIFO, a device such as a symlink to ``/dev/zero``
 a folder) raises :class:`NotRegularFileError`, which each caller turns into its own message
 naming the file and the fix; a regular file's descriptor is made blocking again. A caller
 may ``stat`` the path first (``stat_first``), so that the common refusals open nothing.
+A whole file read under a bound (:func:`read_bounded`) asks for what ``fstat`` says it
+holds, not for the bound: ``read(bound + 1)`` allocates the bound before it reads.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
-__all__ = ["NotRegularFileError", "file_kind", "open_regular_fd", "stat_regular"]
+__all__ = [
+    "NotRegularFileError",
+    "file_kind",
+    "open_regular_fd",
+    "read_bounded",
+    "stat_regular",
+]
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -102,3 +111,22 @@ def open_regular_fd(
         os.close(fd)
         raise
     return fd, info
+
+
+def read_bounded(handle: BinaryIO, limit: int) -> bytes:
+    """The rest of the regular file ``handle``, or its first ``limit + 1`` bytes if longer.
+
+    As ``handle.read(limit + 1)``, but allocating what the file holds (by ``fstat``), not
+    the bound; a file that grew since is read on, never past ``limit + 1`` bytes. The caller
+    refuses a result longer than ``limit``.
+
+    Examples:
+        >>> with open(__file__, "rb") as handle:
+        ...     len(read_bounded(handle, 10))
+        11
+    """
+    size = os.fstat(handle.fileno()).st_size - handle.tell()
+    data = handle.read(max(0, min(size, limit)) + 1)
+    if size < len(data) <= limit:  # it grew since the fstat: the rest, still bounded
+        data += handle.read(limit + 1 - len(data))
+    return data

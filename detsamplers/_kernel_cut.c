@@ -31,8 +31,9 @@ const char cut_doc[] =
     "            out, /) -> None\n\n"
     "For each i in slots, out[i] = the dict of sample indexes[i]: {'__key__': keys[index],\n"
     "'__url__': url, suffixes[j]: data[offsets[j] - base:][:sizes[j]] for its members j in\n"
-    "[starts[index], starts[index + 1]), '__local_path__': local}. starts, offsets and sizes hold\n"
-    "int64 items; keys and suffixes are lists or tuples; out is a list.";
+    "[starts[index], starts[index + 1]), '__local_path__': local}, without '__local_path__' when\n"
+    "local is None. starts, offsets and sizes hold int64 items; keys and suffixes are lists or\n"
+    "tuples; out is a list.";
 
 static PyObject *key_name, *url_name, *path_name; /* "__key__", "__url__", "__local_path__" */
 
@@ -111,6 +112,7 @@ PyObject *cut_samples(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OLOOOOOOOOOO", &data_o, &base, &starts_o, &offsets_o, &sizes_o, &keys_o,
                           &suffixes_o, &url, &local, &indexes_o, &slots_o, &out))
         return NULL;
+    if (local == Py_None) local = NULL; /* a remote shard's samples: no "__local_path__" */
     if (!names_ready()) return NULL;
     if (!PyList_Check(out)) {
         PyErr_SetString(PyExc_TypeError, "out should be a list");

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from detsamplers._files_open import NotRegularFileError, file_kind, open_regular_fd, stat_regular
+from detsamplers import _files_open
+from detsamplers._files_open import (
+    NotRegularFileError,
+    file_kind,
+    open_regular_fd,
+    read_bounded,
+    stat_regular,
+)
 
 
 @pytest.mark.parametrize("stat_first", [True, False])
@@ -44,3 +54,44 @@ def test_a_missing_file_is_the_os_error_the_caller_words(tmp_path: Path) -> None
         open_regular_fd(tmp_path / "absent")
     with pytest.raises(FileNotFoundError):
         open_regular_fd(tmp_path / "absent", stat_first=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    content=st.binary(max_size=300),
+    limit=st.integers(0, 400),
+    start=st.integers(0, 300),
+    shrink=st.integers(0, 300),
+)
+def test_a_bounded_read_is_read_of_the_bound_plus_one_even_if_the_file_grew(
+    tmp_path_factory: pytest.TempPathFactory, content: bytes, limit: int, start: int, shrink: int
+) -> None:
+    path = tmp_path_factory.mktemp("bounded") / "file"
+    path.write_bytes(content)
+    start = min(start, len(content))
+    real = os.fstat
+
+    def stale(fd: int) -> os.stat_result:  # the size before the file grew by ``shrink``
+        fields = list(real(fd))
+        fields[6] = max(0, fields[6] - shrink)  # st_size
+        return os.stat_result(fields)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_files_open.os, "fstat", stale)
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            assert read_bounded(handle, limit) == content[start : start + limit + 1]
+
+
+def test_a_bounded_read_allocates_what_the_file_holds_not_the_bound(tmp_path: Path) -> None:
+    path = tmp_path / "small"
+    path.write_bytes(b"x" * 1000)
+    tracemalloc.start()
+    try:
+        with open(path, "rb") as handle:
+            data = read_bounded(handle, 1 << 30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data == b"x" * 1000
+    assert peak < 1 << 20  # read(bound + 1) allocates the gibibyte before it reads

@@ -307,26 +307,6 @@ def test_reading_an_index_file_allocates_its_size_not_the_bound(tmp_path: Path) 
     assert _shard_index._read_bounded(file, shard, len(data) - 1) is None
 
 
-def test_an_index_file_that_grows_while_read_is_read_to_the_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pattern = write_shards(tmp_path, [3])
-    shard = expand_urls(pattern)[0]
-    index_shards([shard])
-    file = shard + _shard_index.INDEX_SUFFIX
-    whole = Path(file).read_bytes()
-    real = os.fstat
-
-    def smaller(fd: int) -> os.stat_result:  # as if the file was stat'ed before it grew
-        fields = list(real(fd))
-        fields[6] = 10  # st_size
-        return os.stat_result(fields)
-
-    monkeypatch.setattr(_shard_index.os, "fstat", smaller)
-    assert _shard_index._read_bounded(file, shard, len(whole)) == whole
-    assert _shard_index._read_bounded(file, shard, len(whole) - 1) is None
-
-
 def test_the_index_command_writes_files_local_sources_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,26 +109,32 @@ def test_resuming_over_http_at_every_position_gives_the_batches_of_the_local_run
         assert simulate(resumed, 0, 3) == reference[start : start + 3]
 
 
+@pytest.mark.parametrize("window", [0, 4])
 @pytest.mark.parametrize("read_ahead", [1, 1 << 20])
-def test_a_resume_downloads_only_bytes_at_and_after_the_resumed_sample(
-    server: ShardServer, tmp_path: Path, read_ahead: int
+def test_a_resume_downloads_only_bytes_of_the_resumed_sample_or_of_its_window(
+    server: ShardServer, tmp_path: Path, read_ahead: int, window: int
 ) -> None:
+    """Without a window, from the resumed sample on; with a window shuffle, the window of the
+    resumed sample, whose samples still to come lie anywhere in it (NOTE [ remote windows ])."""
     remote(server, tmp_path)  # build the index cache; only the resume is counted below
     position = 2 * TOTAL + 40  # mid epoch 3, inside a shard
     server.reset()
-    source = remote(server, tmp_path, batch_size=1, shuffle_window=4, read_ahead=read_ahead)
+    options = {"batch_size": 1, "shuffle_window": window, "read_ahead": read_ahead}
+    source = remote(server, tmp_path, **options)
     assert shard_bytes(server) == {}  # building from the cached index reads no shard
     source.load_state_dict({**source.state_dict(), "position": position})
     next(iter(source))
     [(shard, index)] = source.locate([position])
-    members = source.shards[shard].members[index]
+    members = source.shards[shard].members
+    low = index // window * window if window else index
+    high = min(len(members), low + window) - 1 if window else index
     # From the tar header before it: a shard's first sample read is checked (NOTE [ set index ]).
-    first, last = members[0][1] - 512, members[-1][1] + members[-1][2]
+    first, last = members[low][0][1] - 512, members[high][-1][1] + members[high][-1][2]
     name = f"s/data-{shard:06d}.tar"
     assert list(shard_bytes(server)) == [name]
     stop = min(source.shards[shard].size, max(last, first + min(_FIRST_BLOCK, read_ahead)))
     assert server.served.ranges[name] == [(first, stop)]
-    if read_ahead == 1:  # the sample's own bytes and its header, nothing else
+    if read_ahead == 1:  # the sample's (or the window's) own bytes and its header, no more
         assert shard_bytes(server)[name] == last - first
 
 

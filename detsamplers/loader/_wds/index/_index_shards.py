@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from stat import S_ISREG
 
+from ...._files_open import read_bounded
 from ..remote._remote_reads import RemoteOptions
 from ..remote._urls import is_remote, local_path
 from ..shard._file_checks import index_file_limit, open_regular
@@ -103,14 +104,7 @@ def _read_bounded(file: str, path: str, limit: int) -> bytes | None:
     """
     try:
         with open_regular(file, "index file", path) as handle:
-            # Ask for no more than the file holds: ``read(limit + 1)`` would allocate the
-            # limit (twice the shard) first, a cost every source build paid per shard.
-            size = os.fstat(handle.fileno()).st_size
-            if size > limit:
-                return None
-            data = handle.read(size + 1)
-            if len(data) > size:  # it grew while read: the rest, still bounded
-                data += handle.read(limit + 1 - len(data))
+            data = read_bounded(handle, limit)  # NOTE [ regular files only ]
     except OSError:
         return None
     return data if len(data) <= limit else None

@@ -31,6 +31,7 @@ import numpy as np
 from ...._native import kernel
 from ..shard._shard_info import ShardInfo
 from ..shard._tar_check import HeaderTable, header_mismatch
+from ..shard._tar_walk import BLOCK
 
 __all__ = [
     "Columns",
@@ -38,6 +39,7 @@ __all__ = [
     "cut_sample",
     "cut_samples",
     "gather_members",
+    "gather_window",
     "members_of",
     "read_samples",
     "refuse",
@@ -123,16 +125,17 @@ def cut_samples(
     columns: Columns,
     keys: Sequence[str],
     url: str,
-    local: str,
+    local: str | None,
     indexes: Sequence[int],
     slots: Sequence[int],
     out: list[Any],
 ) -> None:
-    """Set ``out[i]`` to the dict of sample ``indexes[i]`` of a local shard, for each of ``slots``.
+    """Set ``out[i]`` to the dict of sample ``indexes[i]`` of a shard, for each of ``slots``.
 
     The dict is what a reader yields: ``__key__``, ``__url__``, one ``bytes`` per member cut
     out of ``data`` (the shard's bytes from offset ``base``, or a kept window's members) in
-    the order of the index, then ``__local_path__``. With the compiled kernel and columns
+    the order of the index, then ``__local_path__`` (``local``; none if ``None``, as for a
+    remote shard). With the compiled kernel and columns
     of int64 arrays, the run is one C call (``_kernel.cut_samples``); the loop below is its
     reference, and the path without the kernel (tests/webdataset/test_wds_cut_samples.py
     compares the two).
@@ -167,7 +170,8 @@ def cut_samples(
         for j in range(starts[index], starts[index + 1]):
             at = offsets[j] - base
             sample[suffixes[j]] = data[at : at + sizes[j]]
-        sample["__local_path__"] = local
+        if local is not None:  # a remote shard's samples have none (NOTE [ remote windows ])
+            sample["__local_path__"] = local
         out[i] = sample
 
 
@@ -351,3 +355,35 @@ def refuse(info: ShardInfo, key: str, suffix: str, offset: int, size: int, why: 
     raise ValueError(
         f"shard {info.path!r} does not hold {where} where its index says: {why}; {fix}"
     )
+
+
+def gather_window(
+    read_into: Callable[[int, int], Any],
+    info: ShardInfo,
+    table: HeaderTable,
+    low: int,
+    high: int,
+    piece_bytes: int,
+) -> tuple[bytearray, Any]:
+    """Members ``low`` to ``high - 1`` of a local shard, read in pieces and checked, together.
+
+    Each piece of at most ``piece_bytes`` (from the header before its first member) is read
+    by ``read_into(start, end)`` (a view of the reader's one buffer), its headers checked and
+    its members' bytes copied out one after the other (NOTE [ kept windows ]); returns those
+    bytes and where each member went (``-1`` for the shard's other members).
+    """
+    offsets, sizes = table.offsets, table.sizes
+    ends = offsets[low:high] + sizes[low:high]
+    out = bytearray(int(sizes[low:high].sum()))
+    positions = np.full(len(offsets), -1, dtype=np.int64)
+    member, at = low, 0
+    while member < high:
+        base = max(0, int(offsets[member]) - BLOCK)  # with the first header
+        stop = low + int(np.searchsorted(ends, base + piece_bytes, side="right"))
+        stop = max(stop, member + 1)
+        end = int(ends[stop - 1 - low])
+        piece = read_into(base, end)
+        verify_span(info, piece, base, table, range(member, stop))
+        at = gather_members(piece, base, offsets, sizes, member, stop, out, at, positions)
+        member = stop
+    return out, positions

@@ -6,9 +6,8 @@ import bisect
 import io
 import urllib.parse
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any, BinaryIO, cast
-
-import numpy as np
 
 from ...._native import kernel
 from ..index._shard_index_file import resolved
@@ -25,7 +24,7 @@ from ._sample_span import (
     Members,
     cut_sample,
     cut_samples,
-    gather_members,
+    gather_window,
     members_of,
     verify_span,
 )
@@ -59,11 +58,10 @@ class ShardReader:
 
     One reader per process or worker. A sample is the dict webdataset yields: ``__key__``,
     ``__url__``, one raw ``bytes`` entry per suffix, and for a local shard
-    ``__local_path__`` (webdataset gives remote samples none). A local shard is a file
-    read at the offsets of the index (NOTE [ shard index ]): :meth:`read` reads one
-    sample's byte range, :meth:`read_many` a batch's neighbouring samples at once (NOTE
-    [ runs of samples ]). A remote shard is read in blocks of ``read_ahead`` bytes that start at the
-    first sample read (NOTE [ remote reads ]): a sample is one slice of a kept block.
+    ``__local_path__`` (webdataset gives remote samples none). A local shard is read at the
+    offsets of the index (NOTE [ shard index ]), a batch's neighbouring samples at once (NOTE
+    [ runs of samples ]); a remote shard in blocks from the first sample read (NOTE [ remote
+    reads ]); a shuffle window of either is kept (NOTE [ kept windows ], [ remote windows ]).
 
     Examples:
         >>> import os, tempfile, webdataset as wds
@@ -185,7 +183,10 @@ class ShardReader:
                 if packed is not None and packed.ordered and not self.remote[shard]:
                     self._read_runs(shard, packed, indexes, first, stop, out)
                 else:
-                    for i in range(first, stop):
+                    rest: Sequence[int] = range(first, stop)
+                    if packed is not None and packed.ordered and self.window:
+                        rest = self._remote_windows(shard, packed, indexes, first, stop, out)
+                    for i in rest:
                         out[i] = self.read(shard, indexes[i])
                 first = stop
         finally:
@@ -215,7 +216,12 @@ class ShardReader:
             if self.remote[shard] and (first > 0 or shard != self.current):
                 info = self.shards[shard]
                 stream = RemoteShard(info.url, info.size, info.version, self.options)
-                jobs[first] = (stream, info, indexes[first])
+                index, packed = indexes[first], resolved(info.members)
+                span = self._window_bytes(packed, index // self.window) if self.window else None
+                if span is not None:  # its first block: the window (NOTE [ remote windows ])
+                    index = index // self.window * self.window
+                    stream.block = max(stream.block, span[3] - max(0, span[2] - BLOCK))
+                jobs[first] = (stream, info, index)
             while first < len(shards) and shards[first] == shard:
                 first += 1
         self.opened = {i: job[0] for i, job in jobs.items()}
@@ -304,6 +310,36 @@ class ShardReader:
             cut_samples(data, base, columns, keys, url, local, indexes, run_slots, out)
             position = last
 
+    def _remote_windows(
+        self,
+        shard: int,
+        packed: PackedMembers,
+        indexes: Sequence[int],
+        first: int,
+        stop: int,
+        out: list[dict[str, Any]],
+    ) -> list[int]:
+        """Fill ``out[first:stop]`` of a remote shard from its kept windows; the rest, to read.
+
+        NOTE [ remote windows ]
+        Without the node cache, a batch of 64 from a window of 2,000 samples of a remote shard
+        asked for 64 samples scattered over the window, nearly each outside the blocks its
+        :class:`RemoteShard` keeps (NOTE [ remote reads ]): 870 samples/s over loopback HTTP
+        in question 4 of the peers' table. As a local one's (NOTE [ kept windows ]), a window
+        of at most ``WINDOW_BYTES`` is fetched whole (a batch's first blocks are its windows:
+        NOTE [ first blocks of a batch ]), its tar headers all checked (NOTE [ index
+        verification ]) and kept, from a reader's first batch on (sample by sample, that batch
+        cost a request a sample). The same samples and order; no ``__local_path__``, as
+        webdataset's remote samples. A larger window is read sample by sample.
+        """
+        count = len(self.keys)
+        wanted = indexes[first:stop]
+        if min(wanted) < 0 or max(wanted) >= count:  # the first one out of range, named
+            bad = next(i for i in wanted if not 0 <= i < count)
+            raise IndexError(f"sample {bad} of {count} in shard {self.shards[shard].url!r}")
+        order = sorted(range(first, stop), key=indexes.__getitem__)
+        return self._from_windows(shard, packed, indexes, order, out)
+
     def _from_windows(
         self,
         shard: int,
@@ -334,7 +370,8 @@ class ShardReader:
         windows are cut a window's run at a time, in the order of their indexes.
         """
         window, rest = self.window, []
-        keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
+        keys, url = self.keys, self.shards[shard].url
+        local = None if self.remote[shard] else self.local[shard]  # NOTE [ remote windows ]
         position, total = 0, len(order)
         while position < total:  # ``order`` is sorted by index: a run per window
             number = indexes[order[position]] // window
@@ -363,25 +400,24 @@ class ShardReader:
         kept = self.kept
         if kept is not None and kept[0] == number:
             return kept[1], kept[2], kept[3]
-        if self.first_batch:  # read in runs (NOTE [ kept windows ])
+        remote = self.remote[shard]
+        if self.first_batch and not remote:  # read in runs (NOTE [ kept windows ])
             return None
-        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
-        window, count = self.window, len(self.keys)
-        low, high = starts[number * window], starts[min(count, number * window + window)]
-        if high == low:
+        if (found := self._window_bytes(packed, number)) is None:
             return None
-        head, tail = offsets[low], offsets[high - 1] + sizes[high - 1]
-        if tail - head > WINDOW_BYTES:
-            return None
+        low, high, head, tail = found
         self.kept = None  # the old window goes before the new one is read
         table = self._table()
-        if kernel is None:  # the whole window in one read, each sample a slice of it
+        if kernel is None or remote:  # the whole window in one read, each sample a slice
             base = max(0, head - BLOCK)  # with the first header
-            data: Any = self._span(shard, base, tail)
+            data: Any = (self._remote_span if remote else self._span)(shard, base, tail)
             verify_span(self.shards[shard], data, base, table, range(low, high))
             self.kept = (number, data, base, self._columns(packed))
         else:
-            data = self._gathered(shard, table, low, high)
+            info, read_into = self.shards[shard], partial(self._read_into, shard)
+            data = gather_window(read_into, info, table, low, high, PIECE_BYTES)
+            if len(self.piece) > 2 * PIECE_BYTES:  # a large member's piece is not kept
+                self.piece = bytearray()
             positions = data[1]
             self.kept = (
                 number,
@@ -391,34 +427,23 @@ class ShardReader:
             )
         return self.kept[1], self.kept[2], self.kept[3]
 
-    def _gathered(
-        self, shard: int, table: HeaderTable, low: int, high: int
-    ) -> tuple[bytearray, Any]:
-        """Members ``low`` to ``high - 1`` of a local shard, read in pieces and checked, together.
+    def _window_bytes(self, packed: Any, number: int) -> tuple[int, int, int, int] | None:
+        """Window ``number``'s members ``low`` to ``high - 1`` and bytes ``head`` to ``tail``.
 
-        Each piece of at most ``PIECE_BYTES`` (from the header before its first member) is
-        read into the same buffer, its headers checked and its members' bytes copied out
-        one after the other; returns those bytes and where each member went (``-1`` for the
-        shard's other members).
+        ``None`` when it cannot be kept (NOTE [ kept windows ]): members out of tar order or
+        not packed, none in it, or more than ``WINDOW_BYTES`` of them.
         """
-        info = self.shards[shard]
-        offsets, sizes = table.offsets, table.sizes
-        ends = offsets[low:high] + sizes[low:high]
-        out = bytearray(int(sizes[low:high].sum()))
-        positions = np.full(len(offsets), -1, dtype=np.int64)
-        member, at = low, 0
-        while member < high:
-            base = max(0, int(offsets[member]) - BLOCK)  # with the first header
-            stop = low + int(np.searchsorted(ends, base + PIECE_BYTES, side="right"))
-            stop = max(stop, member + 1)
-            end = int(ends[stop - 1 - low])
-            piece = self._read_into(shard, base, end)
-            verify_span(info, piece, base, table, range(member, stop))
-            at = gather_members(piece, base, offsets, sizes, member, stop, out, at, positions)
-            member = stop
-        if len(self.piece) > 2 * PIECE_BYTES:  # a large member's piece is not kept
-            self.piece = bytearray()
-        return out, positions
+        if not isinstance(packed, PackedMembers) or not packed.ordered:
+            return None
+        starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
+        window, count = self.window, len(starts) - 1
+        if not 0 <= number * window < count:
+            return None
+        low, high = int(starts[number * window]), int(starts[min(count, number * window + window)])
+        if high == low:
+            return None
+        head, tail = int(offsets[low]), int(offsets[high - 1] + sizes[high - 1])
+        return None if tail - head > WINDOW_BYTES else (low, high, head, tail)
 
     def _columns(self, packed: PackedMembers) -> Columns:
         """The open shard's columns for :func:`.cut_samples`.
@@ -500,6 +525,16 @@ class ShardReader:
             data += more
         if len(data) != end - start:
             raise ValueError(_CHANGED.format(path=self.shards[shard].path))
+        return data
+
+    def _remote_span(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of the open remote shard, through its stream."""
+        if self.stream is None:
+            info = self.shards[shard]
+            self.stream = RemoteShard(info.url, info.size, info.version, self.options)
+        data = self.stream.read(start, end)
+        if len(data) != end - start:  # a server that answers a range short
+            raise ValueError(_CHANGED.format(path=self.shards[shard].url))
         return data
 
     def _read_into(self, shard: int, start: int, end: int) -> memoryview:

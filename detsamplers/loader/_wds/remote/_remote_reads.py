@@ -3,7 +3,8 @@
 NOTE [ remote reads ]
 A remote shard (``https://``, ``s3://``, ``gs://``, any fsspec URL; see :mod:`._urls`) is
 read in *blocks*: byte ranges that start at the first byte a sample needs, so a resumed
-rank downloads nothing before the sample it resumes at. The first block after opening a
+rank downloads nothing before the sample it resumes at (with a window shuffle, nothing
+before its window: NOTE [ remote windows ]). The first block after opening a
 shard or jumping within it is 256 KiB (or the sample, if larger), so the first batch after
 a resume waits for little more than its own bytes; each block that continues the previous
 one is twice as long, up to ``read_ahead`` bytes. Once a read continues the last block,
@@ -13,8 +14,8 @@ with the work on the samples. A :class:`RemoteShard` keeps its last two blocks a
 being prefetched: memory is bounded by ``3 * read_ahead`` per open shard (one per
 DataLoader worker), and a shard read front to back costs one request per ``read_ahead``
 bytes once the blocks are full size. A sample that does not lie in a kept block starts a
-new block and drops the prefetch (a window shuffle can fetch some bytes twice; nothing is
-ever read whole).
+new block and drops the prefetch; a window shuffle's window is read as one span
+instead (NOTE [ remote windows ]).
 
 Over HTTP(S) each block is one ``GET`` with a ``Range`` header, and with ``If-Match``
 when the shard's ETag is a strong one, so a shard rewritten while a run reads it fails
