@@ -118,10 +118,19 @@ def test_a_resume_reads_the_window_of_its_first_batch_in_one_request(served: Ser
 
 
 @pytest.mark.parametrize("workers", [2])
-def test_workers_read_the_same_records_in_the_same_order(served: Served, workers: int) -> None:
+def test_workers_read_the_same_records_each_fetching_the_windows_it_reads(
+    served: Served, workers: int
+) -> None:
     local = labels(served.make("local", repeat=False))
+    served.make("nginx")
+    mark = served.nginx.mark()
     loader = WebDataLoader(served.make("nginx", repeat=False), num_workers=workers)
     assert labels(loader) == local
+    sent, requests = served.nginx.served(mark)
+    # Each worker keeps its own window: a window is fetched by each worker that reads one of
+    # its batches (NOTE [ remote windows ]), so at most ``workers`` times the single reader's.
+    assert requests <= workers * windows(served)
+    assert sent <= workers * 1.25 * served.bytes
 
 
 def test_a_window_sample_is_the_sample_read_alone_without_a_local_path(served: Served) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "cut_samples",
     "gather_members",
     "gather_window",
+    "index_bounds",
     "members_of",
     "read_samples",
     "refuse",
@@ -387,3 +388,24 @@ def gather_window(
         at = gather_members(piece, base, offsets, sizes, member, stop, out, at, positions)
         member = stop
     return out, positions
+
+
+def index_bounds(wanted: Sequence[int], count: int, url: str) -> tuple[int, int]:
+    """The least and greatest of ``wanted`` (not empty), each a sample of a shard of ``count``.
+
+    Raises:
+        IndexError: naming the first sample out of range and the shard's ``url``.
+
+    Examples:
+        >>> index_bounds([3, 0, 2], 4, "s.tar")
+        (0, 3)
+        >>> index_bounds([3, 4], 4, "s.tar")
+        Traceback (most recent call last):
+        ...
+        IndexError: sample 4 of 4 in shard 's.tar'
+    """
+    low, high = min(wanted), max(wanted)
+    if low < 0 or high >= count:
+        bad = next(i for i in wanted if not 0 <= i < count)
+        raise IndexError(f"sample {bad} of {count} in shard {url!r}")
+    return low, high

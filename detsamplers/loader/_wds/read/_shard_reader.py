@@ -25,6 +25,7 @@ from ._sample_span import (
     cut_sample,
     cut_samples,
     gather_window,
+    index_bounds,
     members_of,
     verify_span,
 )
@@ -262,12 +263,7 @@ class ShardReader:
         """Fill ``out[first:stop]`` from runs of one local shard (NOTE [ runs of samples ])."""
         starts, offsets, sizes = packed.starts, packed.offsets, packed.sizes
         keys, url, local = self.keys, self.shards[shard].url, self.local[shard]
-        count = len(keys)
-        wanted = indexes[first:stop]
-        low, high = min(wanted), max(wanted)
-        if low < 0 or high >= count:  # the first one out of range, named
-            bad = next(i for i in wanted if not 0 <= i < count)
-            raise IndexError(f"sample {bad} of {count} in shard {url!r}")
+        low, high = index_bounds(indexes[first:stop], len(keys), url)
         neighbours = high - low == stop - first - 1
         if neighbours and self._consecutive(shard, packed, indexes, first, stop, out):
             return
@@ -330,13 +326,11 @@ class ShardReader:
         NOTE [ first blocks of a batch ]), its tar headers all checked (NOTE [ index
         verification ]) and kept, from a reader's first batch on (sample by sample, that batch
         cost a request a sample). The same samples and order; no ``__local_path__``, as
-        webdataset's remote samples. A larger window is read sample by sample.
+        webdataset's remote samples. A larger window is read sample by sample. Each
+        DataLoader worker keeps its own window: with ``w`` workers a window may be fetched
+        up to ``w`` times (the node cache, ``parts``, fetches a shard once a node).
         """
-        count = len(self.keys)
-        wanted = indexes[first:stop]
-        if min(wanted) < 0 or max(wanted) >= count:  # the first one out of range, named
-            bad = next(i for i in wanted if not 0 <= i < count)
-            raise IndexError(f"sample {bad} of {count} in shard {self.shards[shard].url!r}")
+        index_bounds(indexes[first:stop], len(self.keys), self.shards[shard].url)
         order = sorted(range(first, stop), key=indexes.__getitem__)
         return self._from_windows(shard, packed, indexes, order, out)
 
@@ -528,13 +522,18 @@ class ShardReader:
         return data
 
     def _remote_span(self, shard: int, start: int, end: int) -> bytes:
-        """Bytes ``start`` to ``end`` of the open remote shard, through its stream."""
+        """Bytes ``start`` to ``end`` of the open remote shard, through its stream.
+
+        A span longer than ``read_ahead`` (a window) is not kept in the stream's blocks too.
+        """
         if self.stream is None:
             info = self.shards[shard]
             self.stream = RemoteShard(info.url, info.size, info.version, self.options)
         data = self.stream.read(start, end)
         if len(data) != end - start:  # a server that answers a range short
             raise ValueError(_CHANGED.format(path=self.shards[shard].url))
+        if end - start > self.options.read_ahead:  # held once, as the kept window
+            self.stream.blocks = []
         return data
 
     def _read_into(self, shard: int, start: int, end: int) -> memoryview:

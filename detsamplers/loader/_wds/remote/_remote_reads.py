@@ -15,7 +15,7 @@ being prefetched: memory is bounded by ``3 * read_ahead`` per open shard (one pe
 DataLoader worker), and a shard read front to back costs one request per ``read_ahead``
 bytes once the blocks are full size. A sample that does not lie in a kept block starts a
 new block and drops the prefetch; a window shuffle's window is read as one span
-instead (NOTE [ remote windows ]).
+instead, and held by the reader besides the blocks (NOTE [ remote windows ]).
 
 Over HTTP(S) each block is one ``GET`` with a ``Range`` header, and with ``If-Match``
 when the shard's ETag is a strong one, so a shard rewritten while a run reads it fails
