@@ -153,10 +153,11 @@ def test_a_connection_dropped_mid_shard_is_resumed_where_it_stopped_losing_nothi
     assert ("s/data-000005.tar", 503) in server.served.statuses
 
 
+@pytest.mark.parametrize("window", [0, 4])  # a window is one span (NOTE [ remote windows ])
 def test_a_connection_dropped_with_no_retries_left_is_an_error_naming_the_shard(
-    server: ShardServer, tmp_path: Path
+    server: ShardServer, tmp_path: Path, window: int
 ) -> None:
-    source = remote(server, tmp_path, retries=0, shuffle_shards=False)
+    source = remote(server, tmp_path, retries=0, shuffle_shards=False, shuffle_window=window)
     server.reset()
     server.drop = {"s/data-000000.tar"}
     with pytest.raises(OSError, match=r"reading shard 'http://.*/s/data-000000\.tar' failed 1 t"):

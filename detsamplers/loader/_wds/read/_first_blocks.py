@@ -22,8 +22,8 @@ set with its own reader, so each set's reader opens its shards of the batch
 reads (``read_opened``): a resume of a mixture of S sets waits one round trip, not S. The
 ``AHEAD`` shards are shared among the batch's sets, ``AHEAD // S`` each (at least one, for
 the first ``AHEAD`` sets); a set's shards past its share are fetched when read. Memory: at
-most ``AHEAD`` first blocks (256 KiB each by default, or the sample if larger) held until
-the reader reaches their shards.
+most ``AHEAD`` first blocks (256 KiB each by default, or the sample if larger; with a window
+shuffle, the window: NOTE [ remote windows ]) held until the reader reaches their shards.
 """
 
 from __future__ import annotations
