@@ -4,7 +4,8 @@ Each window of a remote shard is fetched whole through the shard's stream and ke
 headers checked, instead of about one request a sample. Read over a real nginx on 127.0.0.1
 serving shards of this module's own (so that one test may damage a copy), counting the
 requests and bytes in nginx's log: the same records in the same order as on disk, with and
-without workers, after a resume, and a damaged header refused by name.
+without workers, after a resume, and a damaged header refused by name; and a script that
+ends mid-epoch over these shards exits without a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,3 +197,31 @@ def test_a_header_that_no_longer_matches_the_index_is_refused_by_name(
             labels(source)
     finally:
         nginx.close()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("window", [0, WINDOW])
+def test_a_script_that_ends_mid_epoch_exits_without_a_traceback(
+    served: Served, window: int
+) -> None:
+    """Its reader is closed at interpreter exit, with a stream's prefetch thread alive (the
+    shards are larger than a first block, so reading on starts one)."""
+    script = (
+        "import sys\n"
+        "from detsamplers.loader import WebDatasetSource\n"
+        "source = WebDatasetSource(sys.argv[1], seed=0, batch_size=16, decode=(),\n"
+        "    shuffle_shards=False, shuffle_window=int(sys.argv[2]), index_dir=sys.argv[3])\n"
+        "batches = iter(source)\n"
+        "for _ in range(5):\n"
+        "    next(batches)\n"
+    )
+    served.make("nginx")  # the index files, built here
+    url = f"{served.nginx.url}/s/{PATTERN}"
+    done = subprocess.run(
+        [sys.executable, "-c", script, url, str(window), served.index_dir],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

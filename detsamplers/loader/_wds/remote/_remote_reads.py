@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -475,7 +476,9 @@ class RemoteShard:
         """Drop the blocks and stop prefetching."""
         self.blocks, self.pending = [], None
         if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            # At interpreter exit (a reader's generator left open by a script that ends
+            # mid-epoch) ``cancel_futures`` would reach the ``queue`` module, already gone.
+            self.executor.shutdown(wait=False, cancel_futures=not sys.is_finalizing())
             self.executor = None
 
     def fetch(self, start: int, end: int, failed: BaseException | None = None) -> bytes:
