@@ -13,9 +13,10 @@ proxy (``tests/webdataset/s3_server.py``, in this process). For W = 1 and 4 rank
 rank a process of its own (``torch.distributed`` over gloo on 127.0.0.1 when W > 1; one
 node: the ranks share one cache folder), ``num_workers=0``, it measures:
 
-- epoch 1 and epoch 2 bytes of shards served (over the dataset's bytes in that format) and
-  ``GetObject`` requests;
-- samples/s of epoch 1 and epoch 2 (all ranks' samples over the slowest rank's time);
+- epoch 1 and the warm epochs' bytes of shards served (over the dataset's bytes in that
+  format) and ``GetObject`` requests;
+- samples/s of epoch 1 and of each warm epoch (2 to ``1 + --warm-epochs``, read from the
+  cache: all ranks' samples over the slowest rank's time);
 - the time from building a reader, with the state its loader saved mid-epoch 1 loaded,
   to its first batch (the slowest rank; each cache emptied first: the worst case). Each
   library's S3 client (s3fs and obstore, boto3) is imported before the timer starts, as ``import
@@ -24,6 +25,14 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
 - ours only: how often, and how long, reading waited on a download in epoch 1 after each
   rank's first batch (the cache's ``stats.waits`` and ``stats.waited``: the rank that
   waited longest, its wait against its epoch time, and the waits of all ranks).
+
+Each cell is the median of ``--rounds`` rounds (3; the range in brackets), each round a
+fresh set of processes with an empty cache for every row, the rows in the opposite order in
+every other round; a warm epoch's cell is the median of every round's warm epochs. An
+epoch 2 over a warm cache lasts 50 to 90 ms: one pass of it in one process is not a
+measure. Before the first round every object is read once through the proxy (moto's and
+the proxy's first GETs, which the first row alone would pay, are not any row's), and the
+footer gives the same-round ratios of ours (tar order) to litdata's obstore path.
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
 ``shuffle_block_shards=4``; and tar order over the same samples written by
@@ -53,6 +62,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,6 +86,8 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "litdata": ("litdata", {}),
     "litdata, obstore (allow_http patched in)": ("litdata", {"obstore": True}),
 }
+OURS = "ours, parts=720, tar order"
+LITDATA = "litdata, obstore (allow_http patched in)"
 SUFFIX = {"ours": ".tar", "ours-packed": ".tar", "mosaic": ".mds", "litdata": ".bin"}
 
 
@@ -235,7 +247,7 @@ def _litdata(spec: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def rank_main(spec: dict[str, Any]) -> None:
-    """One rank: ``epochs`` (two epochs, saving the state mid-epoch 1) or ``resume``."""
+    """One rank: ``epochs`` (epoch 1, the state saved mid-way, the warm epochs) or ``resume``."""
     if spec["world"] > 1:
         import torch.distributed as dist
 
@@ -245,7 +257,7 @@ def rank_main(spec: dict[str, Any]) -> None:
     out: dict[str, Any] = {}
     if spec["phase"] == "epochs":
         loader = build()
-        for epoch in (1, 2):
+        for epoch in range(1, 2 + spec["warm"]):
             seen, started = 0, time.perf_counter()
             stats = getattr(getattr(loader, "cache", None), "stats", None)
             waits, waited = (stats.waits, stats.waited) if stats is not None else (0, 0.0)
@@ -308,7 +320,7 @@ def run_ranks(python: str, spec: dict[str, Any], world: int, server: Any) -> lis
     traffic = []
     try:
         if spec["phase"] == "epochs":
-            for _ in (1, 2):
+            for _ in range(1 + spec["warm"]):
                 server.reset()
                 for process in ranks:
                     _read_json(process)
@@ -363,12 +375,94 @@ def upload(server: Any, folder: Path, prefix: str) -> int:
     return data
 
 
+def warm_up(server: Any, prefixes: list[str]) -> None:
+    """Read every object under ``prefixes`` once through the proxy, then forget the counts.
+
+    moto's first GETs (its handlers and templates built on first use) and the proxy's first
+    connection would otherwise fall on whichever row runs first.
+    """
+    client = importlib.import_module("boto3").client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    for prefix in prefixes:
+        listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
+        for item in listed.get("Contents", []):
+            client.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
+    server.reset()
+
+
+def one_round(
+    results: list[dict[str, Any]],
+    traffic: list[tuple[int, int]],
+    resumed: list[dict[str, Any]],
+    size: int,
+    warm: int,
+) -> dict[str, Any]:
+    """One round of a row: its rates (all ranks' samples over the slowest rank's time)."""
+
+    def rate(epoch: int) -> float:
+        seen = sum(r[f"samples{epoch}"] for r in results)
+        return float(seen / max(r[f"seconds{epoch}"] for r in results))
+
+    return {
+        "epoch1": rate(1),
+        "warm": [rate(epoch) for epoch in range(2, 2 + warm)],
+        "bytes1": traffic[0][0] / size,
+        "gets1": traffic[0][1],
+        "bytes_warm": max(sent for sent, _ in traffic[1:]) / size,
+        "resume": 1000 * max(r["resume"] for r in resumed),
+        "waited": waited(results),
+    }
+
+
+def _spread(values: list[float], form: str) -> str:
+    """The median of ``values``, and their range in brackets when there are several."""
+    ordered = sorted(values)
+    middle = format(statistics.median(ordered), form)
+    if len(ordered) == 1:
+        return middle
+    return f"{middle} [{format(ordered[0], form)}-{format(ordered[-1], form)}]"
+
+
+def row_cells(runs: list[dict[str, Any]]) -> list[str]:
+    """A row's cells over its rounds: medians [ranges]; bytes and GETs as their range."""
+    gets = sorted({run["gets1"] for run in runs})
+    requests = str(gets[0]) if len(gets) == 1 else f"{gets[0]}-{gets[-1]}"
+    slowest = min(runs, key=lambda run: float(run["epoch1"]))
+    return [
+        f"{max(run['bytes1'] for run in runs):.2f}x ({requests})",
+        _spread([run["epoch1"] for run in runs], ",.0f"),
+        f"{max(run['bytes_warm'] for run in runs):.2f}x",
+        _spread([rate for run in runs for rate in run["warm"]], ",.0f"),
+        _spread([run["resume"] for run in runs], ",.0f") + " ms",
+        slowest["waited"],
+    ]
+
+
+def ratios(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> str:
+    """Ours over litdata's samples/s, round by round (each round's warm epochs' median)."""
+    first = [a["epoch1"] / b["epoch1"] for a, b in zip(ours, theirs, strict=True)]
+    warm = [
+        statistics.median(a["warm"]) / statistics.median(b["warm"])
+        for a, b in zip(ours, theirs, strict=True)
+    ]
+    return f"epoch 1 {_spread(first, '.2f')}x, warm epochs {_spread(warm, '.2f')}x"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="512 samples in 8 shards, W = 1 (CI)")
     parser.add_argument("--worlds", default="1,4", help="world sizes, comma-separated")
     parser.add_argument(
         "--rows", help="only the rows whose name holds one of these texts, comma-separated"
+    )
+    parser.add_argument("--rounds", type=int, help="rounds of every row (3; --quick 1)")
+    parser.add_argument(
+        "--warm-epochs", type=int, help="epochs read from the warm cache (3; --quick 1)"
     )
     parser.add_argument("--rank", help=argparse.SUPPRESS)
     parser.add_argument("--write-mds", nargs=3, help=argparse.SUPPRESS)
@@ -380,6 +474,10 @@ def main() -> None:
         write_mds(Path(args.write_mds[0]), int(args.write_mds[1]), int(args.write_mds[2]))
         return
     total, shards = (512, 8) if args.quick else (8192, 32)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    warm = args.warm_epochs or (1 if args.quick else 3)
+    if args.rounds < 1 or warm < 1:
+        parser.error(f"--rounds and --warm-epochs take 1 or more, not {args.rounds} and {warm}")
     worlds = (1,) if args.quick else tuple(int(w) for w in args.worlds.split(","))
     sys.path.insert(0, str(TESTS))
     server = importlib.import_module("s3_server").S3Server()
@@ -436,21 +534,20 @@ def main() -> None:
             f"# {total} samples of 2-8 KB in {shards} shards ({megabytes}); batch {BATCH}, "
             f"num_workers=0; moto S3 on 127.0.0.1; load average {load_average()}"
         )
-        print(
-            "| | W | epoch 1 bytes / data (GETs) | epoch 1 samples/s | epoch 2 bytes / data |"
-            " epoch 2 samples/s | first batch after resume | epoch 1 waits on downloads |"
-        )
-        print("|---|---|---|---|---|---|---|---|")
+        jobs = []
         for name, (peer, config) in ROWS.items():
             if args.quick and name.endswith("parts=720, tar order"):
                 continue  # CI: the shuffled row only
             if args.rows and not any(part in name for part in args.rows.split(",")):
                 continue
-            if peer in missing:
-                print(f"| {name} | | {missing[peer]} | | | | | |")
-                continue
-            prefix = "ours-packed" if config.get("packed") else peer
-            for world in worlds:
+            jobs += [(name, peer, config, world) for world in worlds]
+        warm_up(server, [p for p in sizes if p in {j[1] for j in jobs} | {"ours-packed"}])
+        rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for round_ in range(args.rounds):
+            for name, peer, config, world in jobs if round_ % 2 == 0 else jobs[::-1]:
+                if peer in missing:
+                    continue
+                prefix = "ours-packed" if config.get("packed") else peer
                 cache = folder / f"cache-{prefix}-{world}-{len(config)}"
                 spec: dict[str, Any] = {
                     "peer": peer,
@@ -464,24 +561,39 @@ def main() -> None:
                     "litdata_options": litdata_options,
                     "state_dir": str(folder / "states"),
                     "save_at": total // (2 * BATCH * world),
+                    "warm": warm,
                     "phase": "epochs",
                 }
-                shutil.rmtree(folder / "states", ignore_errors=True)
+                for stale in (folder / "states", folder / "index"):
+                    shutil.rmtree(stale, ignore_errors=True)
                 (folder / "states").mkdir()
                 results, traffic = run_ranks(pythons[peer], spec, world, server)
                 shutil.rmtree(cache, ignore_errors=True)
                 resumed, _ = run_ranks(pythons[peer], {**spec, "phase": "resume"}, world, server)
                 shutil.rmtree(cache, ignore_errors=True)
-                cells = []
-                for epoch, (sent, gets) in zip((1, 2), traffic, strict=True):
-                    seen = sum(r[f"samples{epoch}"] for r in results)
-                    rate = seen / max(r[f"seconds{epoch}"] for r in results)
-                    ratio = f"{sent / sizes[prefix]:.2f}x" + (f" ({gets})" if epoch == 1 else "")
-                    cells += [ratio, f"{rate:,.0f}"]
-                resume = 1000 * max(r["resume"] for r in resumed)
-                cells.append(f"{resume:,.0f} ms")
-                cells.append(waited(results))
-                print(f"| {name} | {world} | {' | '.join(cells)} |", flush=True)
+                got = one_round(results, traffic, resumed, sizes[prefix], warm)
+                rounds.setdefault((name, world), []).append(got)
+                warm_rates = ", ".join(f"{r:,.0f}" for r in got["warm"])
+                print(
+                    f"# round {round_}, {name}, W = {world}: epoch 1 {got['epoch1']:,.0f}, warm "
+                    f"epochs {warm_rates} samples/s, resume {got['resume']:,.0f} ms",
+                    flush=True,
+                )
+        warm_title = "epoch 2" if warm == 1 else f"epochs 2-{1 + warm}"
+        print(
+            "| | W | epoch 1 bytes / data (GETs) | epoch 1 samples/s | warm epochs' bytes / data |"
+            f" {warm_title} samples/s | first batch after resume | epoch 1 waits on downloads |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for name, peer, _, world in jobs:
+            if peer in missing:
+                print(f"| {name} | {world} | {missing[peer]} | | | | | |")
+            else:
+                print(f"| {name} | {world} | {' | '.join(row_cells(rounds[name, world]))} |")
+        for world in worlds:
+            ours, theirs = rounds.get((OURS, world)), rounds.get((LITDATA, world))
+            if ours and theirs:
+                print(f"# W = {world}, ours (tar order) / litdata obstore: {ratios(ours, theirs)}")
         for peer, why in missing.items():
             print(f"# {peer} skipped: {why}")
         print(f"# load average at the end {load_average()}")

@@ -483,6 +483,11 @@ PyObject *decode_run(PyObject *self, PyObject *args);
 extern const char chunk_rows_doc[];
 PyObject *chunk_rows(PyObject *self, PyObject *args);
 
+/* -- a sample's packed small fields split back: in _kernel_fields.c ----------------------- */
+
+extern const char fields_doc[];
+PyObject *unpack_fields(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
     {"records_stride", records_stride, METH_VARARGS, records_doc},
@@ -500,6 +505,7 @@ static PyMethodDef methods[] = {
     {"read_samples", read_samples, METH_VARARGS, read_doc},
     {"decode_run", decode_run, METH_VARARGS, decode_doc},
     {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
+    {"unpack_fields", unpack_fields, METH_VARARGS, fields_doc},
     {NULL, NULL, 0, NULL},
 };
 

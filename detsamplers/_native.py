@@ -23,8 +23,10 @@ tests/tokens/test_tokens_pack_index.py), a ``chunk`` batch's inputs and labels
 local shard's samples cut out of the bytes read, a kept window's members gathered and a
 cached shard's samples read and cut (``_kernel_cut.c``, NOTE [ one way to read a sample ],
 NOTE [ kept windows ], NOTE [ cached reads ];
-tests/webdataset/test_wds_cut_samples.py) and runs of samples decoded by their plans
-(``_kernel_decode.c``, NOTE [ decode plans ]; tests/webdataset/test_wds_decode.py).
+tests/webdataset/test_wds_cut_samples.py), runs of samples decoded by their plans
+(``_kernel_decode.c``, NOTE [ decode plans ]; tests/webdataset/test_wds_decode.py) and a
+sample's packed small fields split back (``_kernel_fields.c``, NOTE [ packed small fields ];
+tests/webdataset/test_wds_packed_kernel.py).
 
 The extension is optional: ``pip install`` builds it when a C compiler is present and
 installs the package without it otherwise, and setting ``DETSAMPLERS_NO_KERNEL=1`` before

@@ -22,6 +22,10 @@ webdataset reads every sample, with the packed fields as one ``packed_fields.msg
 value of bytes (its decoders know no ``msgpack`` extension and keep them);
 ``webdataset.WebDataset(urls).map(ShardWriter.unpack_fields)`` splits them.
 
+The split runs in the compiled kernel (``_kernel_fields.c``) when it is built, for field
+names of ASCII; anything it does not take (another form, a name out of ASCII, any error) it
+hands back, and the Python split below, the reference, reads the sample and says why.
+
 A member that is not of this form (a length past its end, a truncated header, another
 type, bytes after the last value, a bad or repeated name) is an error naming the shard,
 the sample and the byte where it goes wrong; nothing is allocated beyond the member's
@@ -35,6 +39,8 @@ import itertools
 import operator
 from collections.abc import Mapping
 from typing import Any
+
+from ...._native import kernel
 
 __all__ = ["PACKED_SUFFIX", "pack_fields", "unpack_fields", "unpack_samples"]
 
@@ -98,6 +104,10 @@ def unpack_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
         >>> unpack_fields(packed)
         {'__key__': 'k', 'cls': b'7', 'png': b'..'}
     """
+    if kernel is not None and type(sample) is dict:
+        split: dict[str, Any] | None = kernel.unpack_fields(sample, PACKED_SUFFIX)
+        if split is not None:  # else the reference below: no member, or it says what is wrong
+            return split
     data = sample.get(PACKED_SUFFIX)
     if data is None:
         return dict(sample)
