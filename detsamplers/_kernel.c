@@ -485,8 +485,9 @@ PyObject *chunk_rows(PyObject *self, PyObject *args);
 
 /* -- a sample's packed small fields split back: in _kernel_fields.c ----------------------- */
 
-extern const char fields_doc[];
+extern const char fields_doc[], samples_doc[];
 PyObject *unpack_fields(PyObject *self, PyObject *args);
+PyObject *unpack_samples(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"locate_stride", locate_stride, METH_VARARGS, locate_doc},
@@ -506,6 +507,7 @@ static PyMethodDef methods[] = {
     {"decode_run", decode_run, METH_VARARGS, decode_doc},
     {"chunk_rows", chunk_rows, METH_VARARGS, chunk_rows_doc},
     {"unpack_fields", unpack_fields, METH_VARARGS, fields_doc},
+    {"unpack_samples", unpack_samples, METH_VARARGS, samples_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,8 +16,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-extern const char fields_doc[];
+extern const char fields_doc[], samples_doc[];
 PyObject *unpack_fields(PyObject *self, PyObject *args);
+PyObject *unpack_samples(PyObject *self, PyObject *args);
 
 const char fields_doc[] =
     "unpack_fields(sample, suffix, /) -> dict | None\n\n"
@@ -25,6 +26,12 @@ const char fields_doc[] =
     "bin) split into its fields, as _small_fields.unpack_fields splits it; None when the member\n"
     "is missing, not bytes, or not of the accepted form, or when a name is not ASCII, repeated\n"
     "or already a key of sample (the Python function then says why).";
+
+const char samples_doc[] =
+    "unpack_samples(samples, suffix, /) -> int\n\n"
+    "unpack_fields of each dict of the list samples that holds suffix, in place, in order, up to\n"
+    "the first it hands back or that is not a dict: returns its position (the Python loop goes\n"
+    "on from there), or -1 when every sample is done.";
 
 /* The big-endian length of width bytes at data[at], or -1 when it runs past n. */
 static int64_t length_at(const uint8_t *data, Py_ssize_t n, Py_ssize_t at, int width) {
@@ -120,10 +127,8 @@ static int is_meta(PyObject *key) {
     return PyUnicode_GET_LENGTH(key) > 0 && PyUnicode_READ_CHAR(key, 0) == '_';
 }
 
-PyObject *unpack_fields(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *sample, *suffix;
-    if (!PyArg_ParseTuple(args, "O!U", &PyDict_Type, &sample, &suffix)) return NULL;
+/* unpack_fields for one dict: a new dict, Py_None (a new reference) or NULL with an error set. */
+static PyObject *unpack_one(PyObject *sample, PyObject *suffix) {
     PyObject *data = PyDict_GetItemWithError(sample, suffix);
     if (data == NULL) {
         if (PyErr_Occurred()) return NULL;
@@ -198,4 +203,39 @@ error:
     Py_XDECREF(out);
     Py_DECREF(fields);
     return NULL;
+}
+
+PyObject *unpack_fields(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sample, *suffix;
+    if (!PyArg_ParseTuple(args, "O!U", &PyDict_Type, &sample, &suffix)) return NULL;
+    return unpack_one(sample, suffix);
+}
+
+PyObject *unpack_samples(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *samples, *suffix;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &samples, &suffix)) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(samples); i++) {
+        PyObject *sample = PyList_GET_ITEM(samples, i);
+        if (!PyDict_CheckExact(sample)) return PyLong_FromSsize_t(i);
+        int has = PyDict_Contains(sample, suffix);
+        if (has < 0) return NULL;
+        if (!has) continue;
+        Py_INCREF(sample);
+        PyObject *out = unpack_one(sample, suffix);
+        Py_DECREF(sample);
+        if (out == NULL) return NULL;
+        if (out == Py_None) {
+            Py_DECREF(out);
+            return PyLong_FromSsize_t(i);
+        }
+        if (i >= PyList_GET_SIZE(samples)) { /* the list shrank under a key's __eq__ */
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "samples changed size while they were unpacked");
+            return NULL;
+        }
+        PyList_SetItem(samples, i, out); /* steals out, releases the sample */
+    }
+    return PyLong_FromLong(-1);
 }

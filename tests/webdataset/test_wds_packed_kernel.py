@@ -10,6 +10,7 @@ grown and with bytes changed, lengths that lie, and other types.
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -18,7 +19,12 @@ from hypothesis import strategies as st
 
 from detsamplers._native import kernel
 from detsamplers.loader._wds.shard import _small_fields
-from detsamplers.loader._wds.shard._small_fields import PACKED_SUFFIX, pack_fields, unpack_fields
+from detsamplers.loader._wds.shard._small_fields import (
+    PACKED_SUFFIX,
+    pack_fields,
+    unpack_fields,
+    unpack_samples,
+)
 
 pytestmark = pytest.mark.skipif(kernel is None, reason="the compiled kernel is not built")
 
@@ -153,3 +159,40 @@ def test_a_large_member_with_many_fields() -> None:
     got = kernel.unpack_fields(sample, PACKED_SUFFIX)
     assert list(got) == ["__key__", *sorted([*fields, "png"])]
     assert got["f00013"] == struct.pack("<I", 13) * 6
+
+
+PLAIN = st.just({"__key__": "plain", "png": b"x"})
+
+
+@given(batch=st.lists(samples() | PLAIN, max_size=8))
+def test_a_batch_is_unpacked_in_place_as_the_reference_unpacks_it(
+    batch: list[dict[str, Any]],
+) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        want = [reference(dict(sample), monkeypatch) for sample in batch]
+    if any(isinstance(each, Exception) for each in want):
+        with pytest.raises(ValueError, match="packed member"):
+            unpack_samples([dict(sample) for sample in batch])
+        return
+    got = unpack_samples([dict(sample) for sample in batch])
+    assert [list(sample.items()) for sample in got] == want
+
+
+def test_the_batch_loop_stops_where_the_reference_takes_over() -> None:
+    good = {"__key__": "a", PACKED_SUFFIX: pack_fields({"cls": b"1"})}
+    accented = {"__key__": "b", PACKED_SUFFIX: pack_fields({"é": b"2"})}
+    batch: list[Any] = [dict(good), {"__key__": "c"}, dict(accented), dict(good)]
+    assert kernel.unpack_samples(batch, PACKED_SUFFIX) == 2  # the third: a name out of ASCII
+    assert batch[0] == {"__key__": "a", "cls": b"1"} and batch[2] == accented
+    assert unpack_samples(batch) == [
+        {"__key__": "a", "cls": b"1"},
+        {"__key__": "c"},
+        {"__key__": "b", "é": b"2"},
+        {"__key__": "a", "cls": b"1"},
+    ]
+    other = [OrderedDict(good)]  # not a dict itself: handed back at once
+    assert kernel.unpack_samples(other, PACKED_SUFFIX) == 0
+    assert unpack_samples(other) == [{"__key__": "a", "cls": b"1"}]
+    assert kernel.unpack_samples([dict(good)], PACKED_SUFFIX) == -1
+    with pytest.raises(TypeError):
+        kernel.unpack_samples((good,), PACKED_SUFFIX)

@@ -40,8 +40,7 @@ import hashlib
 import importlib
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Sequence
 from stat import S_ISREG
 
 from ...._files_open import read_bounded
@@ -69,12 +68,16 @@ INDEX_SUFFIX = ".index.npz"
 _JSON_VERSION = 1
 
 
-def _candidates(path: str, index_dir: str | None, suffix: str = INDEX_SUFFIX) -> list[str]:
+def _candidates(path: str, index_dir: str | None, suffix: str = INDEX_SUFFIX) -> Iterator[str]:
+    """Where the index file of ``path`` may be, in the order it is tried.
+
+    The hashed name in the index folder is worked out only once the file beside the shard
+    is passed over, which a source over many shards would otherwise pay for each.
+    """
+    if index_dir is None:
+        yield path + suffix
     hashed = hashlib.blake2b(path.encode(), digest_size=10).hexdigest()
-    cached = os.path.join(index_dir or default_index_dir(), hashed + suffix)
-    if index_dir is not None:
-        return [cached]
-    return [path + suffix, cached]
+    yield os.path.join(index_dir or default_index_dir(), hashed + suffix)
 
 
 def _load(file: str, url: str, path: str, stat: os.stat_result) -> ShardInfo | None:
@@ -93,7 +96,7 @@ def _load(file: str, url: str, path: str, stat: os.stat_result) -> ShardInfo | N
     if header.get("size") != stat.st_size or header.get("mtime_ns") != stat.st_mtime_ns:
         return None  # written for another state of the shard (or without its mtime): rebuild
     lazy = LazyIndex(data, path, count, file)
-    return ShardInfo(url, path, lazy.keys, lazy.members, index_file=file)
+    return ShardInfo(url, path, lazy.keys, lazy.members, index_file=file, stamp=make_stamp(stat))
 
 
 def _read_bounded(file: str, path: str, limit: int) -> bytes | None:
@@ -141,7 +144,7 @@ def _load_json(file: str, path: str, stat: os.stat_result) -> ShardInfo | None:
         return None
 
 
-def _save(files: list[str], info: ShardInfo, stat: os.stat_result) -> None:
+def _save(files: Iterable[str], info: ShardInfo, stat: os.stat_result) -> None:
     data = encode_index(info.keys, info.members, stat.st_size, None, stat.st_mtime_ns)
     for file in files:
         temporary = f"{file}.{os.getpid()}.tmp"
@@ -167,7 +170,7 @@ def _find(url: str, path: str, index_dir: str | None, stat: os.stat_result) -> S
         old = _load_json(file, path, stat)
         if old is not None:
             _save(_candidates(path, index_dir), old, stat)
-            return ShardInfo(url, path, old.keys, old.members)
+            return ShardInfo(url, path, old.keys, old.members, stamp=make_stamp(stat))
     return None
 
 
@@ -213,14 +216,13 @@ def index_shards(
         if not S_ISREG(stat.st_mode):
             open_regular(path, "shard", path).close()  # raises, naming it
         found = _find(url, path, index_dir, stat)
-        out.append(None if found is None else replace(found, stamp=make_stamp(stat)))
+        out.append(found)
         if found is None:
             todo.append((len(out) - 1, url, path, stat))
     # tqdm ships no type stubs (pyproject's mypy config lists none for it): load it untyped.
     tqdm = importlib.import_module("tqdm").tqdm
     quiet = not progress or len(todo) < PROGRESS_MIN_SHARDS
-    bar = tqdm(todo, desc="indexing shards", disable=quiet)
-    for slot, url, path, stat in bar:
+    for slot, url, path, stat in todo if quiet else tqdm(todo, desc="indexing shards"):
         keys, members = scan_shard(path)
         info = ShardInfo(url, path, keys, members, stamp=make_stamp(stat))
         _save(_candidates(path, index_dir), info, stat)

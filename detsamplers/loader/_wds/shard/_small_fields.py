@@ -190,7 +190,12 @@ def unpack_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`unpack_fields` of the samples that have a packed member; the others as they are."""
     if not any(map(operator.contains, samples, itertools.repeat(PACKED_SUFFIX))):
         return samples  # the common case, one C loop
-    for i, sample in enumerate(samples):
-        if PACKED_SUFFIX in sample:
-            samples[i] = unpack_fields(sample)
+    start = 0
+    if kernel is not None and type(samples) is list:
+        start = kernel.unpack_samples(samples, PACKED_SUFFIX)  # in place, up to one it hands back
+        if start < 0:
+            return samples
+    for i in range(start, len(samples)):
+        if PACKED_SUFFIX in samples[i]:
+            samples[i] = unpack_fields(samples[i])
     return samples
