@@ -28,11 +28,12 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
 
 Each cell is the median of ``--rounds`` rounds (3; the range in brackets), each round a
 fresh set of processes with an empty cache for every row, the rows in the opposite order in
-every other round; a warm epoch's cell is the median of every round's warm epochs. An
-epoch 2 over a warm cache lasts 50 to 90 ms: one pass of it in one process is not a
-measure. Before the first round every object is read once through the proxy (moto's and
-the proxy's first GETs, which the first row alone would pay, are not any row's), and the
-footer gives the same-round ratios of ours (tar order) to litdata's obstore path.
+every other round; a warm epoch's cell is the median of every round's warm epochs. An epoch
+2 over a warm cache lasts 50 to 90 ms: one pass of it in one process is not a measure.
+Before the first round every object is read once through the proxy, so that no row is the
+first to be served (a first GET is not measurably slower on its own, 17 against 11-18 ms for
+2.3 MB: this only takes the question away), and the footer gives the same-round ratios of
+ours (tar order) to litdata's obstore path.
 
 Rows: ours with ``parts=720`` and the node cache (tar order, and the part block shuffle
 ``shuffle_block_shards=4``; and tar order over the same samples written by
@@ -378,8 +379,7 @@ def upload(server: Any, folder: Path, prefix: str) -> int:
 def warm_up(server: Any, prefixes: list[str]) -> None:
     """Read every object under ``prefixes`` once through the proxy, then forget the counts.
 
-    moto's first GETs (its handlers and templates built on first use) and the proxy's first
-    connection would otherwise fall on whichever row runs first.
+    Whatever the server does on the first reads of an object then falls on no row.
     """
     client = importlib.import_module("boto3").client(
         "s3",
