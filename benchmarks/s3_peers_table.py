@@ -24,7 +24,8 @@ node: the ranks share one cache folder), ``num_workers=0``, it measures:
   figure is the reader's, not an import's;
 - ours only: how often, and how long, reading waited on a download in epoch 1 after each
   rank's first batch (the cache's ``stats.waits`` and ``stats.waited``: the rank that
-  waited longest, its wait against its epoch time, and the waits of all ranks).
+  waited longest, its wait against its epoch time, and the waits of all ranks; of the round
+  whose epoch 1 was slowest).
 
 Each cell is the median of ``--rounds`` rounds (3; the range in brackets), each round a
 fresh set of processes with an empty cache for every row, the rows in the opposite order in
@@ -474,8 +475,8 @@ def main() -> None:
         write_mds(Path(args.write_mds[0]), int(args.write_mds[1]), int(args.write_mds[2]))
         return
     total, shards = (512, 8) if args.quick else (8192, 32)
-    args.rounds = args.rounds or (1 if args.quick else 3)
-    warm = args.warm_epochs or (1 if args.quick else 3)
+    args.rounds = (1 if args.quick else 3) if args.rounds is None else args.rounds
+    warm = (1 if args.quick else 3) if args.warm_epochs is None else args.warm_epochs
     if args.rounds < 1 or warm < 1:
         parser.error(f"--rounds and --warm-epochs take 1 or more, not {args.rounds} and {warm}")
     worlds = (1,) if args.quick else tuple(int(w) for w in args.worlds.split(","))
@@ -541,7 +542,7 @@ def main() -> None:
             if args.rows and not any(part in name for part in args.rows.split(",")):
                 continue
             jobs += [(name, peer, config, world) for world in worlds]
-        warm_up(server, [p for p in sizes if p in {j[1] for j in jobs} | {"ours-packed"}])
+        warm_up(server, sorted({"ours-packed" if c.get("packed") else p for _, p, c, _ in jobs}))
         rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for round_ in range(args.rounds):
             for name, peer, config, world in jobs if round_ % 2 == 0 else jobs[::-1]:
